@@ -1,0 +1,138 @@
+"""A harness: a model, its tools, a system prompt, hooks and durability options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from harness.errors import DefinitionError
+from harness.models.base import Model
+from harness.replay.planner import ToolPolicy
+from harness.tools import Tool
+
+__all__ = [
+    "DEFAULT_CUT_CALL_ERROR",
+    "Durability",
+    "Harness",
+    "Hooks",
+    "ToolCallEvent",
+    "ToolOutcome",
+    "define_harness",
+]
+
+DEFAULT_CUT_CALL_ERROR = (
+    "This tool call was cut off by a crash and was not run again: nobody knows whether "
+    "it ran, in whole or in part. Check its effects before trying again."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEvent:
+    """What a hook is told about a tool call."""
+
+    session_id: str | None
+    tool_call_id: str
+    name: str
+    arguments: Any
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """A tool call's result as the model will see it (unless a hook replaces it)."""
+
+    content: Any
+    is_error: bool = False
+    code: str | None = None
+
+
+BeforeHook = Callable[[ToolCallEvent], Any]
+AfterHook = Callable[[ToolCallEvent, ToolOutcome], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Hooks around tool calls; each may be sync or async.
+
+    ``on_before_tool_call(event)``: return None to run the tool, or a
+    ``ToolOutcome`` (or a plain JSON value) to answer for it without running it.
+    ``on_after_tool_call(event, outcome)``: return None to keep the outcome, or a
+    replacement (``ToolOutcome`` or a plain JSON value). A replacement wins, also
+    when the tool raised (SPEC 5.6), and it is what the log keeps.
+    """
+
+    on_before_tool_call: BeforeHook | None = None
+    on_after_tool_call: AfterHook | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """How durable sessions of this harness behave."""
+
+    max_attempts: int = 10
+    """How many owners may take up one turn before it fails with ``attempts_exhausted``."""
+    step_value_limit: int = 256 * 1024
+    """Largest encoded step value, in bytes (SPEC 2.8)."""
+    cut_call_error: str = DEFAULT_CUT_CALL_ERROR
+    """The text of the tool error a cut, non-replayable call gets (SPEC 5.3)."""
+    max_model_calls: int = 50
+    """Model calls in one turn before it fails with ``too_many_model_calls``."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.step_value_limit < 1 or self.max_model_calls < 1:
+            raise DefinitionError("durability limits must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class Harness:
+    name: str
+    model: Model
+    tools: Mapping[str, Tool]
+    system_prompt: str | None = None
+    hooks: Hooks = field(default_factory=Hooks)
+    durability: Durability = field(default_factory=Durability)
+
+    @property
+    def policies(self) -> Mapping[str, ToolPolicy]:
+        return MappingProxyType({name: t.policy for name, t in self.tools.items()})
+
+
+def define_harness(
+    *,
+    name: str,
+    model: Model,
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    hooks: Hooks | Mapping[str, Any] | None = None,
+    durability: Durability | Mapping[str, Any] | None = None,
+) -> Harness:
+    """Put a model and its tools together under a stable name.
+
+    The name is written into each session's log, so a worker can find the
+    harness of a session it takes over: keep it stable.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise DefinitionError("a harness needs a non-empty name")
+    if not callable(getattr(model, "complete", None)):
+        raise DefinitionError(f"model of harness {name!r} has no complete() method")
+    by_name: dict[str, Tool] = {}
+    for t in tools:
+        if not isinstance(t, Tool):
+            raise DefinitionError(f"harness {name!r}: {t!r} is not a tool (use tool() or durable_tool())")
+        if t.name in by_name:
+            raise DefinitionError(f"harness {name!r} has two tools named {t.name!r}")
+        by_name[t.name] = t
+    if isinstance(hooks, Mapping):
+        hooks = Hooks(**hooks)
+    if isinstance(durability, Mapping):
+        durability = Durability(**durability)
+    return Harness(
+        name=name,
+        model=model,
+        tools=MappingProxyType(by_name),
+        system_prompt=system_prompt,
+        hooks=hooks or Hooks(),
+        durability=durability or Durability(),
+    )

@@ -1,0 +1,241 @@
+"""Every error the harness raises, under one root.
+
+::
+
+    HarnessError
+    ├── DefinitionError            misuse caught when a tool or harness is defined
+    ├── StepError                  a step was used wrongly or its value is refused
+    │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
+    │   ├── StepValueError         (also a TypeError) a value that is not JSON
+    │   ├── StepValueTooLarge      a value over the configured size limit
+    │   ├── SecretInStepValue      a value holding one of the session's secrets
+    │   └── NoToolCallError        step.* used outside a tool call
+    ├── NotDurableError            a durable-only feature used in plain mode
+    ├── AskError
+    │   ├── AskExpired             the ask passed its expiry
+    │   └── InvalidAnswer          an answer that fails the ask's schema / matches no ask
+    ├── ReservedRecordType         an app record type starting with ``harness.``
+    ├── InvalidRecord              an app record that is not {"type": str, ...}
+    ├── LogError                   the session log failed
+    │   ├── FencedError            this writer lost ownership; nothing was written
+    │   ├── SessionBusy            another live owner holds the session's lease
+    │   ├── CorruptRecord          a stored record cannot be decoded
+    │   └── LogUnavailable         the backend cannot be reached / configured
+    ├── CodecError                 encoding/decoding a record failed
+    ├── UnknownHarness             a session names a harness this host does not run
+    └── MissingExtra               an optional dependency is not installed
+
+Errors carry structured fields (session id, tool call id, step name, position)
+so callers and services can act on them without parsing messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AskError",
+    "AskExpired",
+    "CodecError",
+    "CorruptRecord",
+    "DefinitionError",
+    "DuplicateStepName",
+    "FencedError",
+    "HarnessError",
+    "InvalidAnswer",
+    "InvalidRecord",
+    "LogError",
+    "LogUnavailable",
+    "MissingExtra",
+    "NoToolCallError",
+    "NotDurableError",
+    "ReservedRecordType",
+    "SecretInStepValue",
+    "SessionBusy",
+    "StepError",
+    "StepValueError",
+    "StepValueTooLarge",
+    "UnknownHarness",
+]
+
+
+class HarnessError(Exception):
+    """Root of every error raised by the harness."""
+
+
+class DefinitionError(HarnessError):
+    """A tool or harness definition is wrong (caught at definition time)."""
+
+
+class StepError(HarnessError):
+    """A durable step was used wrongly or its value was refused."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_call_id: str | None = None,
+        step_name: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.step_name = step_name
+
+
+class DuplicateStepName(StepError):
+    """The same step name was used twice in one tool call (SPEC 2.6)."""
+
+
+class StepValueError(StepError, TypeError):
+    """A step value is not plain JSON; ``path`` names the bad part (SPEC 2.7)."""
+
+    def __init__(self, message: str, *, path: str = "$", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.path = path
+
+
+class StepValueTooLarge(StepError):
+    """A step value is larger than the configured limit (SPEC 2.8)."""
+
+    def __init__(self, message: str, *, size: int = 0, limit: int = 0, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.size = size
+        self.limit = limit
+
+
+class SecretInStepValue(StepError):
+    """A step value contains one of the session's secrets (SPEC 2.9)."""
+
+    def __init__(self, message: str, *, secret_name: str = "", path: str = "$", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.secret_name = secret_name
+        self.path = path
+
+
+class NoToolCallError(StepError):
+    """``step.*`` was used outside a tool call (SPEC 2.11)."""
+
+
+class NotDurableError(HarnessError):
+    """A feature that needs a session log was used in plain mode (SPEC 6.1)."""
+
+
+class AskError(HarnessError):
+    """Base of errors about ``step.ask``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.name = name
+
+
+class AskExpired(AskError):
+    """The ask passed its ``expires_at`` before an answer came (SPEC 3.3)."""
+
+
+class InvalidAnswer(AskError):
+    """An answer that fails the ask's schema, or answers no open ask (SPEC 3.2)."""
+
+    def __init__(self, message: str, *, reason: str = "invalid", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.reason = reason
+
+
+class ReservedRecordType(HarnessError):
+    """An app record's type starts with ``harness.`` (SPEC 4.2)."""
+
+    def __init__(self, record_type: str) -> None:
+        super().__init__(
+            f"record type {record_type!r} is reserved: types starting with 'harness.' "
+            "belong to the harness itself; choose another prefix"
+        )
+        self.record_type = record_type
+
+
+class InvalidRecord(HarnessError):
+    """An app record is not a JSON object with a string ``type``."""
+
+
+class LogError(HarnessError):
+    """The session log failed."""
+
+
+class FencedError(LogError):
+    """This writer lost ownership of the session; the append wrote nothing (SPEC 7.1)."""
+
+    def __init__(self, message: str, *, session_id: str | None = None, epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.epoch = epoch
+
+
+class SessionBusy(LogError):
+    """Another live owner holds the session's lease."""
+
+    def __init__(self, message: str, *, session_id: str, owner: str | None = None, lease_until: float | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.owner = owner
+        self.lease_until = lease_until
+
+
+class CorruptRecord(LogError):
+    """A stored record cannot be decoded.
+
+    Holds where it is (session, position, and on Kafka topic/partition/offset)
+    and its raw bytes, so it can be inspected or copied to a dead-letter topic.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        seq: int | None = None,
+        raw: bytes = b"",
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+        self.raw = raw
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class LogUnavailable(LogError):
+    """The log backend cannot be reached or is misconfigured."""
+
+
+class CodecError(HarnessError):
+    """A record could not be encoded or decoded."""
+
+
+class UnknownHarness(HarnessError):
+    """A session names a harness that this host does not run."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no harness named {name!r} is loaded here")
+        self.name = name
+
+
+class MissingExtra(HarnessError, ImportError):
+    """An optional part is used without its extra installed."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(f"{feature} needs the '{extra}' extra: pip install 'durable-harness[{extra}]'")
+        self.feature = feature
+        self.extra = extra

@@ -1,0 +1,138 @@
+"""Session logs: the contract (:mod:`harness.log.base`) and its backends, chosen by URL.
+
+::
+
+    open_log("memory:")                       # in-process, for tests
+    open_log("sqlite:///harness.db")          # relative path
+    open_log("sqlite:////var/lib/harness.db") # absolute path
+    open_log("kafka://127.0.0.1:9092?topic_prefix=acme")
+
+Backends are imported lazily, so an embedded user never needs librdkafka.
+
+The small private helpers at the bottom are shared by the backends (encoding a
+batch, decoding a stored row into a :class:`LogEntry` or a
+:class:`~harness.errors.CorruptRecord`), so each backend only does storage.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, Protocol
+
+from harness.errors import CorruptRecord, MissingExtra
+from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
+from harness.records import Record
+
+__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "open_log"]
+
+SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:port>][?...]")
+
+
+def open_log(url: str, **options: Any) -> SessionLog:
+    """Open a session log by URL.
+
+    Args:
+        url: ``memory:``, ``sqlite:///relative/path``, ``sqlite:////absolute/path``
+            or ``kafka://host:port[,host:port][?options]``.
+        **options: keyword arguments for the backend (``clock=``, ``codec=``,
+            ``busy_timeout=`` ...).
+
+    Raises:
+        ValueError: the URL names no supported backend.
+        MissingExtra: a Kafka URL without ``confluent_kafka`` installed.
+    """
+    if url == "memory:" or url == "memory://":
+        from harness.log.memory import MemoryLog
+
+        return MemoryLog(**options)
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :]
+        if not path:
+            raise ValueError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
+        if "?" in path:
+            raise ValueError(f"{url!r}: SQLite takes no URL options; pass them as keywords to open_log()")
+        from harness.log.sqlite import SqliteLog
+
+        return SqliteLog(path, **options)
+    if url.startswith("kafka://"):
+        try:
+            from harness.log.kafka import open_kafka_log  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as exc:
+            # Only a missing client library is the user's missing extra; any other
+            # import failure is a bug and must surface as itself.
+            if importlib.util.find_spec("confluent_kafka") is None:
+                raise MissingExtra("the Kafka session log", "kafka") from exc
+            raise
+        log: SessionLog = open_kafka_log(url, **options)
+        return log
+    raise ValueError(f"unsupported session log URL {url!r}; supported: {', '.join(SUPPORTED_URLS)}")
+
+
+# --- helpers shared by the backends ------------------------------------------------------
+
+
+class _Codec(Protocol):
+    def encode(self, record: Record) -> bytes: ...
+
+    def decode(self, data: bytes) -> Record: ...
+
+
+def _default_codec() -> _Codec:
+    from harness.codec import default_codec
+
+    return default_codec()
+
+
+def _lease_seconds(lease: timedelta | float) -> float:
+    seconds = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
+    if seconds <= 0:
+        raise ValueError(f"lease must be positive, got {lease!r}")
+    return seconds
+
+
+def _encode_batch(codec: _Codec, session_id: str, records: Sequence[Record]) -> list[tuple[str, bytes]]:
+    """``(type, bytes)`` per record; raises before anything is stored (atomic batches)."""
+    out: list[tuple[str, bytes]] = []
+    for record in records:
+        if record.session_id != session_id:
+            raise ValueError(
+                f"record {record.TYPE} belongs to session {record.session_id!r}, "
+                f"not to this writer's session {session_id!r}"
+            )
+        out.append((record.TYPE, codec.encode(record)))
+    return out
+
+
+def _check_input(record: Record) -> None:
+    if not type(record).IS_INPUT:
+        raise ValueError(
+            f"submit() takes input records only (IS_INPUT), not {record.TYPE or type(record).__name__}; "
+            "other records are appended by the session's owner through claim()"
+        )
+
+
+def _decode_row(codec: _Codec, session_id: str, seq: int, raw: bytes) -> LogEntry | CorruptRecord:
+    """A stored row as an entry, or as the error describing why it cannot be read."""
+    try:
+        return LogEntry(seq, codec.decode(raw))
+    except Exception as exc:  # noqa: BLE001 - any decoder failure means only this row is unreadable
+        err = CorruptRecord(
+            f"record seq={seq} of session {session_id!r} cannot be decoded: {exc}",
+            session_id=session_id,
+            seq=seq,
+            raw=raw,
+        )
+        err.__cause__ = exc
+        return err
+
+
+def _strict(items: Sequence[LogEntry | CorruptRecord]) -> list[LogEntry]:
+    """The entries, or raise the first corrupt row."""
+    out: list[LogEntry] = []
+    for item in items:
+        if isinstance(item, CorruptRecord):
+            raise item
+        out.append(item)
+    return out

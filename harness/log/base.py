@@ -1,0 +1,90 @@
+"""The session log contract, shared by every backend.
+
+A *session log* holds, per session, an ordered list of committed records.
+
+* ``submit(record)``: anyone may add an INPUT record (a user message, an
+  answer, app records sent from outside). It waits in the log until the
+  session's owner takes it. No ownership needed.
+* ``claim(session_id, owner=, lease=)``: become the session's single writer.
+  Returns a :class:`SessionWriter`. A newer claim fences the older writer, whose
+  next ``append`` raises :class:`~harness.errors.FencedError` and writes
+  nothing. Backends with leases (SQLite, memory) refuse a claim with
+  :class:`~harness.errors.SessionBusy` while another owner's lease is live.
+* ``SessionWriter.append(records)``: atomic (all or nothing) and durable when
+  it returns.
+* ``read(session_id, after=)``: committed records of one session in order.
+
+Records are always stored as encoded bytes (``harness.codec``), so every
+backend holds the very same Avro records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol, runtime_checkable
+
+from harness.records import LogEntry, Record
+
+__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter"]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who owns a session now, as far as the log knows."""
+
+    owner: str | None
+    epoch: int
+    lease_until: float | None  # epoch seconds; None when the backend has no lease
+
+
+@runtime_checkable
+class SessionWriter(Protocol):
+    """The owner's handle on one session's log."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    async def append(self, records: Sequence[Record]) -> list[LogEntry]:
+        """Append atomically; durable on return; ``FencedError`` if ownership was lost."""
+        ...
+
+    async def renew(self) -> None:
+        """Extend the lease (no-op where the backend has none); ``FencedError`` if lost."""
+        ...
+
+    async def release(self) -> None:
+        """Give up ownership so another owner can claim at once."""
+        ...
+
+
+@runtime_checkable
+class SessionLog(Protocol):
+    """A session log backend, opened with :func:`harness.open_log`."""
+
+    @property
+    def namespace(self) -> str:
+        """The log's stable id, part of every idempotency key (see ``harness.ids``)."""
+        ...
+
+    async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
+        """Committed records of ``session_id`` in order (only those with seq > after)."""
+        ...
+
+    async def submit(self, record: Record) -> LogEntry:
+        """Append one input record for the session's owner to take (no ownership)."""
+        ...
+
+    async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> SessionWriter:
+        """Become the session's writer; fences any previous writer."""
+        ...
+
+    async def lease_info(self, session_id: str) -> LeaseInfo:
+        """The current owner and lease of the session."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,44 @@
+"""The chat messages a session's state stands for (what the model is sent). PURE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.jsonvalues import dumps
+from harness.records import InputMessage
+from harness.replay.state import SessionState
+
+__all__ = ["conversation"]
+
+
+def conversation(state: SessionState) -> list[dict[str, Any]]:
+    """Messages in the chat-completions shape, oldest first, without a system prompt.
+
+    Each turn gives its user message, then for each model response the
+    assistant message and the results of its calls that have one, in call order.
+    """
+    messages: list[dict[str, Any]] = []
+    for turn in state.turns:
+        record = state.inputs[turn.input_id].record
+        assert isinstance(record, InputMessage)
+        messages.append({"role": "user", "content": record.text})
+        for response in turn.responses:
+            assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
+            if response.tool_calls:
+                assistant["tool_calls"] = [
+                    {"id": c["id"], "name": c["name"], "arguments": c.get("arguments") or {}}
+                    for c in response.tool_calls
+                ]
+            messages.append(assistant)
+            for call in state.batch(response):
+                if call.result is not None:
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call.tool_call_id,
+                            "name": call.name,
+                            "content": dumps(call.result.content),
+                            "is_error": call.result.is_error,
+                        }
+                    )
+    return messages

@@ -1,0 +1,145 @@
+"""The recovery planner: a session's state -> what the owner does next.
+
+PURE: no I/O. The runtime asks ``plan_turn`` after every step of a turn, live or
+after a crash, and carries out the single action it gets back; so a first run
+and a run after a crash take the same path, and the cut-batch rules of SPEC
+section 5 live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from harness.replay.state import CallState, SessionState, TurnState
+
+__all__ = [
+    "CallDecision",
+    "CallModel",
+    "CompleteTurn",
+    "FailTurn",
+    "RunBatch",
+    "ToolPolicy",
+    "TurnAction",
+    "decide_call",
+    "plan_turn",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """What recovery may do with a cut call of one tool."""
+
+    replay: Literal["safe", "never"] = "never"
+    agent: bool = False  # a tool that runs another harness (SPEC 5.4)
+
+
+@dataclass(frozen=True, slots=True)
+class CallDecision:
+    """One call of a batch.
+
+    ``action``:
+      * ``keep``  - it has its result (SPEC 5.1);
+      * ``run``   - it never started: run it as a first run;
+      * ``rerun`` - run it again; finished steps return stored values (SPEC 5.2, 5.4);
+      * ``cut``   - do not run; the model gets the cut-call tool error (SPEC 5.3, 5.4).
+    """
+
+    tool_call_id: str
+    name: str
+    action: Literal["keep", "run", "rerun", "cut"]
+    attempt: int  # the attempt number a run would get (1 for a first run)
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    turn: int
+    index: int  # the index the next model response will have in the turn
+
+
+@dataclass(frozen=True, slots=True)
+class RunBatch:
+    turn: int
+    response_index: int
+    calls: tuple[CallDecision, ...]
+
+    @property
+    def to_start(self) -> tuple[CallDecision, ...]:
+        return tuple(c for c in self.calls if c.action in ("run", "rerun"))
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTurn:
+    """The last model response had no tool calls: the turn is done."""
+
+    turn: int
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailTurn:
+    turn: int
+    code: str
+    error: str
+
+
+TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn
+
+
+def decide_call(call: CallState, policy: ToolPolicy | None) -> CallDecision:
+    """SPEC 5.1-5.4 for one call of a batch."""
+    attempt = call.attempts + 1
+    if call.result is not None:
+        action: Literal["keep", "run", "rerun", "cut"] = "keep"
+    elif call.attempts == 0:
+        # Its harness.tool.started never committed, so it never ran: a first run
+        # is safe whatever its policy.
+        action = "run"
+    elif policy is None:
+        action = "cut"  # a tool this harness no longer has: nobody can rerun it
+    elif policy.agent:
+        action = "rerun" if call.waiting_for_person() else "cut"
+    elif policy.replay == "safe":
+        action = "rerun"
+    else:
+        action = "cut"
+    return CallDecision(call.tool_call_id, call.name, action, attempt)
+
+
+def plan_turn(
+    state: SessionState,
+    policies: Mapping[str, ToolPolicy],
+    *,
+    max_attempts: int,
+) -> TurnAction | None:
+    """The next action of the session's active turn, or None when there is none."""
+    turn = state.active_turn
+    if turn is None:
+        return None
+    if turn.attempts > max_attempts:
+        return FailTurn(
+            turn.turn,
+            "attempts_exhausted",
+            f"the turn was taken over {turn.attempts - 1} times without finishing "
+            f"(limit durability.max_attempts={max_attempts})",
+        )
+    return _plan_active(state, turn, policies)
+
+
+def _plan_active(
+    state: SessionState, turn: TurnState, policies: Mapping[str, ToolPolicy]
+) -> TurnAction:
+    last = turn.last_response
+    if last is None:
+        return CallModel(turn.turn, 0)
+    if not last.tool_calls:
+        return CompleteTurn(turn.turn, last.text)
+    batch = state.batch(last)
+    if all(c.result is not None for c in batch):
+        return CallModel(turn.turn, last.index + 1)
+    return RunBatch(
+        turn.turn,
+        last.index,
+        tuple(decide_call(c, policies.get(c.name)) for c in batch),
+    )

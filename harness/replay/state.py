@@ -1,0 +1,322 @@
+"""The replay fold: a session's records -> its state.
+
+PURE: no I/O, no clock, no asyncio. ``SessionState.apply`` takes one committed
+record at a time, so the runtime keeps a live session's state current by
+applying what it appends, and a new owner rebuilds it by folding the log
+(``fold``). Both paths go through the same code.
+
+Duplicates that a racing or fenced writer might have left (a second result for
+one call, a second value for one step) never override the first: the first
+committed record wins, and the anomaly is counted in ``anomalies``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.records import (
+    AppRecord,
+    AskAnswered,
+    AskOpened,
+    InputAnswer,
+    InputMessage,
+    InputRecords,
+    InputSettled,
+    LogEntry,
+    ModelResponseRecord,
+    Record,
+    SleepScheduled,
+    StepResult,
+    ToolResult,
+    ToolStarted,
+    TurnFinished,
+    TurnResumed,
+    TurnStarted,
+)
+
+__all__ = ["AppEntry", "AskState", "CallState", "InputState", "SessionState", "TurnState", "fold"]
+
+
+@dataclass(slots=True)
+class InputState:
+    input_id: str
+    seq: int
+    record: InputMessage | InputAnswer | InputRecords
+    settled: InputSettled | None = None
+    turn: int | None = None  # set when a message input started a turn
+
+    @property
+    def kind(self) -> str:
+        return self.record.TYPE.rsplit(".", 1)[-1]  # message | answer | records
+
+
+@dataclass(frozen=True, slots=True)
+class AppEntry:
+    """An app record that landed: its body, where it came from, its position."""
+
+    seq: int
+    body: dict[str, Any]
+    tool_call_id: str | None = None
+    input_id: str | None = None
+
+    @property
+    def type(self) -> str:
+        return str(self.body.get("type"))
+
+
+@dataclass(slots=True)
+class AskState:
+    opened: AskOpened
+    answered: AskAnswered | None = None
+
+
+@dataclass(slots=True)
+class CallState:
+    tool_call_id: str
+    name: str
+    arguments: Any
+    turn: int
+    response_index: int
+    position: int  # index in its model response's batch
+    attempts: int = 0  # how many harness.tool.started records
+    steps: dict[str, Any] = field(default_factory=dict)
+    sleeps: dict[str, int] = field(default_factory=dict)
+    asks: dict[str, AskState] = field(default_factory=dict)
+    result: ToolResult | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    def waiting_for_person(self) -> bool:
+        """An ask of this call is open: opened and not yet answered."""
+        return any(a.answered is None for a in self.asks.values())
+
+
+@dataclass(slots=True)
+class TurnState:
+    input_id: str
+    turn: int
+    attempts: int = 1  # 1 + harness.turn.resumed records
+    responses: list[ModelResponseRecord] = field(default_factory=list)
+    finished: TurnFinished | None = None
+
+    @property
+    def last_response(self) -> ModelResponseRecord | None:
+        return self.responses[-1] if self.responses else None
+
+
+@dataclass(slots=True)
+class SessionState:
+    """Everything the log says about one session."""
+
+    session_id: str
+    harness: str | None = None
+    last_seq: int = -1
+    inputs: dict[str, InputState] = field(default_factory=dict)
+    turns: list[TurnState] = field(default_factory=list)
+    calls: dict[str, CallState] = field(default_factory=dict)
+    app_records: list[AppEntry] = field(default_factory=list)
+    anomalies: int = 0
+
+    # -- queries --------------------------------------------------------------------
+
+    @property
+    def active_turn(self) -> TurnState | None:
+        """The unfinished turn, if any (there is at most one)."""
+        if self.turns and self.turns[-1].finished is None:
+            return self.turns[-1]
+        return None
+
+    def turn_of(self, input_id: str) -> TurnState | None:
+        inp = self.inputs.get(input_id)
+        if inp is None or inp.turn is None:
+            return None
+        return self.turns[inp.turn - 1]
+
+    def batch(self, response: ModelResponseRecord) -> list[CallState]:
+        """The calls of one model response, in call order."""
+        return [self.calls[c["id"]] for c in response.tool_calls if c["id"] in self.calls]
+
+    def pending_inputs(self) -> list[InputState]:
+        """Inputs not yet settled (and, for messages, not yet started), in log order."""
+        return [i for i in self.inputs.values() if i.settled is None and i.turn is None]
+
+    @property
+    def ended(self) -> bool:
+        """Nothing left to do: no active turn and no input waiting."""
+        return self.active_turn is None and not self.pending_inputs()
+
+    # -- the fold -------------------------------------------------------------------
+
+    def apply(self, seq: int, record: Record) -> None:
+        """Fold one committed record into the state."""
+        if seq <= self.last_seq:
+            return  # already folded (re-read of a tail)
+        self.last_seq = seq
+        handler = _HANDLERS.get(type(record))
+        if handler is not None:
+            handler(self, seq, record)
+
+    def apply_entry(self, entry: LogEntry) -> None:
+        self.apply(entry.seq, entry.record)
+
+
+def fold(session_id: str, entries: Iterable[LogEntry]) -> SessionState:
+    """Rebuild a session's state from its committed records, in log order."""
+    state = SessionState(session_id=session_id)
+    for entry in entries:
+        state.apply(entry.seq, entry.record)
+    return state
+
+
+# -- handlers, one per record type -------------------------------------------------------
+
+
+def _input(state: SessionState, seq: int, r: Any) -> None:
+    if r.input_id in state.inputs:
+        state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
+        return
+    state.inputs[r.input_id] = InputState(input_id=r.input_id, seq=seq, record=r)
+    if isinstance(r, InputMessage) and r.harness and state.harness is None:
+        state.harness = r.harness
+
+
+def _settled(state: SessionState, seq: int, r: InputSettled) -> None:
+    inp = state.inputs.get(r.input_id)
+    if inp is None or inp.settled is not None:
+        state.anomalies += 1
+        return
+    inp.settled = r
+    # App records sent from outside land when their input settles completed.
+    if r.outcome == "completed" and isinstance(inp.record, InputRecords):
+        for body in inp.record.records or ():
+            state.app_records.append(AppEntry(seq, body, input_id=r.input_id))
+
+
+def _turn_started(state: SessionState, seq: int, r: TurnStarted) -> None:
+    inp = state.inputs.get(r.input_id)
+    if inp is None or inp.turn is not None or r.turn != len(state.turns) + 1:
+        state.anomalies += 1
+        return
+    inp.turn = r.turn
+    state.turns.append(TurnState(input_id=r.input_id, turn=r.turn))
+
+
+def _turn(state: SessionState, n: int) -> TurnState | None:
+    return state.turns[n - 1] if 0 < n <= len(state.turns) else None
+
+
+def _turn_resumed(state: SessionState, seq: int, r: TurnResumed) -> None:
+    turn = _turn(state, r.turn)
+    if turn is None or turn.finished is not None:
+        state.anomalies += 1
+        return
+    turn.attempts = max(turn.attempts, r.attempt)
+
+
+def _turn_finished(state: SessionState, seq: int, r: TurnFinished) -> None:
+    turn = _turn(state, r.turn)
+    if turn is None or turn.finished is not None:
+        state.anomalies += 1
+        return
+    turn.finished = r
+
+
+def _model_response(state: SessionState, seq: int, r: ModelResponseRecord) -> None:
+    turn = _turn(state, r.turn)
+    if turn is None or turn.finished is not None or r.index != len(turn.responses):
+        state.anomalies += 1
+        return
+    turn.responses.append(r)
+    for position, call in enumerate(r.tool_calls):
+        if call["id"] in state.calls:
+            state.anomalies += 1
+            continue
+        state.calls[call["id"]] = CallState(
+            tool_call_id=call["id"],
+            name=call["name"],
+            arguments=call.get("arguments"),
+            turn=r.turn,
+            response_index=r.index,
+            position=position,
+        )
+
+
+def _call(state: SessionState, tool_call_id: str) -> CallState | None:
+    call = state.calls.get(tool_call_id)
+    if call is None:
+        state.anomalies += 1
+    return call
+
+
+def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
+    call = _call(state, r.tool_call_id)
+    if call is not None:
+        call.attempts = max(call.attempts + 1, r.attempt)
+
+
+def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
+    call = _call(state, r.tool_call_id)
+    if call is None:
+        return
+    if r.name in call.steps:
+        state.anomalies += 1  # first committed value wins
+        return
+    call.steps[r.name] = r.value
+
+
+def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:
+    call = _call(state, r.tool_call_id)
+    if call is not None:
+        call.sleeps.setdefault(r.name, r.wake_at)
+
+
+def _ask_opened(state: SessionState, seq: int, r: AskOpened) -> None:
+    call = _call(state, r.tool_call_id)
+    if call is not None and r.name not in call.asks:
+        call.asks[r.name] = AskState(opened=r)
+
+
+def _ask_answered(state: SessionState, seq: int, r: AskAnswered) -> None:
+    call = _call(state, r.tool_call_id)
+    ask = call.asks.get(r.name) if call is not None else None
+    if ask is None or ask.answered is not None:
+        state.anomalies += 1
+        return
+    ask.answered = r
+
+
+def _tool_result(state: SessionState, seq: int, r: ToolResult) -> None:
+    call = _call(state, r.tool_call_id)
+    if call is None:
+        return
+    if call.result is not None:
+        state.anomalies += 1  # never two results for one call: the first stands
+        return
+    call.result = r
+
+
+def _app_record(state: SessionState, seq: int, r: AppRecord) -> None:
+    state.app_records.append(AppEntry(seq, r.body, tool_call_id=r.tool_call_id, input_id=r.input_id))
+
+
+_HANDLERS: dict[type, Any] = {
+    InputMessage: _input,
+    InputAnswer: _input,
+    InputRecords: _input,
+    InputSettled: _settled,
+    TurnStarted: _turn_started,
+    TurnResumed: _turn_resumed,
+    TurnFinished: _turn_finished,
+    ModelResponseRecord: _model_response,
+    ToolStarted: _tool_started,
+    StepResult: _step_result,
+    SleepScheduled: _sleep,
+    AskOpened: _ask_opened,
+    AskAnswered: _ask_answered,
+    ToolResult: _tool_result,
+    AppRecord: _app_record,
+}

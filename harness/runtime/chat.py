@@ -1,0 +1,89 @@
+"""Plain mode: ``chat()`` runs the model loop with tools and no session log (SPEC 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import SecretStr
+
+from harness.definition import Hooks, ToolCallEvent
+from harness.errors import HarnessError
+from harness.jsonvalues import dumps, json_copy
+from harness.models.base import Model, ModelResponse
+from harness.runtime.execute import run_tool_call
+from harness.secrets import SecretScrubber, secret_values
+from harness.step import PlainStep
+from harness.tools import Tool
+
+__all__ = ["chat"]
+
+
+async def chat(
+    *,
+    model: Model,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Tool] = (),
+    system_prompt: str | None = None,
+    hooks: Hooks | None = None,
+    secrets: Mapping[str, str | SecretStr] | None = None,
+    max_model_calls: int = 50,
+) -> list[dict[str, Any]]:
+    """Call the model, run the tools it asks for, repeat until it answers in text.
+
+    Returns the whole conversation (the given messages plus the new ones).
+    Tools run as in a durable session, but ``step.do`` runs ``fn`` every time,
+    ``step.sleep`` waits its full time, ``step.ask`` and ``ctx.append`` raise
+    ``NotDurableError``.
+    """
+    out: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
+    if system_prompt and not (out and out[0].get("role") == "system"):
+        out.insert(0, {"role": "system", "content": system_prompt})
+    by_name = {t.name: t for t in tools}
+    specs = [t.definition.spec() for t in tools]
+    plain_secrets = secret_values(secrets)
+    scrubber = SecretScrubber(plain_secrets)
+    hooks = hooks or Hooks()
+    for _ in range(max_model_calls):
+        response = await model.complete(out, specs)
+        if not isinstance(response, ModelResponse):
+            raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
+        calls = [
+            {"id": c.id or f"call-{uuid.uuid4().hex[:12]}", "name": c.name, "arguments": json_copy(c.arguments)}
+            for c in response.tool_calls
+        ]
+        assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
+        if calls:
+            assistant["tool_calls"] = calls
+        out.append(assistant)
+        if not calls:
+            return out
+        runs = await asyncio.gather(
+            *(
+                run_tool_call(
+                    tools=by_name,
+                    hooks=hooks,
+                    event=ToolCallEvent(None, c["id"], c["name"], c["arguments"], 1),
+                    make_step=lambda c=c: PlainStep(c["id"]),
+                    secrets=plain_secrets,
+                    scrubber=scrubber,
+                    log_id=None,
+                    durable=False,
+                )
+                for c in calls
+            )
+        )
+        for call, run in zip(calls, runs, strict=True):
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "name": call["name"],
+                    "content": dumps(scrubber.redact(run.outcome.content)),
+                    "is_error": run.outcome.is_error,
+                }
+            )
+    raise HarnessError(f"chat() stopped after {max_model_calls} model calls without a final answer")

@@ -1,0 +1,154 @@
+"""Running one tool call: argument validation, hooks, the tool, its outcome.
+
+Shared by durable sessions and plain ``chat()``, so a tool behaves the same in
+both; only the ``step`` it gets differs. Nothing here writes to a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.context import ToolContext
+from harness.definition import Hooks, ToolCallEvent, ToolOutcome
+from harness.errors import StepValueError
+from harness.jsonvalues import json_copy
+from harness.secrets import SecretScrubber
+from harness.step import DurableStep, PlainStep, SyncStep
+from harness.tools import Tool
+
+__all__ = ["CallRun", "apply_after_hook", "error_outcome", "run_tool_call"]
+
+
+@dataclass(slots=True)
+class CallRun:
+    outcome: ToolOutcome
+    replaced_by_hook: bool = False
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def error_outcome(code: str, message: str, **extra: Any) -> ToolOutcome:
+    return ToolOutcome(content={"error": code, "message": message, **extra}, is_error=True, code=code)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _as_outcome(value: Any) -> ToolOutcome:
+    if isinstance(value, ToolOutcome):
+        return ToolOutcome(json_copy(value.content, what="hook result"), value.is_error, value.code)
+    return ToolOutcome(json_copy(value, what="hook result"))
+
+
+def _result_value(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json_copy(value, what="tool result")
+
+
+def _invalid_arguments(name: str, exc: ValidationError) -> ToolOutcome:
+    fields = [
+        {"field": ".".join(str(p) for p in err["loc"]) or "(arguments)", "message": err["msg"]}
+        for err in exc.errors()
+    ]
+    names = ", ".join(f["field"] for f in fields)
+    return error_outcome(
+        "invalid_arguments", f"invalid arguments for tool {name!r}: {names}", fields=fields
+    )
+
+
+async def apply_after_hook(
+    hooks: Hooks, event: ToolCallEvent, outcome: ToolOutcome
+) -> tuple[ToolOutcome, bool]:
+    """Run ``on_after_tool_call``; a non-None return replaces the outcome (SPEC 5.6)."""
+    if hooks.on_after_tool_call is None:
+        return outcome, False
+    replacement = await _maybe_await(hooks.on_after_tool_call(event, outcome))
+    if replacement is None:
+        return outcome, False
+    return _as_outcome(replacement), True
+
+
+async def run_tool_call(
+    *,
+    tools: Mapping[str, Tool],
+    hooks: Hooks,
+    event: ToolCallEvent,
+    make_step: Callable[[], DurableStep | PlainStep],
+    secrets: Mapping[str, str],
+    scrubber: SecretScrubber,
+    log_id: str | None,
+    durable: bool,
+) -> CallRun:
+    """Run one call to its outcome. Only BaseExceptions (cancellation) escape."""
+    run = await _run(tools, hooks, event, make_step, secrets, scrubber, log_id, durable)
+    run.outcome, replaced = await apply_after_hook(hooks, event, run.outcome)
+    run.replaced_by_hook = run.replaced_by_hook or replaced
+    return run
+
+
+async def _run(
+    tools: Mapping[str, Tool],
+    hooks: Hooks,
+    event: ToolCallEvent,
+    make_step: Callable[[], DurableStep | PlainStep],
+    secrets: Mapping[str, str],
+    scrubber: SecretScrubber,
+    log_id: str | None,
+    durable: bool,
+) -> CallRun:
+    tool = tools.get(event.name)
+    if tool is None:
+        return CallRun(
+            error_outcome(
+                "unknown_tool",
+                f"there is no tool named {event.name!r}; the tools are: {', '.join(sorted(tools)) or 'none'}",
+            )
+        )
+    try:
+        args = tool.definition.input_schema.model_validate(event.arguments or {})
+    except ValidationError as exc:
+        return CallRun(_invalid_arguments(event.name, exc))
+
+    if hooks.on_before_tool_call is not None:
+        try:
+            early = await _maybe_await(hooks.on_before_tool_call(event))
+        except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error
+            return CallRun(error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"))
+        if early is not None:
+            return CallRun(_as_outcome(early), replaced_by_hook=True)
+
+    step = make_step()
+    ctx = ToolContext(
+        step=step,
+        tool_call_id=event.tool_call_id,
+        session_id=event.session_id,
+        log_id=log_id,
+        secrets=secrets,
+        scrubber=scrubber,
+        durable=durable,
+    )
+    try:
+        if tool.is_async:
+            value = await (tool.execute(args, ctx) if tool.takes_ctx else tool.execute(args))
+        else:
+            ctx.step = SyncStep(step, asyncio.get_running_loop())
+            fn = tool.execute
+            value = await asyncio.to_thread(lambda: fn(args, ctx) if tool.takes_ctx else fn(args))
+            value = await _maybe_await(value)
+        content = _result_value(value)
+    except StepValueError as exc:
+        return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__))
+    except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's business
+        return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__))
+    finally:
+        step.close()
+    return CallRun(ToolOutcome(content), records=ctx.staged_records)

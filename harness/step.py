@@ -1,0 +1,299 @@
+"""``ctx.step``: durable steps, sleeps and asks (and their plain-mode twins).
+
+A durable step's value is committed to the session log before ``step.do``
+returns (SPEC 2.1); a finished step returns its stored value without calling
+``fn`` again (SPEC 2.3). The rules about values (JSON only, size limit, no
+secrets) are checked before anything is written, so a refused value leaves no
+trace in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from harness import ids
+from harness.clock import Clock
+from harness.errors import (
+    AskExpired,
+    DuplicateStepName,
+    NoToolCallError,
+    NotDurableError,
+    SecretInStepValue,
+    StepError,
+    StepValueTooLarge,
+)
+from harness.jsonvalues import dumps, json_copy
+from harness.records import AskOpened, Record, SleepScheduled, StepResult
+from harness.replay.state import CallState
+from harness.secrets import SecretScrubber
+
+__all__ = ["CallScope", "DurableStep", "PlainStep", "StepInfo", "SyncStep"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """Passed to a step's ``fn`` when it takes one argument."""
+
+    idempotency_key: str
+    """``<log id>:<tool call id>:<step name>``: the same on every run (SPEC 2.4)."""
+    name: str
+    tool_call_id: str
+    attempt: int
+
+
+@dataclass(slots=True)
+class CallScope:
+    """What a durable step needs from the session that runs the call."""
+
+    session_id: str
+    tool_call_id: str
+    log_id: str
+    attempt: int
+    call: CallState  # live: the session folds every commit into it
+    clock: Clock
+    scrubber: SecretScrubber
+    value_limit: int
+    commit: Callable[[list[Record]], Awaitable[None]]
+    wait_answer: Callable[[str, float | None], Awaitable[None]]
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def _to_epoch(when: datetime) -> float:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+async def _call_fn(fn: Callable[..., Any], info: StepInfo) -> Any:
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+        takes_info = len(params) >= 1
+    except (TypeError, ValueError):
+        takes_info = False
+    out = fn(info) if takes_info else fn()
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+class _Names:
+    """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4)."""
+
+    __slots__ = ("_used", "_scope", "closed")
+
+    def __init__(self, session_id: str | None, tool_call_id: str) -> None:
+        self._used: set[str] = set()
+        self._scope = (session_id, tool_call_id)
+        self.closed = False
+
+    def take(self, name: str, kind: str) -> None:
+        if self.closed or not self._scope[1]:
+            raise NoToolCallError(
+                f"step.{kind} used outside a running tool call (a ctx kept after its tool "
+                "returned, or no tool call id)",
+                session_id=self._scope[0],
+                tool_call_id=self._scope[1] or None,
+                step_name=name if isinstance(name, str) else None,
+            )
+        if not isinstance(name, str) or not name:
+            raise StepError(
+                f"a {kind} name must be a non-empty string",
+                session_id=self._scope[0],
+                tool_call_id=self._scope[1],
+            )
+        if name in self._used:
+            raise DuplicateStepName(
+                f"{kind} name {name!r} was already used in this tool call; names must be "
+                "unique and stable per call (e.g. include the item id: 'charge:42')",
+                session_id=self._scope[0],
+                tool_call_id=self._scope[1],
+                step_name=name,
+            )
+        self._used.add(name)
+
+
+class DurableStep:
+    """``ctx.step`` in a durable session."""
+
+    def __init__(self, scope: CallScope) -> None:
+        self._s = scope
+        self._names = _Names(scope.session_id, scope.tool_call_id)
+
+    def close(self) -> None:
+        """The call is over: any later use raises NoToolCallError (SPEC 2.11)."""
+        self._names.closed = True
+
+    def _err(self, cls: type[StepError], msg: str, name: str, **kw: Any) -> StepError:
+        return cls(msg, session_id=self._s.session_id, tool_call_id=self._s.tool_call_id, step_name=name, **kw)
+
+    def _check_value(self, name: str, value: Any) -> Any:
+        s = self._s
+        try:
+            copy = json_copy(value)
+        except StepError as exc:
+            exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
+            raise
+        found = s.scrubber.find(copy)
+        if found is not None:
+            secret, path = found
+            raise self._err(
+                SecretInStepValue,
+                f"the value of step {name!r} holds the session secret {secret!r} at {path}; "
+                "secrets never go into the log: return a reference to it instead",
+                name,
+                secret_name=secret,
+                path=path,
+            )
+        size = len(dumps(copy).encode("utf-8"))
+        if size > s.value_limit:
+            raise self._err(
+                StepValueTooLarge,
+                f"the value of step {name!r} is {size} bytes, over the limit of {s.value_limit}: "
+                "store the data elsewhere (a blob store, a database) and return its id",
+                name,
+                size=size,
+                limit=s.value_limit,
+            )
+        return copy
+
+    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        """Run ``fn`` once per call and name; return the JSON copy of its value."""
+        self._names.take(name, "step")
+        s = self._s
+        if name in s.call.steps:
+            return json_copy(s.call.steps[name])
+        info = StepInfo(
+            idempotency_key=ids.idempotency_key(s.log_id, s.tool_call_id, name),
+            name=name,
+            tool_call_id=s.tool_call_id,
+            attempt=s.attempt,
+        )
+        value = self._check_value(name, await _call_fn(fn, info))
+        await s.commit(
+            [StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)]
+        )
+        return json_copy(value)
+
+    async def sleep(
+        self, name: str, duration: timedelta | None = None, *, until: datetime | None = None
+    ) -> None:
+        """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1)."""
+        self._names.take(name, "sleep")
+        s = self._s
+        wake_ms = s.call.sleeps.get(name)
+        if wake_ms is None:
+            if (duration is None) == (until is None):
+                raise self._err(StepError, "step.sleep takes a duration or until=, one of them", name)
+            wake = s.clock.now() + duration.total_seconds() if duration is not None else _to_epoch(until)  # type: ignore[arg-type]
+            wake_ms = _ms(wake)
+            await s.commit([SleepScheduled(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, wake_ms)])
+        await s.clock.sleep_until(wake_ms / 1000)
+
+    async def ask(
+        self,
+        name: str,
+        *,
+        message: str,
+        schema: type[M],
+        expires_at: datetime | None = None,
+    ) -> M:
+        """Ask a person; return their answer, validated by ``schema`` (SPEC 3.2, 3.3)."""
+        self._names.take(name, "ask")
+        s = self._s
+        if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+            raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
+        ask = s.call.asks.get(name)
+        if ask is None:
+            expires_ms = _ms(_to_epoch(expires_at)) if expires_at is not None else None
+            await s.commit(
+                [
+                    AskOpened(
+                        s.session_id,
+                        _ms(s.clock.now()),
+                        s.tool_call_id,
+                        name,
+                        s.scrubber.redact_text(message),
+                        schema.model_json_schema(),
+                        expires_ms,
+                    )
+                ]
+            )
+            ask = s.call.asks[name]
+        if ask.answered is None:
+            deadline = ask.opened.expires_at / 1000 if ask.opened.expires_at is not None else None
+            if deadline is not None and s.clock.now() >= deadline:
+                raise AskExpired(
+                    f"ask {name!r} expired before it was answered",
+                    session_id=s.session_id,
+                    tool_call_id=s.tool_call_id,
+                    name=name,
+                )
+            await s.wait_answer(name, deadline)
+            ask = s.call.asks[name]
+            assert ask.answered is not None
+        try:
+            return schema.model_validate(ask.answered.value)
+        except ValidationError as exc:  # the schema changed since the answer was logged
+            raise self._err(StepError, f"the logged answer of ask {name!r} no longer fits its schema: {exc}", name) from exc
+
+
+class PlainStep:
+    """``ctx.step`` in plain mode (SPEC 6.1): nothing is stored, nothing is skipped."""
+
+    def __init__(self, tool_call_id: str, session_id: str | None = None) -> None:
+        self._call = tool_call_id
+        self._names = _Names(session_id, tool_call_id)
+
+    def close(self) -> None:
+        self._names.closed = True
+
+    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        self._names.take(name, "step")
+        info = StepInfo(idempotency_key=f"plain:{self._call}:{name}", name=name, tool_call_id=self._call, attempt=1)
+        return json_copy(await _call_fn(fn, info))
+
+    async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+        self._names.take(name, "sleep")
+        if duration is not None:
+            await asyncio.sleep(max(0.0, duration.total_seconds()))
+        elif until is not None:
+            await asyncio.sleep(max(0.0, _to_epoch(until) - datetime.now(timezone.utc).timestamp()))
+
+    async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
+        raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")
+
+
+class SyncStep:
+    """``ctx.step`` for a sync tool running in a worker thread: same API, blocking calls."""
+
+    def __init__(self, inner: DurableStep | PlainStep, loop: asyncio.AbstractEventLoop) -> None:
+        self._inner = inner
+        self._loop = loop
+
+    def _run(self, coro: Awaitable[Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        return self._run(self._inner.do(name, fn))
+
+    def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+        self._run(self._inner.sleep(name, duration, until=until))
+
+    def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
+        return self._run(self._inner.ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]

@@ -1,0 +1,623 @@
+"""A real single-node Apache Kafka broker (KRaft, combined broker+controller) for tests.
+
+The broker jars come from Maven Central: :func:`ensure_jars` runs
+``mvn -q -B -f tools/kafka/pom.xml dependency:copy-dependencies`` once into
+``~/.cache/harness/kafka-<KAFKA_VERSION>/libs``; a ``.complete`` marker makes later calls
+free. The pom lives in the source tree at ``tools/kafka/pom.xml`` and is found by walking
+up from this file (pass ``pom=`` for other layouts).
+
+:class:`LocalKafka` formats a KRaft data dir and runs ``java -cp '<libs>/*' kafka.Kafka``
+in its own process group::
+
+    with LocalKafka() as kafka:
+        use(kafka.bootstrap)  # "127.0.0.1:<port>"
+        kafka.restart()  # same ports, same data dir, data kept
+
+:func:`main` backs ``harness kafka-local [--port N] [--data-dir D]``.
+
+Only the standard library is imported at module level; ``confluent_kafka`` is imported
+lazily, when installed, to confirm readiness with a metadata request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO, Self
+
+__all__ = [
+    "KAFKA_VERSION",
+    "KafkaLaunchError",
+    "LocalKafka",
+    "ensure_jars",
+    "find_pom",
+    "main",
+]
+
+#: Apache Kafka version resolved from Maven Central (``org.apache.kafka:kafka_2.13``).
+KAFKA_VERSION = "4.1.1"
+
+_MARKER = ".complete"
+# Logged at INFO by kafka.server.KafkaRaftServer once BrokerServer.startup() returned,
+# which in KRaft mode happens only after the broker is registered and unfenced.
+_READY_LINE = "Kafka Server started"
+_JVM_OPTS = (
+    "-Xms256m",
+    "-Xmx1g",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    # C1 only: broker start ~2.5 s instead of ~3.4 s; throughput is ample for tests.
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+    "-Djava.net.preferIPv4Stack=true",
+    # Otherwise log4j2 prints "Unable to register Log4j shutdown hook" on SIGTERM.
+    "-Dlog4j2.shutdownHookEnabled=false",
+)
+
+_LOG4J2 = """\
+status = warn
+name = harness-kafka-local
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = FILE
+logger.raft.name = kafka.server.KafkaRaftServer
+logger.raft.level = info
+"""
+
+
+class KafkaLaunchError(RuntimeError):
+    """Resolving the broker jars or starting the broker failed."""
+
+
+# --------------------------------------------------------------------------- jars
+
+
+def find_pom() -> Path:
+    """Locate ``tools/kafka/pom.xml`` in the source tree that holds this package.
+
+    Raises:
+        KafkaLaunchError: the package is not inside a source checkout.
+    """
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "tools" / "kafka" / "pom.xml"
+        if candidate.is_file():
+            return candidate
+    raise KafkaLaunchError(
+        "tools/kafka/pom.xml not found above the harness package; use a source checkout "
+        "(editable install) or pass pom= to ensure_jars()"
+    )
+
+
+def _libs_complete(libs: Path) -> bool:
+    marker = libs / _MARKER
+    if not marker.is_file():
+        return False
+    names = [n for n in marker.read_text().split() if n.endswith(".jar")]
+    return bool(names) and all((libs / n).is_file() for n in names)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_jars(
+    cache_dir: Path | None = None,
+    *,
+    version: str = KAFKA_VERSION,
+    pom: Path | None = None,
+) -> Path:
+    """Return the directory holding the broker's runtime jars, fetching them if needed.
+
+    Args:
+        cache_dir: Cache root, default ``~/.cache/harness``; jars go to
+            ``<cache_dir>/kafka-<version>/libs``.
+        version: Kafka version (``-Dkafka.version`` for the pom).
+        pom: The resolver pom, default :func:`find_pom`.
+
+    Returns:
+        The ``libs`` directory. A no-op once its ``.complete`` marker exists; concurrent
+        callers serialise on a file lock.
+
+    Raises:
+        KafkaLaunchError: ``mvn`` is missing or failed.
+    """
+    root = (
+        Path(cache_dir).expanduser()
+        if cache_dir
+        else Path.home() / ".cache" / "harness"
+    )
+    base = root / f"kafka-{version}"
+    libs = base / "libs"
+    if _libs_complete(libs):
+        return libs
+    base.mkdir(parents=True, exist_ok=True)
+    with _file_lock(base / ".lock"):
+        if _libs_complete(libs):
+            return libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaLaunchError(
+                "`mvn` not found on PATH (needed once to fetch Kafka jars)"
+            )
+        tmp = Path(tempfile.mkdtemp(prefix="libs.", dir=base))
+        try:
+            cmd = [
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(pom or find_pom()),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={tmp}",
+                f"-Dkafka.version={version}",
+            ]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                out = (proc.stdout + proc.stderr)[-4000:]
+                raise KafkaLaunchError(
+                    f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}"
+                )
+            jars = sorted(p.name for p in tmp.glob("*.jar"))
+            if f"kafka_2.13-{version}.jar" not in jars:
+                raise KafkaLaunchError(f"maven produced no kafka_2.13-{version}.jar")
+            (tmp / _MARKER).write_text("\n".join(jars) + "\n")
+            if libs.exists():
+                shutil.rmtree(libs)
+            tmp.rename(libs)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return libs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _free_port(exclude: tuple[int, ...] = ()) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in exclude:
+            return port
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _random_cluster_id() -> str:
+    # Same text form as org.apache.kafka.common.Uuid; Kafka never issues a leading '-'.
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+def _death_signal_preexec() -> Callable[[], None] | None:
+    """Build a preexec_fn that SIGKILLs the broker when its parent dies (Linux only).
+
+    Without it a SIGKILLed pytest leaves a JVM behind. ctypes is loaded here, in the
+    parent, so the forked child makes one libc call and touches no lock. Only from the
+    main thread, since PR_SET_PDEATHSIG fires when the *thread* that forked exits.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sig = 1, int(signal.SIGKILL)
+
+    def _preexec() -> None:  # pragma: no cover - runs in the child
+        prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+
+    return _preexec
+
+
+# --------------------------------------------------------------------------- broker
+
+
+class LocalKafka:
+    """A real single-node KRaft Kafka broker running as a child JVM.
+
+    Args:
+        port: PLAINTEXT port on 127.0.0.1; default a free one (kept across restarts).
+        data_dir: Holds ``server.properties``, ``kafka-logs/``, ``server.log`` (WARN+) and
+            ``broker.out``. Default: a temp dir deleted by :meth:`close`. A given dir is
+            kept; starting on an already formatted dir keeps topics and offsets.
+        cache_dir: Jar cache root for :func:`ensure_jars`.
+        startup_timeout: Seconds to wait for the broker to serve requests.
+        overrides: Extra or overriding broker properties.
+        jvm_opts: Extra JVM arguments, appended after the defaults.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        data_dir: Path | None = None,
+        cache_dir: Path | None = None,
+        startup_timeout: float = 120.0,
+        overrides: Mapping[str, object] | None = None,
+        jvm_opts: Sequence[str] = (),
+    ) -> None:
+        self.port = port
+        self.controller_port: int | None = None
+        self._own_data_dir = data_dir is None
+        self.data_dir = Path(data_dir).expanduser().resolve() if data_dir else None
+        self.cache_dir = cache_dir
+        self.startup_timeout = startup_timeout
+        self.overrides = dict(overrides or {})
+        self.jvm_opts = tuple(jvm_opts)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """``"127.0.0.1:<port>"`` for ``bootstrap.servers``."""
+        if self.port is None:
+            raise KafkaLaunchError("broker not started")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """PID (and process group id) of the broker JVM, if started."""
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def log_file(self) -> Path:
+        """The broker's log4j2 log (WARN and above, plus the ready line)."""
+        if self.data_dir is None:
+            raise KafkaLaunchError("broker not started")
+        return self.data_dir / "server.log"
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _config(self, data_dir: Path) -> dict[str, object]:
+        cfg: dict[str, object] = {
+            "process.roles": "broker,controller",
+            "node.id": 1,
+            # A static voter set (not --standalone) so the controller port may differ
+            # between runs on the same data dir (e.g. `kafka-local --data-dir`).
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data_dir / "kafka-logs"),
+            "num.partitions": 1,
+            "default.replication.factor": 1,
+            "min.insync.replicas": 1,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": 1,
+            # 1 partition instead of 50: the first group join / init_transactions
+            # creates these topics, and one partition loads much faster.
+            "offsets.topic.num.partitions": 1,
+            "transaction.state.log.replication.factor": 1,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 1,
+            "share.coordinator.state.topic.replication.factor": 1,
+            "share.coordinator.state.topic.min.isr": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+            "num.recovery.threads.per.data.dir": 1,
+        }
+        cfg.update(self.overrides)
+        return cfg
+
+    def _java_cmd(
+        self, libs: Path, log4j: Path, main_class: str, *args: str
+    ) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaLaunchError("`java` (17+) not found on PATH")
+        return [
+            java,
+            *_JVM_OPTS,
+            *self.jvm_opts,
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.dir={log4j.parent}",
+            "-cp",
+            str(libs / "*"),
+            main_class,
+            *args,
+        ]
+
+    def start(self) -> Self:
+        """Format the data dir (first time only), start the broker, wait until ready.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            KafkaLaunchError: the broker exited or was not ready in ``startup_timeout``;
+                the message holds the tail of its logs.
+        """
+        if self.running:
+            return self
+        libs = ensure_jars(self.cache_dir)
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="harness-kafka-"))
+        data_dir = self.data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            self.port = _free_port()
+        if self.controller_port is None:
+            self.controller_port = _free_port(exclude=(self.port,))
+        props = data_dir / "server.properties"
+        props.write_text(
+            "".join(f"{k}={v}\n" for k, v in self._config(data_dir).items())
+        )
+        log4j = data_dir / "log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log=self.log_file))
+
+        if not (data_dir / "kafka-logs" / "meta.properties").is_file():
+            fmt = subprocess.run(
+                self._java_cmd(
+                    libs,
+                    log4j,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    _random_cluster_id(),
+                    "-c",
+                    str(props),
+                    "--ignore-formatted",
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+            if fmt.returncode != 0:
+                out = fmt.stdout.decode(errors="replace")[-4000:]
+                raise KafkaLaunchError(f"kafka storage format failed:\n{out}")
+
+        log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        # Kept open for the broker's lifetime; closed in stop().
+        self._out = open(data_dir / "broker.out", "ab")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            self._java_cmd(libs, log4j, "kafka.Kafka", str(props)),
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            cwd=data_dir,
+            start_new_session=True,
+            preexec_fn=_death_signal_preexec(),  # noqa: PLW1509 - one libc call
+        )
+        try:
+            self._wait_ready(log_offset)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with open(self.log_file, "rb") as fh:
+                fh.seek(offset)
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def _failure(self, what: str, log_offset: int) -> KafkaLaunchError:
+        out = ""
+        with contextlib.suppress(OSError):
+            out = self.log_file.with_name("broker.out").read_text(errors="replace")[
+                -3000:
+            ]
+        log = self._log_since(log_offset)[-5000:]
+        return KafkaLaunchError(
+            f"{what}\n--- server.log ---\n{log}\n--- broker.out ---\n{out}"
+        )
+
+    def _wait_ready(self, log_offset: int) -> None:
+        assert self._proc is not None and self.port is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while not (
+            _READY_LINE in self._log_since(log_offset) and _port_open(self.port)
+        ):
+            if self._proc.poll() is not None:
+                raise self._failure(
+                    f"kafka exited with {self._proc.returncode}", log_offset
+                )
+            if time.monotonic() > deadline:
+                raise self._failure(
+                    f"kafka not ready in {self.startup_timeout}s", log_offset
+                )
+            time.sleep(0.1)
+        self._confirm_metadata(deadline)
+
+    def _confirm_metadata(self, deadline: float) -> None:
+        """When confluent_kafka is installed, require a metadata response naming node 1."""
+        try:
+            from confluent_kafka import KafkaException
+            from confluent_kafka.admin import AdminClient
+        except ImportError:
+            return
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if 1 in admin.list_topics(timeout=5).brokers:
+                    return
+            except KafkaException as exc:
+                last = exc
+            time.sleep(0.2)
+        raise KafkaLaunchError(f"kafka metadata not available: {last}")
+
+    def warm_up_transactions(self, timeout: float = 60.0) -> None:
+        """Block until the transaction coordinator serves InitProducerId.
+
+        The first ``init_transactions`` after a (re)start otherwise pays for creating or
+        loading ``__transaction_state`` (~1 s, "Coordinator load in progress" retries).
+        Needs ``confluent_kafka``.
+        """
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"harness-warmup-{uuid.uuid4().hex}",
+                "log_level": 0,
+            }
+        )
+        producer.init_transactions(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the broker's process group; SIGKILL after ``timeout`` seconds.
+
+        The data dir is kept, so :meth:`start` brings the same broker back.
+        """
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def kill(self) -> None:
+        """SIGKILL the broker (crash); the data dir is kept for a later :meth:`start`."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+        self.stop()
+
+    def restart(self, timeout: float = 30.0) -> Self:
+        """Stop (see :meth:`stop`) and start again on the same ports and data dir."""
+        self.stop(timeout=timeout)
+        return self.start()
+
+    def close(self) -> None:
+        """Stop; delete the data dir if it is a temp dir this object created."""
+        self.stop()
+        if self._own_data_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``harness kafka-local`` until SIGTERM/SIGINT.
+
+    Prints ``bootstrap=127.0.0.1:<port>`` once the broker is ready.
+
+    Returns:
+        0 after a clean stop, 1 if the broker failed to start or died.
+    """
+    parser = argparse.ArgumentParser(
+        prog="harness kafka-local",
+        description=f"Run a local single-node Apache Kafka {KAFKA_VERSION} broker (KRaft).",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="PLAINTEXT port (default: free)"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data dir, kept across runs (default: temp dir deleted on exit)",
+    )
+    parser.add_argument("--cache-dir", type=Path, default=None, help="jar cache root")
+    parser.add_argument("--startup-timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    broker = LocalKafka(
+        port=args.port,
+        data_dir=args.data_dir,
+        cache_dir=args.cache_dir,
+        startup_timeout=args.startup_timeout,
+    )
+    try:
+        try:
+            broker.start()
+        except KafkaLaunchError as exc:
+            print(f"kafka-local: {exc}", file=sys.stderr, flush=True)
+            return 1
+        if stop.is_set():  # signalled while starting
+            return 0
+        print(f"bootstrap={broker.bootstrap}", flush=True)
+        while not stop.wait(0.5):
+            if not broker.running:
+                print(
+                    "kafka-local: broker exited unexpectedly",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 1
+        return 0
+    finally:
+        broker.close()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

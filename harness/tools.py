@@ -1,0 +1,136 @@
+"""Tool definitions: plain tools and durable tools.
+
+Misuse is caught here, when a tool is defined, not in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from harness.errors import DefinitionError
+from harness.models.base import ToolSpec
+from harness.replay.planner import ToolPolicy
+
+__all__ = ["Replay", "Tool", "ToolDefinition", "durable_tool", "tool", "tool_definition"]
+
+Replay = Literal["safe", "never"]
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """What the model sees of a tool, and the policy a plain tool runs with."""
+
+    name: str
+    description: str
+    input_schema: type[BaseModel]
+    replay: Replay | None = None
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool ready to run: its definition, its function and its replay policy."""
+
+    definition: ToolDefinition
+    execute: Callable[..., Any]
+    replay: Replay
+    durable: bool
+    agent: bool = False
+    takes_ctx: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.execute)
+
+    @property
+    def policy(self) -> ToolPolicy:
+        return ToolPolicy(replay=self.replay, agent=self.agent)
+
+
+def _check_replay(replay: object) -> Replay:
+    if replay not in ("safe", "never"):
+        raise DefinitionError(f"replay must be 'safe' or 'never', not {replay!r}")
+    return replay  # type: ignore[return-value]
+
+
+def tool_definition(
+    *,
+    name: str,
+    description: str,
+    input_schema: type[BaseModel],
+    replay: Replay | None = None,
+) -> ToolDefinition:
+    """Define a tool the model can call; ``input_schema`` validates its arguments."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise DefinitionError(f"tool name {name!r} must match {_NAME.pattern}")
+    if not isinstance(input_schema, type) or not issubclass(input_schema, BaseModel):
+        raise DefinitionError(f"input_schema of tool {name!r} must be a pydantic BaseModel class")
+    if replay is not None:
+        _check_replay(replay)
+    return ToolDefinition(name=name, description=description or "", input_schema=input_schema, replay=replay)
+
+
+def _arity(fn: Callable[..., Any], tool_name: str, *, allowed: tuple[int, ...]) -> int:
+    if not callable(fn):
+        raise DefinitionError(f"execute of tool {tool_name!r} is not callable")
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return allowed[-1]
+    if len(params) not in allowed:
+        raise DefinitionError(
+            f"execute of tool {tool_name!r} must take {' or '.join(map(str, allowed))} "
+            f"positional arguments (args, ctx), not {len(params)}"
+        )
+    return len(params)
+
+
+def tool(definition: ToolDefinition, execute: Callable[..., Any]) -> Tool:
+    """A plain tool: ``execute(args)`` or ``execute(args, ctx)``, sync or async.
+
+    A cut call of a plain tool is not run again unless its definition says
+    ``replay="safe"`` (SPEC 5.3).
+    """
+    if not isinstance(definition, ToolDefinition):
+        raise DefinitionError("tool() takes a ToolDefinition made by tool_definition()")
+    arity = _arity(execute, definition.name, allowed=(1, 2))
+    return Tool(
+        definition=definition,
+        execute=execute,
+        replay=definition.replay or "never",
+        durable=False,
+        takes_ctx=arity == 2,
+    )
+
+
+def durable_tool(
+    definition: ToolDefinition, execute: Callable[..., Any], *, replay: Replay = "safe"
+) -> Tool:
+    """A durable tool: ``execute(args, ctx)`` does its side effects in ``ctx.step``.
+
+    ``replay`` decides what happens to a call cut by a crash: ``"safe"`` (the
+    default) runs it again with its finished steps served from the log;
+    ``"never"`` gives the model a tool error instead. The ``replay`` of the
+    definition is not read for a durable tool (SPEC 5.5).
+    """
+    if not isinstance(definition, ToolDefinition):
+        raise DefinitionError("durable_tool() takes a ToolDefinition made by tool_definition()")
+    _arity(execute, definition.name, allowed=(2,))
+    return Tool(definition=definition, execute=execute, replay=_check_replay(replay), durable=True)

@@ -1,0 +1,86 @@
+"""Fixtures of the log conformance suite: one ``log_factory`` per backend.
+
+To add a backend (e.g. Kafka), add its name to ``BACKENDS`` and a branch in
+``log_factory`` that builds a factory from its own fixtures (a broker, a
+per-test topic prefix). Every test in ``test_log_contract.py`` then runs on it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from harness.codec import default_codec
+from harness.log.base import SessionLog
+
+BACKENDS = ("memory", "sqlite")
+
+
+@pytest.fixture
+def codec() -> Any:
+    return default_codec()
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@dataclass
+class LogFactory:
+    """Opens logs of one backend. Every call of a persistent backend opens the SAME store."""
+
+    name: str
+    open: Callable[..., SessionLog]
+    persistent: bool  # a new call sees what earlier logs wrote (reopen)
+    has_leases: bool  # claims are refused with SessionBusy while a lease is live
+    opened: list[SessionLog] = field(default_factory=list)
+
+    def __call__(self, **options: Any) -> SessionLog:
+        log = self.open(**options)
+        self.opened.append(log)
+        return log
+
+
+@pytest_asyncio.fixture(params=BACKENDS)
+async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any) -> AsyncIterator[LogFactory]:
+    name = request.param
+    if name == "memory":
+        from harness.log.memory import MemoryLog
+
+        factory = LogFactory(name, lambda **kw: MemoryLog(codec=codec, **kw), persistent=False, has_leases=True)
+    elif name == "sqlite":
+        from harness.log.sqlite import SqliteLog
+
+        path = tmp_path / f"log-{uuid.uuid4().hex[:8]}.db"
+        factory = LogFactory(name, lambda **kw: SqliteLog(path, codec=codec, **kw), persistent=True, has_leases=True)
+    else:  # pragma: no cover - a new backend must add its branch here
+        raise AssertionError(f"no factory for backend {name!r}")
+    yield factory
+    for log in factory.opened:
+        await log.close()
+
+
+@pytest_asyncio.fixture
+async def log(log_factory: LogFactory, clock: FakeClock) -> SessionLog:
+    """One log of the backend under test, on the fake clock."""
+    return log_factory(clock=clock)

@@ -1,0 +1,285 @@
+"""SQLite-specific behaviour of the session log (the shared contract is in tests/conformance)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from harness.errors import (
+    CorruptRecord,
+    FencedError,
+    LogUnavailable,
+    MissingExtra,
+)
+from harness.log import open_log
+from harness.log.memory import MemoryLog
+from harness.log.sqlite import SqliteLog
+from harness.records import InputMessage, StepResult
+
+pytestmark = pytest.mark.asyncio
+
+REPO = Path(__file__).resolve().parents[2]
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "harness.db"
+
+
+@pytest_asyncio.fixture
+async def log(db: Path):
+    log = SqliteLog(db)
+    yield log
+    await log.close()
+
+
+def step(session: str, n: int) -> StepResult:
+    return StepResult(session_id=session, ts=n, tool_call_id="call-1", name=f"step-{n}", value={"n": n})
+
+
+# --- corrupt rows --------------------------------------------------------------------------
+
+
+async def test_corrupt_row_raises_corrupt_record_naming_session_and_seq(log, db):
+    wa = await log.claim("A", owner="w", lease=LEASE)
+    wb = await log.claim("B", owner="w", lease=LEASE)
+    good = await wa.append([step("A", 1), step("A", 2)])
+    b_entries = await wb.append([step("B", 1)])
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (b"\x00garbage\xff", good[1].seq))
+
+    with pytest.raises(CorruptRecord) as caught:
+        await log.read("A")
+    err = caught.value
+    assert err.session_id == "A"
+    assert err.seq == good[1].seq
+    assert err.raw == b"\x00garbage\xff"
+    assert str(good[1].seq) in str(err) and "'A'" in str(err)
+
+    assert await log.read("B") == b_entries  # another session is unaffected
+    assert await log.read("A", after=good[1].seq) == []  # reading past the bad row works
+    scanned = await log.scan("A")
+    assert scanned[0] == good[0] and isinstance(scanned[1], CorruptRecord)
+
+
+async def test_truncated_row_raises_corrupt_record(log, db):
+    wa = await log.claim("A", owner="w", lease=LEASE)
+    (entry,) = await wa.append([step("A", 1)])
+    await log.submit(InputMessage(session_id="B", ts=1, input_id="i", text="hi"))
+    with sqlite3.connect(db) as raw:
+        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (entry.seq,)).fetchone()
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value[: len(value) // 2], entry.seq))
+    with pytest.raises(CorruptRecord) as caught:
+        await log.read("A")
+    assert (caught.value.session_id, caught.value.seq) == ("A", entry.seq)
+    assert [e.record.session_id for e in await log.read("B")] == ["B"]
+
+
+# --- durability settings --------------------------------------------------------------------
+
+
+async def test_wal_and_synchronous_full_are_set(log, db):
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, per file
+    # synchronous is per connection: ask the log's own connection, on its own thread
+    sync = await log._call(lambda: log._db().execute("PRAGMA synchronous").fetchone()[0])
+    assert sync == 2  # FULL
+    busy = await log._call(lambda: log._db().execute("PRAGMA busy_timeout").fetchone()[0])
+    assert busy == 10_000
+
+
+async def test_tables_and_namespace_row(log, db):
+    with sqlite3.connect(db) as raw:
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"meta", "records", "owners"} <= tables
+        (namespace,) = raw.execute("SELECT value FROM meta WHERE key = 'namespace'").fetchone()
+        indexes = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert namespace == log.namespace
+    assert "records_session_seq" in indexes
+
+
+async def test_rows_hold_the_codecs_bytes(log, db):
+    from harness.codec import default_codec
+
+    writer = await log.claim("A", owner="w", lease=LEASE)
+    (entry,) = await writer.append([step("A", 1)])
+    with sqlite3.connect(db) as raw:
+        row = raw.execute("SELECT session_id, type, value FROM records WHERE seq = ?", (entry.seq,)).fetchone()
+    assert row == ("A", StepResult.TYPE, default_codec().encode(step("A", 1)))
+    assert row[2][:2] == b"\xc3\x01"  # Avro single-object encoding
+
+
+async def test_two_files_have_different_namespaces(tmp_path):
+    one, two = SqliteLog(tmp_path / "1.db"), SqliteLog(tmp_path / "2.db")
+    try:
+        assert one.namespace != two.namespace
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_closed_log_refuses_calls(db):
+    log = SqliteLog(db)
+    await log.close()
+    with pytest.raises(LogUnavailable):
+        await log.read("s")
+
+
+# --- several processes on one file -------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from datetime import timedelta
+    from harness.errors import SessionBusy
+    from harness.log.sqlite import SqliteLog
+    from harness.records import InputMessage, StepResult
+
+    async def main(path, mode, session, owner):
+        log = SqliteLog(path)
+        try:
+            if mode == "try_claim":
+                try:
+                    w = await log.claim(session, owner=owner, lease=timedelta(seconds=30))
+                    return {"result": "claimed", "epoch": w.epoch}
+                except SessionBusy as exc:
+                    return {"result": "busy", "owner": exc.owner, "lease_until": exc.lease_until}
+            if mode == "claim_when_free":
+                deadline = time.monotonic() + 60
+                busy = 0
+                while True:
+                    try:
+                        w = await log.claim(session, owner=owner, lease=timedelta(seconds=30))
+                        break
+                    except SessionBusy:
+                        busy += 1
+                        if time.monotonic() > deadline:
+                            return {"result": "timeout"}
+                        await asyncio.sleep(0.05)
+                (entry,) = await w.append(
+                    [StepResult(session_id=session, ts=0, tool_call_id="c", name=owner, value=1)]
+                )
+                return {"result": "claimed", "epoch": w.epoch, "seq": entry.seq, "busy": busy}
+            if mode == "submit_many":
+                for n in range(200):
+                    await log.submit(InputMessage(session_id=session, ts=n, input_id=f"{owner}-{n}", text="x"))
+                return {"result": "ok"}
+        finally:
+            await log.close()
+
+    print(json.dumps(asyncio.run(main(*sys.argv[1:]))))
+    """
+)
+
+
+def run_child(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def child_result(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+async def test_second_process_is_refused_while_the_lease_is_live(log, db):
+    await log.claim("s", owner="parent", lease=timedelta(minutes=5))
+    result = child_result(run_child(str(db), "try_claim", "s", "child"))
+    assert result["result"] == "busy"
+    assert result["owner"] == "parent"
+    assert (await log.lease_info("s")).owner == "parent"
+
+
+async def test_second_process_takes_over_after_expiry_and_fences_the_first(log, db):
+    parent = await log.claim("s", owner="parent", lease=timedelta(seconds=0.5))
+    await parent.append([step("s", 1)])
+    # The child polls until the parent's short lease expires; never a timing assertion.
+    result = child_result(run_child(str(db), "claim_when_free", "s", "child"))
+    assert result["result"] == "claimed"
+    assert result["epoch"] > parent.epoch
+
+    with pytest.raises(FencedError):
+        await parent.append([step("s", 2)])
+    with pytest.raises(FencedError):
+        await parent.renew()
+    read = await log.read("s")
+    assert [e.record.name for e in read] == ["step-1", "child"]
+    assert read[-1].seq == result["seq"]
+    assert (await log.lease_info("s")).owner == "child"
+
+
+async def test_concurrent_processes_wait_for_the_lock_instead_of_failing(log, db):
+    procs = [run_child(str(db), "submit_many", "s", f"p{i}") for i in range(3)]
+    for n in range(50):
+        await log.submit(InputMessage(session_id="s", ts=n, input_id=f"parent-{n}", text="x"))
+    assert all(child_result(p)["result"] == "ok" for p in procs)
+    read = await log.read("s")
+    assert len(read) == 3 * 200 + 50
+    assert len({e.record.input_id for e in read}) == len(read)
+    for i in range(3):  # each process's submits keep their order
+        mine = [e.record.ts for e in read if e.record.input_id.startswith(f"p{i}-")]
+        assert mine == sorted(mine)
+
+
+# --- open_log --------------------------------------------------------------------------------
+
+
+async def test_open_log_sqlite_relative_and_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rel = open_log("sqlite:///rel.db")
+    absolute = open_log(f"sqlite:///{tmp_path / 'abs.db'}")  # -> sqlite:////tmp/...
+    try:
+        assert isinstance(rel, SqliteLog) and isinstance(absolute, SqliteLog)
+        assert (tmp_path / "rel.db").exists() and (tmp_path / "abs.db").exists()
+        assert absolute.path == str(tmp_path / "abs.db")
+    finally:
+        await rel.close()
+        await absolute.close()
+
+
+async def test_open_log_memory_and_unknown_scheme():
+    log = open_log("memory:", namespace="ns-1")
+    assert isinstance(log, MemoryLog) and log.namespace == "ns-1"
+    with pytest.raises(ValueError, match="memory:"):
+        open_log("postgres://x")
+    with pytest.raises(ValueError):
+        open_log("sqlite:///")
+    with pytest.raises(ValueError, match="keywords"):
+        open_log("sqlite:///x.db?busy_timeout=3")
+
+
+async def test_open_log_kafka_without_the_client_is_a_missing_extra(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setitem(sys.modules, "harness.log.kafka", None)  # import fails
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "confluent_kafka" else real_find_spec(name, *a)
+    )
+    with pytest.raises(MissingExtra) as caught:
+        open_log("kafka://127.0.0.1:9092")
+    assert caught.value.extra == "kafka"
+
+
+async def test_open_log_kafka_other_import_errors_propagate(monkeypatch):
+    import importlib.util
+
+    monkeypatch.setitem(sys.modules, "harness.log.kafka", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # client "installed"
+    with pytest.raises(ImportError) as caught:
+        open_log("kafka://127.0.0.1:9092")
+    assert not isinstance(caught.value, MissingExtra)
