@@ -90,11 +90,7 @@ def crc64_avro(data: bytes) -> bytes:
 
 
 def _error(message: str, raw: bytes | None = None, record_type: str | None = None) -> CodecError:
-    err = CodecError(message)
-    # Structured fields for callers (dead-lettering, logs); CodecError takes only a message.
-    err.raw = raw if raw is not None else b""  # type: ignore[attr-defined]
-    err.record_type = record_type  # type: ignore[attr-defined]
-    return err
+    return CodecError(message, raw=raw if raw is not None else b"", record_type=record_type)
 
 
 # --- JSON text fields ----------------------------------------------------------------------

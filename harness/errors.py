@@ -221,7 +221,12 @@ class LogUnavailable(LogError):
 
 
 class CodecError(HarnessError):
-    """A record could not be encoded or decoded."""
+    """A record could not be encoded or decoded; ``raw`` holds the bytes when decoding."""
+
+    def __init__(self, message: str, *, raw: bytes = b"", record_type: str | None = None) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.record_type = record_type
 
 
 class UnknownHarness(HarnessError):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from harness.errors import CorruptRecord, MissingExtra
+from harness.errors import CodecError, CorruptRecord, MissingExtra
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
@@ -117,7 +117,7 @@ def _decode_row(codec: _Codec, session_id: str, seq: int, raw: bytes) -> LogEntr
     """A stored row as an entry, or as the error describing why it cannot be read."""
     try:
         return LogEntry(seq, codec.decode(raw))
-    except Exception as exc:  # noqa: BLE001 - any decoder failure means only this row is unreadable
+    except CodecError as exc:  # only this row is unreadable (an outage is not a corrupt row)
         err = CorruptRecord(
             f"record seq={seq} of session {session_id!r} cannot be decoded: {exc}",
             session_id=session_id,
