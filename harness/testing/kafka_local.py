@@ -98,6 +98,9 @@ def find_pom() -> Path:
     Raises:
         KafkaLaunchError: the package is not inside a source checkout.
     """
+    packaged = Path(__file__).resolve().parent / "kafka" / "pom.xml"  # force-included in the wheel
+    if packaged.is_file():
+        return packaged
     for parent in Path(__file__).resolve().parents:
         candidate = parent / "tools" / "kafka" / "pom.xml"
         if candidate.is_file():

@@ -1,0 +1,116 @@
+"""``harness demo``: the checkout story, with a real crash, on the embedded SQLite log.
+
+A child process starts the session and is killed (SIGKILL) right after the
+charge step committed, before the invoice. A second process recovers the
+session from the log. The transcript shows that the charge is not repeated.
+No network, no Kafka, no API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness import open_log
+from harness.records import (
+    AppRecord,
+    InputMessage,
+    ModelResponseRecord,
+    StepResult,
+    ToolResult,
+    ToolStarted,
+    TurnFinished,
+    TurnResumed,
+)
+from harness.testing.payments import FakePaymentProvider
+
+SESSION = "demo-checkout"
+
+
+def _child(command: str, log_url: str, provider: Path, *extra: str) -> int:
+    cmd = [sys.executable, "-m", "harness.testing.checkout", command,
+           "--log", log_url, "--provider", str(provider), "--session", SESSION, "--lease", "0.5", *extra]
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False).returncode
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+async def _transcript(log_url: str) -> list[str]:
+    log = open_log(log_url)
+    try:
+        entries = await log.read(SESSION)
+    finally:
+        await log.close()
+    lines = []
+    for e in entries:
+        r = e.record
+        if isinstance(r, InputMessage):
+            lines.append(f"  user      > {r.text}")
+        elif isinstance(r, ModelResponseRecord):
+            calls = ", ".join(f"{c['name']}({_short(c['arguments'])})" for c in r.tool_calls)
+            lines.append(f"  model     > {r.text or ''}" + (f"  [calls: {calls}]" if calls else ""))
+        elif isinstance(r, ToolStarted):
+            lines.append(f"  tool      > {r.name} starts (attempt {r.attempt})")
+        elif isinstance(r, StepResult):
+            lines.append(f"  step      > {r.tool_call_id} {r.name} = {{{_short(r.value)}}}  (committed)")
+        elif isinstance(r, TurnResumed):
+            lines.append("  ---- process 1 was killed (SIGKILL); process 2 recovers the session from the log ----")
+        elif isinstance(r, ToolResult):
+            tag = "error" if r.is_error else "result"
+            lines.append(f"  {tag:<9} > {r.name}: {{{_short(r.content)}}}")
+        elif isinstance(r, AppRecord):
+            lines.append(f"  record    > {r.record_type}: {{{_short(r.body)}}}")
+        elif isinstance(r, TurnFinished):
+            lines.append(f"  turn      > {r.outcome}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness demo", description=__doc__)
+    parser.add_argument("--dir", help="folder for the log and the fake provider (default: a temporary one)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:
+        folder = Path(args.dir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        log_url = f"sqlite:///{folder / 'sessions.db'}"
+        provider_path = folder / "payments.db"
+        print(f"harness demo: checkout on the embedded SQLite log ({folder})")
+        print("process 1: starts the session; it will be killed right after the charge commits")
+        code = _child("run", log_url, provider_path, "--crash-at", "charge:committed")
+        print(f"process 1: exited with {'SIGKILL' if code == -9 else code}")
+        print("process 2: recovers the session")
+        code = _child("recover", log_url, provider_path)
+        if code != 0:
+            print(f"process 2 failed with exit code {code}", file=sys.stderr)
+            return 1
+        print("transcript (from the session log):")
+        for line in asyncio.run(_transcript(log_url)):
+            print(line)
+        provider = FakePaymentProvider(provider_path)
+        records = asyncio.run(_count_records(log_url))
+        print(
+            f"charges={provider.effects('charge')} invoices={provider.effects('invoice')} "
+            f"notify_reruns={max(0, provider.calls('notify') - 1)} app_records={records}"
+        )
+    return 0
+
+
+async def _count_records(log_url: str) -> int:
+    log = open_log(log_url)
+    try:
+        return sum(1 for e in await log.read(SESSION) if isinstance(e.record, AppRecord))
+    finally:
+        await log.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,360 @@
+"""SPEC 2: durable steps (``ctx.step.do``), on the memory and SQLite logs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from harness import Durability, define_harness, durable_tool, tool_definition
+from harness.errors import (
+    DuplicateStepName,
+    NoToolCallError,
+    SecretInStepValue,
+    StepValueError,
+    StepValueTooLarge,
+)
+
+from .conftest import LEASE, Args, Died, DyingLog, call, crash, entries, raw_bytes, script
+
+SID = "s-1"
+
+
+def harness_of(execute: Any, *, model: Any = None, durability: Any = None, name: str = "work") -> Any:
+    t = durable_tool(tool_definition(name=name, description="d", input_schema=Args), execute)
+    return define_harness(
+        name="test/steps",
+        model=model or script([call("c1", name)], "done"),
+        tools=[t],
+        durability=durability,
+    )
+
+
+async def test_s2_1_step_value_is_committed_before_do_returns(host, log):
+    seen: list[Any] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("charge", lambda: {"id": "ch_1"})
+        seen.extend(await entries(log, SID, "harness.step.result"))
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    result = await session.send("go")
+    assert result.outcome == "completed"
+    assert [(e["tool_call_id"], e["name"], e["value"]) for e in seen] == [("c1", "charge", {"id": "ch_1"})]
+
+
+async def test_s2_2_do_returns_the_json_copy_tuple_becomes_list(host, log):
+    got: list[Any] = []
+    original = {"pair": (1, 2), "nested": [("a", 1.5)]}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        value = await ctx.step.do("v", lambda: original)
+        got.append(value)
+        value["pair"].append(3)  # a copy: the caller's object and the log are not touched
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert got == [{"pair": [1, 2, 3], "nested": [["a", 1.5]]}]
+    assert original["pair"] == (1, 2)
+    assert (await entries(log, SID, "harness.step.result"))[0]["value"] == {"pair": [1, 2], "nested": [["a", 1.5]]}
+
+
+async def test_s2_3_finished_step_returns_stored_value_without_calling_fn(hosts, log, clock, provider):
+    release = asyncio.Event()
+    got: list[Any] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        payment = await ctx.step.do(
+            f"charge:{args.order_id}",
+            lambda info: provider.charge(args.order_id, idempotency_key=info.idempotency_key),
+        )
+        got.append(payment)
+        await release.wait()  # the first process dies here
+        return {"charge_id": payment["id"]}
+
+    h = harness_of(execute)
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    task = asyncio.create_task(first.send("go", input_id="in-1"))
+    while not got:
+        await asyncio.sleep(0)
+    await crash(first)
+    task.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(provider.calls) == 1  # fn ran once; the rerun got the stored value
+    assert got == [{"id": "ch_1", "order": "42"}, {"id": "ch_1", "order": "42"}]
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert tool_result["content"] == {"charge_id": "ch_1"}
+
+
+async def test_s2_4_idempotency_key_is_log_id_call_id_step_name(host, log):
+    keys: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("charge:42", lambda info: keys.append(info.idempotency_key) or 1)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    await session.send("go")
+    assert keys == [f"{log.namespace}/{SID}:c1:charge:42"]
+
+
+async def test_s2_5_fn_runs_again_with_same_key_when_value_was_not_committed(hosts, log, clock, provider):
+    keys: list[str] = []
+
+    def charge(info: Any) -> Any:
+        keys.append(info.idempotency_key)
+        return {"id": f"ch_{len(keys)}"}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("charge:42", charge)
+
+    h = harness_of(execute)
+    dying = DyingLog(log, lambda batch: any(r.TYPE == "harness.step.result" for r in batch))
+    first = await hosts(log_=dying, owner_id="a").open(h, session_id=SID)
+    with pytest.raises(BaseException) as died:  # noqa: PT011 - Died, maybe inside a group
+        await first.send("go", input_id="in-1")
+    assert dying.died and died.type in (Died, BaseExceptionGroup)
+    await crash(first)
+    assert await entries(log, SID, "harness.step.result") == []
+    clock.advance(LEASE.total_seconds() + 1)
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(keys) == 2 and keys[0] == keys[1] == f"{log.namespace}/{SID}:c1:charge:42"
+    [step] = await entries(log, SID, "harness.step.result")
+    assert step["value"] == {"id": "ch_2"}
+
+
+async def test_s2_6_duplicate_step_name_raises(host, log):
+    caught: list[BaseException] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("same", lambda: 1)
+        try:
+            await ctx.step.do("same", lambda: 2)
+        except DuplicateStepName as exc:
+            caught.append(exc)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert len(caught) == 1 and caught[0].step_name == "same"
+    assert [e["value"] for e in await entries(log, SID, "harness.step.result")] == [1]
+
+
+class Model_(BaseModel):
+    x: int = 1
+
+
+class Thing:
+    pass
+
+
+BAD_VALUES: list[tuple[str, Any, str]] = [
+    ("datetime", {"at": dt.datetime(2024, 1, 1)}, "$.at"),
+    ("set", [1, {2}], "$[1]"),
+    ("bytes", {"b": [b"x"]}, "$.b[0]"),
+    ("decimal", decimal.Decimal("1.5"), "$"),
+    ("instance", {"o": Thing()}, "$.o"),
+    ("pydantic", {"m": Model_()}, "$.m"),
+    ("nan", {"n": float("nan")}, "$.n"),
+    ("inf", [float("inf")], "$[0]"),
+    ("int-key", {"ok": {1: "x"}}, "$.ok"),
+]
+
+
+async def test_s2_7_non_json_value_raises_step_value_error_naming_path(host, log):
+    caught: dict[str, BaseException] = {}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for name, value, _ in BAD_VALUES:
+            try:
+                await ctx.step.do(name, lambda value=value: value)
+            except StepValueError as exc:
+                caught[name] = exc
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert set(caught) == {n for n, _, _ in BAD_VALUES}
+    for name, _, path in BAD_VALUES:
+        exc = caught[name]
+        assert isinstance(exc, TypeError)
+        assert exc.path == path, name
+        assert path in str(exc)
+    assert await entries(log, SID, "harness.step.result") == []
+
+
+async def test_s2_7_non_json_value_uncaught_fails_the_call_not_the_turn(host, log):
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("when", lambda: dt.datetime(2024, 1, 1))
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and result["code"] == "tool_failed"
+    assert "datetime" in result["content"]["message"]
+
+
+async def test_s2_8_value_over_default_limit_raises_too_large_with_hint(host, log):
+    caught: list[StepValueTooLarge] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("fits", lambda: "x" * (200 * 1024))
+        try:
+            await ctx.step.do("big", lambda: "x" * (257 * 1024))
+        except StepValueTooLarge as exc:
+            caught.append(exc)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [exc] = caught
+    assert exc.limit == 256 * 1024 and exc.size > exc.limit
+    assert "store the data elsewhere" in str(exc) and "id" in str(exc)
+    assert [e["name"] for e in await entries(log, SID, "harness.step.result")] == ["fits"]
+
+
+async def test_s2_8_limit_is_configurable(host, log):
+    caught: list[StepValueTooLarge] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.do("big", lambda: "x" * 200)
+        except StepValueTooLarge as exc:
+            caught.append(exc)
+        return "ok"
+
+    session = await host.open(
+        harness_of(execute, durability=Durability(step_value_limit=100)), session_id=SID
+    )
+    await session.send("go")
+    assert len(caught) == 1 and caught[0].limit == 100
+
+
+SECRET = "sk_live_TOPSECRET_123"
+
+
+async def test_s2_9_secret_in_step_value_raises_first_run_and_after_crash(hosts, log, logs, clock):
+    caught: list[SecretInStepValue] = []
+    release = asyncio.Event()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for name, value in (
+            ("in-string", {"auth": f"Bearer {SECRET}"}),
+            ("in-key", {f"key-{SECRET}": 1}),
+        ):
+            try:
+                await ctx.step.do(name, lambda value=value: value)
+            except SecretInStepValue as exc:
+                caught.append(exc)
+        await release.wait()
+        return "ok"
+
+    h = harness_of(execute)
+    first = await hosts(owner_id="a").open(h, session_id=SID, secrets={"stripe": SECRET})
+    task = asyncio.create_task(first.send("go", input_id="in-1"))
+    while len(caught) < 2:
+        await asyncio.sleep(0)
+    await crash(first)
+    task.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    second = await hosts(owner_id="b").open(h, session_id=SID, secrets={"stripe": SECRET})
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(caught) == 4  # both refused again on the run after the crash
+    assert all(c.secret_name == "stripe" for c in caught)
+    assert SECRET not in str(caught[0])
+    assert await entries(log, SID, "harness.step.result") == []
+    assert SECRET.encode() not in await raw_bytes(log, logs)
+
+
+async def test_s2_10_fn_raising_reaches_tool_and_nothing_is_stored(hosts, log, clock):
+    attempts: list[int] = []
+    caught: list[BaseException] = []
+    release = asyncio.Event()
+
+    def flaky() -> Any:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("provider down")
+        return "ok"
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            value = await ctx.step.do("flaky", flaky)
+        except ConnectionError as exc:
+            caught.append(exc)
+            await release.wait()  # the process dies while the tool handles the error
+            raise
+        return value
+
+    h = harness_of(execute)
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    task = asyncio.create_task(first.send("go", input_id="in-1"))
+    while not caught:
+        await asyncio.sleep(0)
+    assert await entries(log, SID, "harness.step.result") == []
+    await crash(first)
+    task.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(attempts) == 2  # the later run called fn again
+    assert [e["value"] for e in await entries(log, SID, "harness.step.result")] == ["ok"]
+
+
+async def test_s2_10_fn_raising_uncaught_is_a_tool_error(host, log):
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("boom", lambda: 1 / 0)
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and result["code"] == "tool_failed"
+    assert result["content"]["type"] == "ZeroDivisionError"
+    assert await entries(log, SID, "harness.step.result") == []
+
+
+async def test_s2_11_step_do_outside_a_tool_call_raises(host, log):
+    kept: list[Any] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        kept.append(ctx)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    await session.send("go")
+    before = await log.read(SID)
+    with pytest.raises(NoToolCallError):
+        await kept[0].step.do("late", lambda: 1)
+    assert len(await log.read(SID)) == len(before)
+
+
+async def test_s2_11_sync_tool_steps_work_and_are_durable(host, log):
+    def execute(args: Args, ctx: Any) -> Any:
+        a = ctx.step.do("a", lambda: (1, 2))
+        return {"a": a}
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["content"] == {"a": [1, 2]}
+    assert [e["name"] for e in await entries(log, SID, "harness.step.result")] == ["a"]
