@@ -10,6 +10,11 @@ from harness.replay.state import SessionState
 
 __all__ = ["conversation"]
 
+_UNFINISHED = {
+    "error": "turn_ended",
+    "message": "the turn ended before this tool call finished; it may or may not have run",
+}
+
 
 def conversation(state: SessionState) -> list[dict[str, Any]]:
     """Messages in the chat-completions shape, oldest first, without a system prompt.
@@ -32,13 +37,20 @@ def conversation(state: SessionState) -> list[dict[str, Any]]:
             messages.append(assistant)
             for call in state.batch(response):
                 if call.result is not None:
-                    messages.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": call.tool_call_id,
-                            "name": call.name,
-                            "content": dumps(call.result.content),
-                            "is_error": call.result.is_error,
-                        }
-                    )
+                    content, is_error = dumps(call.result.content), call.result.is_error
+                elif turn.finished is not None:
+                    # The turn ended (failed) before this call did: the model must still
+                    # get a reply for every call id it made.
+                    content, is_error = dumps(_UNFINISHED), True
+                else:
+                    continue
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.tool_call_id,
+                        "name": call.name,
+                        "content": content,
+                        "is_error": is_error,
+                    }
+                )
     return messages

@@ -70,6 +70,7 @@ class AppEntry:
 class AskState:
     opened: AskOpened
     answered: AskAnswered | None = None
+    answered_seq: int = -1
 
 
 @dataclass(slots=True)
@@ -85,14 +86,17 @@ class CallState:
     sleeps: dict[str, int] = field(default_factory=dict)
     asks: dict[str, AskState] = field(default_factory=dict)
     result: ToolResult | None = None
+    progress_seq: int = -1  # last tool.started / step / sleep / ask.opened of the call
+    staged: list[AppEntry] = field(default_factory=list)  # app records waiting for the result
 
     @property
     def finished(self) -> bool:
         return self.result is not None
 
     def waiting_for_person(self) -> bool:
-        """An ask of this call is open: opened and not yet answered."""
-        return any(a.answered is None for a in self.asks.values())
+        """The call stopped at an ask: it is open, or its answer came after the call's
+        last progress (answered while no one ran the call, not yet taken up)."""
+        return any(a.answered is None or a.answered_seq > self.progress_seq for a in self.asks.values())
 
 
 @dataclass(slots=True)
@@ -120,6 +124,8 @@ class SessionState:
     calls: dict[str, CallState] = field(default_factory=dict)
     app_records: list[AppEntry] = field(default_factory=list)
     anomalies: int = 0
+    read_upto: int = field(default=-1, compare=False)
+    _ahead: set[int] = field(default_factory=set, repr=False, compare=False)
 
     # -- queries --------------------------------------------------------------------
 
@@ -142,7 +148,8 @@ class SessionState:
 
     def pending_inputs(self) -> list[InputState]:
         """Inputs not yet settled (and, for messages, not yet started), in log order."""
-        return [i for i in self.inputs.values() if i.settled is None and i.turn is None]
+        pending = [i for i in self.inputs.values() if i.settled is None and i.turn is None]
+        return sorted(pending, key=lambda i: i.seq)  # folded out of order, taken in log order
 
     @property
     def ended(self) -> bool:
@@ -152,10 +159,17 @@ class SessionState:
     # -- the fold -------------------------------------------------------------------
 
     def apply(self, seq: int, record: Record) -> None:
-        """Fold one committed record into the state."""
-        if seq <= self.last_seq:
-            return  # already folded (re-read of a tail)
-        self.last_seq = seq
+        """Fold one committed record into the state; a record already folded is ignored.
+
+        Records may arrive out of log order: an owner folds its own appends at
+        once, then reads back the log, where another writer's input may sit
+        before them. Positions up to ``read_upto`` (the log was read that far)
+        and the positions in ``_ahead`` (folded beyond it) are known.
+        """
+        if seq <= self.read_upto or seq in self._ahead:
+            return
+        self._ahead.add(seq)
+        self.last_seq = max(self.last_seq, seq)
         handler = _HANDLERS.get(type(record))
         if handler is not None:
             handler(self, seq, record)
@@ -163,12 +177,19 @@ class SessionState:
     def apply_entry(self, entry: LogEntry) -> None:
         self.apply(entry.seq, entry.record)
 
+    def mark_read(self, upto: int) -> None:
+        """The log was read up to position ``upto``: every record at or below it is folded."""
+        if upto > self.read_upto:
+            self.read_upto = upto
+            self._ahead = {s for s in self._ahead if s > upto}
+
 
 def fold(session_id: str, entries: Iterable[LogEntry]) -> SessionState:
     """Rebuild a session's state from its committed records, in log order."""
     state = SessionState(session_id=session_id)
     for entry in entries:
         state.apply(entry.seq, entry.record)
+    state.mark_read(state.last_seq)
     return state
 
 
@@ -256,6 +277,7 @@ def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.attempts = max(call.attempts + 1, r.attempt)
+        call.progress_seq = max(call.progress_seq, seq)
 
 
 def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
@@ -266,27 +288,33 @@ def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
         state.anomalies += 1  # first committed value wins
         return
     call.steps[r.name] = r.value
+    call.progress_seq = max(call.progress_seq, seq)
 
 
 def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.sleeps.setdefault(r.name, r.wake_at)
+        call.progress_seq = max(call.progress_seq, seq)
 
 
 def _ask_opened(state: SessionState, seq: int, r: AskOpened) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None and r.name not in call.asks:
         call.asks[r.name] = AskState(opened=r)
+        call.progress_seq = max(call.progress_seq, seq)
 
 
 def _ask_answered(state: SessionState, seq: int, r: AskAnswered) -> None:
     call = _call(state, r.tool_call_id)
-    ask = call.asks.get(r.name) if call is not None else None
+    if call is None:
+        return
+    ask = call.asks.get(r.name)
     if ask is None or ask.answered is not None:
         state.anomalies += 1
         return
     ask.answered = r
+    ask.answered_seq = seq
 
 
 def _tool_result(state: SessionState, seq: int, r: ToolResult) -> None:
@@ -295,12 +323,27 @@ def _tool_result(state: SessionState, seq: int, r: ToolResult) -> None:
         return
     if call.result is not None:
         state.anomalies += 1  # never two results for one call: the first stands
+        call.staged.clear()
         return
     call.result = r
+    # A tool's app records land with its (first) result: they were appended in the
+    # same atomic batch, right before it (SPEC 4.1).
+    state.app_records.extend(call.staged)
+    call.staged.clear()
 
 
 def _app_record(state: SessionState, seq: int, r: AppRecord) -> None:
-    state.app_records.append(AppEntry(seq, r.body, tool_call_id=r.tool_call_id, input_id=r.input_id))
+    entry = AppEntry(seq, r.body, tool_call_id=r.tool_call_id, input_id=r.input_id)
+    if r.tool_call_id is None:
+        state.app_records.append(entry)
+        return
+    call = _call(state, r.tool_call_id)
+    if call is None:
+        return
+    if call.result is not None:
+        state.anomalies += 1  # staged by a second run of a finished call: never lands
+        return
+    call.staged.append(entry)
 
 
 _HANDLERS: dict[type, Any] = {

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from harness.clock import Clock
 from harness.definition import Hooks, ToolCallEvent
 from harness.errors import HarnessError
 from harness.jsonvalues import dumps, json_copy
@@ -31,13 +32,14 @@ async def chat(
     hooks: Hooks | None = None,
     secrets: Mapping[str, str | SecretStr] | None = None,
     max_model_calls: int = 50,
+    clock: Clock | None = None,
 ) -> list[dict[str, Any]]:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
     Returns the whole conversation (the given messages plus the new ones).
     Tools run as in a durable session, but ``step.do`` runs ``fn`` every time,
     ``step.sleep`` waits its full time, ``step.ask`` and ``ctx.append`` raise
-    ``NotDurableError``.
+    ``NotDurableError``. ``clock`` times the sleeps (a ``FakeClock`` in tests).
     """
     out: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
     if system_prompt and not (out and out[0].get("role") == "system"):
@@ -67,7 +69,7 @@ async def chat(
                     tools=by_name,
                     hooks=hooks,
                     event=ToolCallEvent(None, c["id"], c["name"], c["arguments"], 1),
-                    make_step=lambda c=c: PlainStep(c["id"]),
+                    make_step=lambda c=c: PlainStep(c["id"], clock=clock),
                     secrets=plain_secrets,
                     scrubber=scrubber,
                     log_id=None,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.context import ToolContext
 from harness.definition import Hooks, ToolCallEvent, ToolOutcome
-from harness.errors import StepValueError
+from harness.errors import LogError, StepValueError
 from harness.jsonvalues import json_copy
 from harness.secrets import SecretScrubber
 from harness.step import DurableStep, PlainStep, SyncStep
@@ -71,10 +71,13 @@ async def apply_after_hook(
     """Run ``on_after_tool_call``; a non-None return replaces the outcome (SPEC 5.6)."""
     if hooks.on_after_tool_call is None:
         return outcome, False
-    replacement = await _maybe_await(hooks.on_after_tool_call(event, outcome))
-    if replacement is None:
-        return outcome, False
-    return _as_outcome(replacement), True
+    try:
+        replacement = await _maybe_await(hooks.on_after_tool_call(event, outcome))
+        if replacement is None:
+            return outcome, False
+        return _as_outcome(replacement), True
+    except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error, never the session's
+        return error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"), False
 
 
 async def run_tool_call(
@@ -121,10 +124,10 @@ async def _run(
     if hooks.on_before_tool_call is not None:
         try:
             early = await _maybe_await(hooks.on_before_tool_call(event))
+            if early is not None:
+                return CallRun(_as_outcome(early), replaced_by_hook=True)
         except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error
             return CallRun(error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"))
-        if early is not None:
-            return CallRun(_as_outcome(early), replaced_by_hook=True)
 
     step = make_step()
     ctx = ToolContext(
@@ -145,10 +148,13 @@ async def _run(
             value = await asyncio.to_thread(lambda: fn(args, ctx) if tool.takes_ctx else fn(args))
             value = await _maybe_await(value)
         content = _result_value(value)
+    except LogError:
+        raise  # the session log failed (or fenced this owner): not the tool's failure
     except StepValueError as exc:
-        return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__))
+        # The staged records go along: the session drops them unless a hook replaces the outcome.
+        return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__), records=ctx.staged_records)
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's business
-        return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__))
+        return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__), records=ctx.staged_records)
     finally:
         step.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

@@ -143,11 +143,11 @@ class Session:
         input_id = input_id or f"in-{uuid.uuid4().hex}"
         await self._refresh()
         if input_id not in self._state.inputs:
-            await self._ensure_writer()
-            await self._commit(
-                [InputMessage(self.session_id, self._now_ms(), input_id, text, self.harness.name)]
-            )
-        self._kick()
+            message = InputMessage(self.session_id, self._now_ms(), input_id, text, self.harness.name)
+            if await self._try_own():
+                await self._commit([message])
+            else:
+                await self._log.submit(self._redact(message))  # the live owner will take it (SPEC 7.2)
         return await self._wait_result(input_id)
 
     async def recover(self) -> list[TurnResult]:
@@ -254,10 +254,11 @@ class Session:
 
     async def _refresh(self) -> None:
         """Fold what others committed since we last looked."""
-        entries = await self._log.read(self.session_id, after=self._state.last_seq)
+        entries = await self._log.read(self.session_id, after=self._state.read_upto)
         if entries:
             for entry in entries:
-                self._state.apply_entry(entry)
+                self._state.apply_entry(entry)  # our own appends are skipped: already folded
+            self._state.mark_read(entries[-1].seq)
             self._notify()
 
     async def _try_own(self) -> bool:
@@ -270,6 +271,8 @@ class Session:
     async def _ensure_writer(self, *, wait: bool = False) -> SessionWriter:
         if self._writer is not None:
             return self._writer
+        if self._fatal is not None:  # fenced (or broken): this handle writes nothing more
+            raise self._fatal
         lease = self._host.lease
         while True:
             try:
@@ -365,7 +368,23 @@ class Session:
                 code=s.code,
                 error=(fin.error if fin is not None else None) or s.reason,
             )
+        if self._writer is None:
+            return self._waiting_elsewhere(input_id)
         if self._running and self._running <= self._parked:
+            # Parked calls whose answer already committed are about to wake: not waiting.
+            asks = self._open_asks()
+            if self._running <= {a.tool_call_id for a in asks}:
+                return TurnResult(input_id=input_id, outcome="waiting", waiting=asks)
+        return None
+
+    def _waiting_elsewhere(self, input_id: str) -> TurnResult | None:
+        """``waiting`` as the log shows it, for a handle that does not drive the turn."""
+        turn = self._state.turn_of(input_id)
+        last = turn.last_response if turn is not None and turn.finished is None else None
+        if last is None:
+            return None
+        open_calls = [c for c in self._state.batch(last) if c.result is None]
+        if open_calls and all(c.waiting_for_person() for c in open_calls):
             return TurnResult(input_id=input_id, outcome="waiting", waiting=self._open_asks())
         return None
 
@@ -389,6 +408,16 @@ class Session:
             result = self._result_of(input_id)
             if result is not None:
                 return result
+            if self._writer is None and not self._closed and not await self._try_own():
+                # Another live owner drives the session: watch the log until it settles
+                # the input, or until its lease runs out and this handle takes over (SPEC 7.3).
+                tick = asyncio.ensure_future(asyncio.sleep(self._host.poll_interval))
+                try:
+                    await self._next_change(tick)
+                finally:
+                    tick.cancel()
+                await self._refresh()
+                continue
             if self._driver is None or self._driver.done():
                 if self._closed:
                     raise asyncio.CancelledError("session closed")
@@ -433,9 +462,10 @@ class Session:
             self._fail(exc)
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # a bug or an I/O failure: tell the waiters
+        except BaseException as exc:  # a bug or an I/O failure: the waiters raise it
             self._fatal = exc
-            raise
+            if not isinstance(exc, Exception):
+                raise  # SystemExit, KeyboardInterrupt: not ours to keep
         finally:
             self._notify()
 
@@ -511,9 +541,15 @@ class Session:
         if head:
             await self._commit(head)
         if action.to_start:
-            async with asyncio.TaskGroup() as group:
-                for decision in action.to_start:
-                    group.create_task(self._run_call(decision))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for decision in action.to_start:
+                        group.create_task(self._run_call(decision))
+            except BaseExceptionGroup as failed:
+                # Only the log (or a bug) fails a call this way: surface the error as itself,
+                # a lost ownership first, so callers can catch FencedError.
+                fenced = failed.subgroup(FencedError)
+                raise (fenced or failed).exceptions[0] from None
 
     def _event(self, decision: CallDecision) -> ToolCallEvent:
         call = self._state.calls[decision.tool_call_id]

@@ -19,7 +19,10 @@ import pytest_asyncio
 from harness.codec import default_codec
 from harness.log.base import SessionLog
 
-BACKENDS = ("memory", "sqlite")
+BACKENDS = ("memory", "sqlite", "kafka")
+
+# Tests that expect SessionBusy without checking ``log_factory.has_leases`` themselves.
+_NEEDS_LEASES = frozenset({"test_s7_1_fencing_holds_across_two_handles_on_one_store"})
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ class LogFactory:
         return log
 
 
-@pytest_asyncio.fixture(params=BACKENDS)
+@pytest_asyncio.fixture(params=[pytest.param(b, marks=pytest.mark.kafka) if b == "kafka" else b for b in BACKENDS])
 async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any) -> AsyncIterator[LogFactory]:
     name = request.param
     if name == "memory":
@@ -73,6 +76,23 @@ async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any
 
         path = tmp_path / f"log-{uuid.uuid4().hex[:8]}.db"
         factory = LogFactory(name, lambda **kw: SqliteLog(path, codec=codec, **kw), persistent=True, has_leases=True)
+    elif name == "kafka":
+        from harness.log.kafka import KafkaLog
+
+        if request.node.originalname in _NEEDS_LEASES:
+            pytest.skip("kafka has no leases: a second handle's claim fences, it is never refused")
+        # One partition: seqs are then comparable across sessions, as the contract's
+        # "one log" tests expect. The factory drops clock=: Kafka has no leases.
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+        prefix = f"conf-{uuid.uuid4().hex[:10]}"
+        factory = LogFactory(
+            name,
+            lambda **kw: KafkaLog(
+                bootstrap=bootstrap, topic_prefix=prefix, partitions=1, codec=kw.get("codec", codec)
+            ),
+            persistent=True,
+            has_leases=False,
+        )
     else:  # pragma: no cover - a new backend must add its branch here
         raise AssertionError(f"no factory for backend {name!r}")
     yield factory

@@ -229,6 +229,7 @@ def test_tool_started_counts_attempts() -> None:
         SleepScheduled(S, 0, "ghost", "s", 1),
         AskOpened(S, 0, "ghost", "q", "?", {}),
         AskAnswered(S, 0, "ghost", "q", 1),
+        AppRecord(S, 0, "x", {"type": "x"}, tool_call_id="ghost"),
         ToolResult(S, 0, "ghost", "t", 1),
     ],
     ids=lambda r: r.TYPE,
@@ -280,11 +281,13 @@ def test_asks_opened_and_answered() -> None:
     answered = AskAnswered(S, 0, "c1", "approve", True, "ans-1")
     state.apply(11, answered)
     assert c1.asks["approve"].answered == answered
-    assert not c1.waiting_for_person()
+    assert c1.waiting_for_person()  # answered, but no run of the call has taken it up yet
     assert state.anomalies == 0
+    state.apply(12, ToolStarted(S, 0, "c1", "tool", 2))  # a rerun takes the answer up
+    assert not c1.waiting_for_person()
 
-    state.apply(12, AskAnswered(S, 0, "c1", "approve", False))  # second answer: first stands
-    state.apply(13, AskAnswered(S, 0, "c1", "never-asked", 1))
+    state.apply(13, AskAnswered(S, 0, "c1", "approve", False))  # second answer: first stands
+    state.apply(14, AskAnswered(S, 0, "c1", "never-asked", 1))
     assert c1.asks["approve"].answered == answered
     assert "never-asked" not in c1.asks
     assert state.anomalies == 2
@@ -317,6 +320,35 @@ def test_app_records_from_tools_and_settled_inputs_in_log_order() -> None:
         (6, "note", {"type": "note", "n": 2}, None, "rec-1"),
         (6, "note", {"type": "note", "n": 3}, None, "rec-1"),
     ]
+
+
+def test_app_records_of_a_discarded_second_result_do_not_land() -> None:
+    # A racing or fenced writer's duplicate run: its records come in the same atomic
+    # append as its result, which the fold drops; its records must go with it.
+    state = folded(
+        *turn_with_batch(call("c1")),
+        AppRecord(S, 0, "order", {"type": "order", "run": 1}, tool_call_id="c1"),
+        result("c1", "first"),
+        AppRecord(S, 0, "order", {"type": "order", "run": 2}, tool_call_id="c1"),
+        result("c1", "second"),
+    )
+    assert state.calls["c1"].result is not None
+    assert state.calls["c1"].result.content == "first"
+    assert [e.body for e in state.app_records] == [{"type": "order", "run": 1}]
+    assert state.anomalies == 2  # the second run's record and its result
+
+
+def test_tool_app_records_land_with_the_result_of_their_call() -> None:
+    state = folded(
+        *turn_with_batch(call("c1"), call("c2")),
+        AppRecord(S, 0, "a", {"type": "a"}, tool_call_id="c1"),
+    )
+    assert state.app_records == []  # staged: a call cut before its result never appended them
+    state.apply(10, AppRecord(S, 0, "b", {"type": "b"}, tool_call_id="c2"))
+    state.apply(11, result("c2"))
+    state.apply(12, result("c1"))
+    assert [(e.seq, e.type, e.tool_call_id) for e in state.app_records] == [(10, "b", "c2"), (3, "a", "c1")]
+    assert state.anomalies == 0
 
 
 def test_input_records_land_only_when_settled_completed() -> None:
@@ -374,18 +406,55 @@ def test_ended_when_no_active_turn_and_nothing_pending() -> None:
 # -- apply, fold ------------------------------------------------------------------------------
 
 
-def test_apply_ignores_seq_at_or_below_last_seq() -> None:
+def test_apply_ignores_a_record_already_folded() -> None:
     state = SessionState(session_id=S)
     state.apply(5, msg("in-1", "first"))
     assert state.last_seq == 5
-    state.apply(5, msg("in-2"))
-    state.apply(3, msg("in-3"))
+    state.apply(5, msg("in-2"))  # the same position again: a re-read
     assert list(state.inputs) == ["in-1"]
-    assert state.last_seq == 5
     assert state.anomalies == 0
     state.apply(9, msg("in-4"))  # gaps in seq are fine (Kafka offsets skip markers)
     assert list(state.inputs) == ["in-1", "in-4"]
     assert state.last_seq == 9
+
+
+def test_apply_folds_an_earlier_record_read_back_after_own_appends() -> None:
+    # An owner folds its own append (seq 5) at once; reading the log back it finds
+    # another writer's input at seq 3, which it has not seen yet.
+    state = SessionState(session_id=S)
+    state.apply(5, msg("own"))
+    state.apply(3, msg("theirs"))
+    state.apply(5, msg("own"))  # the read-back also returns its own record: skipped
+    assert set(state.inputs) == {"own", "theirs"}
+    assert state.last_seq == 5
+    assert state.anomalies == 0
+
+
+def test_apply_ignores_anything_at_or_below_what_was_read() -> None:
+    state = SessionState(session_id=S)
+    state.apply(7, msg("in-7"))
+    state.mark_read(7)
+    assert state.read_upto == 7
+    state.apply(3, msg("in-3"))  # the log was read up to 7: position 3 is folded already
+    state.apply(7, msg("in-7b"))
+    assert list(state.inputs) == ["in-7"]
+    state.mark_read(4)  # never goes back
+    assert state.read_upto == 7
+
+
+def test_fold_marks_the_log_read_up_to_its_last_record() -> None:
+    state = fold(S, [LogEntry(2, msg("a")), LogEntry(6, msg("b"))])
+    assert (state.last_seq, state.read_upto) == (6, 6)
+    state.apply(4, msg("c"))
+    assert "c" not in state.inputs
+
+
+def test_pending_inputs_stay_in_log_order_when_folded_out_of_order() -> None:
+    state = SessionState(session_id=S)
+    state.apply(10, msg("own"))  # the owner's send(), folded at once
+    state.apply(9, msg("theirs"))  # submitted by another client just before it
+    state.mark_read(10)
+    assert [i.input_id for i in state.pending_inputs()] == ["theirs", "own"]
 
 
 def test_reapplying_a_tail_changes_nothing() -> None:
@@ -461,9 +530,30 @@ def test_conversation_leaves_out_calls_without_a_result() -> None:
 
 
 def test_conversation_of_arguments_none_is_an_empty_object() -> None:
-    state = folded(msg("in-1"), started("in-1", 1), response(1, 0, {"id": "c1", "name": "t", "arguments": None}))
+    state = folded(
+        msg("in-1"), started("in-1", 1), response(1, 0, {"id": "c1", "name": "t", "arguments": None})
+    )
     assert conversation(state)[1]["tool_calls"] == [{"id": "c1", "name": "t", "arguments": {}}]
 
 
 def test_conversation_of_an_empty_session_is_empty() -> None:
     assert conversation(folded(msg("in-1"))) == []  # an input not yet taken is not in it
+
+
+def test_conversation_answers_every_call_of_a_finished_turn() -> None:
+    state = folded(
+        msg("in-1"),
+        started("in-1", 1),
+        response(1, 0, call("c1"), call("c2")),
+        ToolStarted(S, 0, "c1", "t", 1),
+        ToolStarted(S, 0, "c2", "t", 1),
+        result("c1"),
+        TurnFinished(S, 0, "in-1", 1, "failed", None, "attempts_exhausted", "taken over too often"),
+        InputSettled(S, 0, "in-1", "failed", "attempts_exhausted"),
+        msg("in-2", "next"),
+        started("in-2", 2),
+    )
+    messages = conversation(state)
+    asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", ())]
+    answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert answered == asked

@@ -1,0 +1,510 @@
+"""The Kafka session log (``kafka://host:port?topic_prefix=...``).
+
+Layout: topic ``<prefix>.sessions`` (key = session id, so a session lives in one
+partition, in order) and ``<prefix>.dead-letter`` for records nobody can decode.
+
+* Owner writes go through one fenced transactional producer per owned partition
+  (:mod:`harness.log.kafka_writer`), with group commit across the partition's sessions.
+* ``submit`` (inputs from anyone) uses a separate idempotent, non-transactional producer.
+* Reads use read_committed consumers without a group (:mod:`harness.log.kafka_reader`),
+  so an aborted batch never happened.
+* Partitions are computed by Kafka's keyed murmur2 partitioner
+  (:mod:`harness.log.kafka_partitioner`) and produced explicitly.
+
+Positions: ``LogEntry.seq`` is the record's offset PLUS ONE, i.e. Kafka's "next offset to
+consume" convention. So ``read(session, after=seq)`` starts consuming at offset ``seq``,
+``after=0`` means "from the beginning" as on every backend, and seqs are comparable
+within one partition (all sessions of a one-partition log share one order).
+
+Ownership: Kafka has no leases. ``claim`` never refuses (no ``SessionBusy``); the owner
+of a session is whoever last ran ``init_transactions`` for its partition, and within
+one process the latest ``claim`` of a session (a local epoch counter) fences earlier
+writers of that session. ``lease_info`` reports only what this process knows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar, Self
+
+from confluent_kafka import KafkaError, KafkaException
+
+from harness.errors import CorruptRecord, FencedError, LogUnavailable
+from harness.ids import RECORD_TYPE_HEADER, message_key
+from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
+from harness.log.base import LeaseInfo, LogEntry
+from harness.log.kafka_config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
+from harness.log.kafka_inputs import (
+    DLQ_ERROR_HEADER,
+    DLQ_OFFSET_HEADER,
+    DLQ_PARTITION_HEADER,
+    DLQ_TOPIC_HEADER,
+    InputProducer,
+)
+from harness.log.kafka_partitioner import partition_for
+from harness.log.kafka_reader import ConsumerPool, ReadResult, read_range, tail
+from harness.log.kafka_session import KafkaSessionWriter
+from harness.log.kafka_stats import KafkaLogStats
+from harness.log.kafka_topics import ensure_topics
+from harness.log.kafka_writer import PartitionWriter, RecordTooLarge
+from harness.records import Record
+
+__all__ = [
+    "DLQ_ERROR_HEADER",
+    "DLQ_OFFSET_HEADER",
+    "DLQ_PARTITION_HEADER",
+    "DLQ_TOPIC_HEADER",
+    "KafkaLog",
+    "KafkaLogStats",
+    "KafkaSessionWriter",
+    "RecordTooLarge",
+    "open_kafka_log",
+]
+
+log = logging.getLogger("harness.log.kafka")
+
+
+def open_kafka_log(url: str, **options: Any) -> KafkaLog:
+    """Open the Kafka log of ``kafka://host:port[,host:port][?options]``.
+
+    URL options: ``topic_prefix`` (default ``harness``), ``partitions`` (12),
+    ``replication_factor`` (1), ``min_insync_replicas``, ``registry_url`` (encode with
+    Confluent Schema Registry framing). Keyword ``options`` go to :class:`KafkaLog`
+    and win over the URL's.
+    """
+    kwargs = parse_kafka_url(url)
+    registry_url = kwargs.pop("registry_url", None)
+    kwargs.update(options)
+    if registry_url is not None and kwargs.get("codec") is None:
+        from harness.codec import ConfluentRegistryClient, RecordCodec
+
+        prefix = kwargs.get("topic_prefix", "harness")
+        client = ConfluentRegistryClient(
+            registry_url, subject_prefix=KafkaSettings("-", prefix).sessions_topic
+        )
+        kwargs["codec"] = RecordCodec(framing="registry", schema_ids=client)
+    return KafkaLog(**kwargs)
+
+
+@dataclass(slots=True)
+class _Ownership:
+    """What this process knows about one session's writer."""
+
+    epoch: int = 0
+    owner: str | None = None
+    writer: PartitionWriter | None = None
+
+
+class KafkaLog:
+    """A :class:`~harness.log.base.SessionLog` on a Kafka cluster.
+
+    Args:
+        bootstrap: ``host:port[,host:port]``.
+        topic_prefix: topics are ``<prefix>.sessions`` and ``<prefix>.dead-letter``;
+            also the log's ``namespace`` (part of every idempotency key: never change it).
+        partitions: partitions of the sessions topic (created so; validated if it exists).
+        replication_factor: for topics this log creates.
+        min_insync_replicas: ``min.insync.replicas`` of topics this log creates.
+        topic_config: more topic settings for topics this log creates (the defaults are
+            ``cleanup.policy=delete``, ``retention.ms=-1``).
+        client_config: librdkafka settings (security, ...) for every client; copied.
+        codec: the record codec; ``harness.codec.default_codec()`` by default.
+
+    Topics are created on first use (or by ``await start()``).
+    """
+
+    has_leases: ClassVar[bool] = False
+    """Kafka fences by producer epoch, not by lease: ``claim`` never raises ``SessionBusy``."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic_prefix: str = "harness",
+        partitions: int = 12,
+        replication_factor: int = 1,
+        min_insync_replicas: int | None = None,
+        topic_config: Mapping[str, str] | None = None,
+        client_config: Mapping[str, Any] | None = None,
+        codec: _Codec | None = None,
+    ) -> None:
+        self.settings = KafkaSettings(
+            bootstrap=bootstrap,
+            topic_prefix=topic_prefix,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
+            topic_config=dict(topic_config or {}),
+            client_config=dict(client_config or {}),
+        )
+        self.stats = KafkaLogStats()
+        self._codec = codec if codec is not None else _default_codec()
+        self._lock = threading.Lock()  # guards every dict below; never held while waiting
+        self._start_lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self._writers: dict[int, PartitionWriter] = {}
+        self._owners: dict[str, _Ownership] = {}
+        self._committed: dict[int, int] = {}  # partition -> end of what this process committed
+        self._dead_lettered: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
+        self._inputs: InputProducer | None = None
+        self._pool = ConsumerPool(self.settings)
+
+    @property
+    def namespace(self) -> str:
+        return self.settings.topic_prefix
+
+    def partition_for(self, session_id: str) -> int:
+        """The partition of the sessions topic that holds ``session_id``."""
+        return partition_for(session_id, self.settings.partitions)
+
+    async def start(self) -> None:
+        """Create the topics when missing and validate them (done lazily otherwise)."""
+        if not self._started:
+            await asyncio.to_thread(self._start_blocking)
+
+    def _start_blocking(self) -> None:
+        with self._start_lock:
+            self._check_open()
+            if not self._started:
+                ensure_topics(self.settings)
+                self._started = True
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
+        """Committed records of ``session_id`` with seq > ``after``; poison records are skipped.
+
+        A record that cannot be decoded is copied to the dead-letter topic (once per
+        process), counted in ``stats`` and skipped: it never stalls the partition.
+        """
+        items = await self._scan_partition(
+            self.partition_for(session_id), after or 0, key=message_key(session_id)
+        )
+        return await self._skip_corrupt(items)
+
+    async def read_partition(
+        self, partition: int, start_offset: int = 0, end_offset: int | None = None
+    ) -> list[LogEntry]:
+        """Every session's committed records with ``start_offset <= offset < end_offset``.
+
+        Without ``end_offset``, up to the partition's current end. The next read starts
+        at ``entries[-1].seq``. Poison records are dead-lettered and skipped.
+        """
+        return await self._skip_corrupt(await self._scan_partition(partition, start_offset, end=end_offset))
+
+    async def tail_partition(self, partition: int, start_offset: int = 0) -> AsyncIterator[LogEntry]:
+        """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
+
+        Never ends by itself; close the iterator (``aclose()``, or leave ``async for``) to
+        stop. Poison records are dead-lettered and skipped.
+        """
+        await self.start()
+        async for entry in tail(
+            self.settings,
+            self._codec.decode,
+            partition=partition,
+            start=start_offset,
+            on_corrupt=self._dead_letter,
+        ):
+            yield entry
+
+    async def scan(
+        self, session_id: str | None = None, *, after: int | None = None, limit: int | None = None
+    ) -> list[ReadResult]:
+        """Like ``read``/``read_all``, but an unreadable record comes back as its ``CorruptRecord``.
+
+        Nothing is dead-lettered. Without ``session_id`` every partition is read and the
+        entries are ordered by ``(seq, partition)``: a true log order with one partition,
+        an arbitrary interleaving otherwise (use ``read_partition`` per partition).
+        """
+        start = after or 0
+        if session_id is not None:
+            items = await self._scan_partition(
+                self.partition_for(session_id), start, key=message_key(session_id)
+            )
+            return items[:limit] if limit is not None else items
+        per_partition = await asyncio.gather(
+            *(self._scan_partition(p, start, limit=limit) for p in range(self.settings.partitions))
+        )
+        merged = sorted(
+            (item for items in per_partition for item in items),
+            key=lambda item: (_seq(item), _partition(item, self)),
+        )
+        return merged[:limit] if limit is not None else merged
+
+    async def read_all(self, *, after: int | None = None, limit: int | None = None) -> list[LogEntry]:
+        """Every session's committed records (see :meth:`scan` for the order); poison skipped."""
+        return await self._skip_corrupt(await self.scan(None, after=after, limit=limit))
+
+    async def sessions(self) -> list[str]:
+        """Every session with at least one readable record, in order of its first record."""
+        seen: dict[str, None] = {}
+        for item in await self.scan(None):
+            if isinstance(item, LogEntry):
+                seen.setdefault(item.session_id, None)
+        return list(seen)
+
+    async def lease_info(self, session_id: str) -> LeaseInfo:
+        """What this process knows: its live writer's owner (if any) and the local epoch."""
+        with self._lock:
+            own = self._owners.get(session_id)
+            if own is None:
+                return LeaseInfo(owner=None, epoch=0, lease_until=None)
+            live = own.writer is not None and not own.writer.dead
+            return LeaseInfo(owner=own.owner if live else None, epoch=own.epoch, lease_until=None)
+
+    async def _scan_partition(
+        self,
+        partition: int,
+        start: int,
+        *,
+        end: int | None = None,
+        key: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[ReadResult]:
+        if not 0 <= partition < self.settings.partitions:
+            raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
+        await self.start()
+        with self._lock:
+            must_reach = self._committed.get(partition, 0)
+        return await asyncio.to_thread(
+            read_range,
+            self._pool,
+            self._codec.decode,
+            topic=self.settings.sessions_topic,
+            partition=partition,
+            start=start,
+            end=end,
+            must_reach=must_reach,
+            key=key,
+            limit=limit,
+        )
+
+    async def _skip_corrupt(self, items: Sequence[ReadResult]) -> list[LogEntry]:
+        corrupt = [item for item in items if isinstance(item, CorruptRecord)]
+        if not corrupt:
+            return list(items)  # type: ignore[arg-type]  # no CorruptRecord in it
+        self.stats.add(corrupt=len(corrupt))
+        await asyncio.to_thread(self._dead_letter_all, corrupt)
+        return [item for item in items if isinstance(item, LogEntry)]
+
+    def _dead_letter_all(self, corrupt: Sequence[CorruptRecord]) -> None:
+        for item in corrupt:
+            self._dead_letter(item)
+
+    def _dead_letter(self, corrupt: CorruptRecord) -> None:
+        """Copy a poison record to the dead-letter topic, once per process (blocking; never raises)."""
+        where = (corrupt.partition or 0, corrupt.offset or 0)
+        with self._lock:
+            if where in self._dead_lettered:
+                return
+            self._dead_lettered.add(where)
+        log.error("skipping poison record %s[%s]@%s: %s", corrupt.topic, where[0], where[1], corrupt)
+        headers = [
+            (DLQ_TOPIC_HEADER, (corrupt.topic or "").encode()),
+            (DLQ_PARTITION_HEADER, str(where[0]).encode()),
+            (DLQ_OFFSET_HEADER, str(where[1]).encode()),
+            (DLQ_ERROR_HEADER, str(corrupt)[:4000].encode()),
+        ]
+        key = corrupt.session_id.encode() if corrupt.session_id is not None else None
+        try:
+            future = self._input_producer().produce(
+                self.settings.dead_letter_topic, value=corrupt.raw, key=key, headers=headers
+            )
+            future.result(timeout=SUBMIT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a failed dead letter must not fail the read
+            log.warning(
+                "could not dead-letter %s[%s]@%s (will retry on a later read): %s", corrupt.topic, *where, exc
+            )
+            with self._lock:
+                self._dead_lettered.discard(where)
+            return
+        self.stats.add(dead_lettered=1)
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def submit(self, record: Record) -> LogEntry:
+        """Append one input record (``IS_INPUT``) for the session's owner; no ownership needed.
+
+        Idempotent producer, acks=all; returns once the partition leader acknowledged it.
+        """
+        _check_input(record)
+        ((record_type, value),) = _encode_batch(self._codec, record.session_id, [record])
+        await self.start()
+        partition = self.partition_for(record.session_id)
+        try:
+            future = self._input_producer().produce(
+                self.settings.sessions_topic,
+                value=value,
+                key=message_key(record.session_id),
+                partition=partition,
+                headers=[(RECORD_TYPE_HEADER, record_type.encode())],
+            )
+            offset = await asyncio.wait_for(asyncio.wrap_future(future), SUBMIT_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise RecordTooLarge(
+                    f"input of session {record.session_id!r} is {len(value)} bytes: too large ({error.str()})",
+                    session_id=record.session_id,
+                    size=len(value),
+                ) from exc
+            raise LogUnavailable(f"submit to session {record.session_id!r} failed: {error.str()}") from exc
+        except TimeoutError as exc:
+            raise LogUnavailable(f"submit to session {record.session_id!r} not acknowledged in time") from exc
+        self._note_commit(partition, offset + 1)
+        self.stats.add(submits=1)
+        return LogEntry(offset + 1, record)
+
+    async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> KafkaSessionWriter:
+        """Become the writer of ``session_id`` (``lease`` is validated, not used: no leases).
+
+        The first claim of a partition starts its fenced producer (``init_transactions``
+        fences any other process's writer of the partition); later claims in this
+        process share it. A claim fences this process's earlier writer of the session.
+
+        Raises:
+            LogUnavailable: the producer could not be started.
+            FencedError: another writer fenced this one while it started.
+        """
+        _lease_seconds(lease)
+        await self.start()
+        partition = self.partition_for(session_id)
+        with self._lock:
+            self._check_open()
+            writer = self._writers.get(partition)
+            if writer is None or writer.dead or writer.closing:
+                writer = self._new_writer(partition, previous=writer)
+            own = self._owners.setdefault(session_id, _Ownership())
+            if own.writer is not None and own.writer is not writer:
+                own.writer.sessions.discard(session_id)
+            own.epoch += 1
+            own.owner = owner
+            own.writer = writer
+            writer.sessions.add(session_id)
+            epoch = own.epoch
+        await asyncio.wrap_future(writer.ready)
+        return KafkaSessionWriter(
+            self, session_id, owner=owner, epoch=epoch, partition=partition, writer=writer
+        )
+
+    async def own_partition(self, partition: int) -> None:
+        """Start a NEW fenced producer for ``partition`` now (e.g. when a worker is assigned it).
+
+        Fences every other writer of the partition, in any process, and this process's
+        earlier session writers of it (their next append raises ``FencedError``).
+        """
+        await self.start()
+        with self._lock:
+            self._check_open()
+            old = self._writers.get(partition)
+            if old is not None:
+                for own in self._owners.values():
+                    if own.writer is old:
+                        own.writer, own.owner = None, None
+            writer = self._new_writer(partition, previous=old)
+        await asyncio.wrap_future(writer.ready)
+
+    def _new_writer(self, partition: int, *, previous: PartitionWriter | None) -> PartitionWriter:
+        """A started writer for ``partition`` (called with the lock held)."""
+        if previous is not None:
+            previous.close()  # a dead one stops its thread; a closing one finishes first
+        writer = PartitionWriter(
+            settings=self.settings,
+            partition=partition,
+            stats=self.stats,
+            is_current=self._is_current,
+            on_commit=self._note_commit,
+            previous=previous,
+        )
+        self._writers[partition] = writer
+        writer.start()
+        return writer
+
+    def _is_current(self, session_id: str, epoch: int) -> bool:
+        with self._lock:
+            own = self._owners.get(session_id)
+            return own is not None and own.epoch == epoch and own.owner is not None
+
+    def _note_commit(self, partition: int, end: int) -> None:
+        with self._lock:
+            if end > self._committed.get(partition, 0):
+                self._committed[partition] = end
+
+    def _check_writer(self, writer: KafkaSessionWriter) -> None:
+        self._check_open()
+        if not self._is_current(writer.session_id, writer.epoch):
+            raise FencedError(
+                f"writer epoch {writer.epoch} of session {writer.session_id!r} lost ownership "
+                "(claimed again or released)",
+                session_id=writer.session_id,
+                epoch=writer.epoch,
+            )
+
+    async def _release(self, writer: KafkaSessionWriter) -> None:
+        closing = None
+        with self._lock:
+            own = self._owners.get(writer.session_id)
+            if own is None or own.epoch != writer.epoch or own.owner is None:
+                return  # already lost: releasing changes nothing
+            own.owner = None
+            own.writer = None
+            shared = writer._writer
+            shared.sessions.discard(writer.session_id)
+            if not shared.sessions and self._writers.get(writer.partition) is shared:
+                # Last session of the partition: flush and close its producer. The next
+                # claim's writer waits for this one to finish before init_transactions.
+                closing = shared.close()
+        if closing is not None:
+            await asyncio.wrap_future(closing)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def _input_producer(self) -> InputProducer:
+        with self._lock:
+            self._check_open()
+            if self._inputs is None:
+                self._inputs = InputProducer(self.settings)
+            return self._inputs
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogUnavailable("the Kafka session log is closed")
+
+    async def close(self) -> None:
+        """Finish queued appends, close every producer and consumer. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writers = list(self._writers.values())
+            self._writers.clear()
+            inputs, self._inputs = self._inputs, None
+        closing = [asyncio.wrap_future(w.close()) for w in writers]
+        await asyncio.gather(*closing, return_exceptions=True)
+        await asyncio.to_thread(self._pool.close)
+        if inputs is not None:
+            await asyncio.to_thread(inputs.close)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _seq(item: ReadResult) -> int:
+    return item.seq if isinstance(item, LogEntry) else (item.seq or 0)
+
+
+def _partition(item: ReadResult, kafka_log: KafkaLog) -> int:
+    if isinstance(item, LogEntry):
+        return kafka_log.partition_for(item.session_id)
+    return item.partition or 0

@@ -1,0 +1,267 @@
+"""Bounded read_committed reads of one partition, with a small pool of consumers.
+
+A read never joins a consumer group: it ``assign()``s one partition at a start offset
+and reads up to the partition's END, which for a read_committed consumer is the last
+stable offset (LSO): records of transactions still open (other sessions' group commits
+in flight) are not waited for, aborted ones are skipped by the client, and control
+records (commit/abort markers) are never delivered. The end is known from
+``get_watermark_offsets`` (the LSO under read_committed) and confirmed by the
+``_PARTITION_EOF`` event, which librdkafka raises at the LSO even when the partition
+holds only aborted records or markers; so a read terminates on an empty partition, on
+one with only aborted data, and at the end of a live one.
+
+Read-your-writes: Kafka writes the commit markers just after ``commit_transaction``
+returns, so the LSO may lag a commit of this process by a moment. A read therefore
+also waits to reach ``must_reach`` (the end of what this process has committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from harness.errors import CorruptRecord, LogUnavailable
+from harness.log.base import LogEntry
+from harness.log.kafka_config import READ_TIMEOUT_S, KafkaSettings
+
+__all__ = ["ConsumerPool", "ReadResult", "decode_message", "read_range", "tail"]
+
+ReadResult = LogEntry | CorruptRecord
+Decoder = Callable[[bytes], Any]
+
+# Reported while a partition's leadership moves or a new topic is still being set up.
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
+
+_BATCH = 1000
+_POLL_S = 0.05
+
+
+class ConsumerPool:
+    """Idle read_committed consumers, reused across reads (creating one costs a connection)."""
+
+    def __init__(self, settings: KafkaSettings, *, size: int = 4) -> None:
+        self._settings = settings
+        self._size = size
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise LogUnavailable("the Kafka session log is closed")
+            if self._idle:
+                return self._idle.pop()
+        return Consumer(self._settings.reader_config())
+
+    def give(self, consumer: Any) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._size:
+                self._idle.append(consumer)
+                return
+        consumer.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for consumer in idle:
+            consumer.close()
+
+
+def decode_message(decode: Decoder, topic: str, partition: int, msg: Any) -> ReadResult:
+    """A consumed message as a :class:`LogEntry` (seq = offset + 1), or why it is unreadable."""
+    offset: int = msg.offset()
+    raw: bytes = msg.value() or b""
+    key: bytes | None = msg.key()
+    session_id = key.decode("utf-8", "replace") if key is not None else None
+    try:
+        record = decode(raw)
+        problem = None
+        if session_id is not None and record.session_id != session_id:
+            problem = f"its key names session {session_id!r} but the record belongs to {record.session_id!r}"
+    except Exception as exc:  # noqa: BLE001 - any decoder failure makes this one record unreadable
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        return LogEntry(offset + 1, record)
+    return CorruptRecord(
+        f"record at {topic}[{partition}]@{offset} cannot be read: {problem}",
+        session_id=session_id,
+        seq=offset + 1,
+        raw=raw,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+def read_range(
+    pool: ConsumerPool,
+    decode: Decoder,
+    *,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int | None = None,
+    must_reach: int = 0,
+    key: bytes | None = None,
+    limit: int | None = None,
+    timeout: float = READ_TIMEOUT_S,
+) -> list[ReadResult]:
+    """Committed records of one partition with ``start <= offset < stop`` (blocking).
+
+    ``stop`` is the partition's current end (LSO), at least ``must_reach``, at most
+    ``end``. Only messages with ``key`` (when given) are decoded and returned.
+
+    Raises:
+        LogUnavailable: the broker did not let the read reach ``stop`` in ``timeout``.
+    """
+    tp = TopicPartition(topic, partition)
+    consumer = pool.take()
+    try:
+        low, lso = _watermarks(consumer, tp, timeout)
+        stop = max(lso, must_reach)
+        if end is not None:
+            stop = min(stop, end)
+        start = max(start, low)  # records before ``low`` were deleted by retention
+        if start >= stop:
+            return []
+        consumer.assign([TopicPartition(topic, partition, start)])
+        try:
+            return _consume(consumer, decode, topic, partition, stop, key, limit, timeout)
+        finally:
+            consumer.unassign()
+    except KafkaException as exc:
+        raise LogUnavailable(f"read of {topic}[{partition}] failed: {exc.args[0].str()}") from exc
+    finally:
+        pool.give(consumer)
+
+
+def _watermarks(consumer: Any, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                tp, timeout=max(0.1, deadline - time.monotonic()), cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not (error.retriable() or error.code() in _TRANSIENT) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _next_messages(consumer: Any, wait: float) -> list[Any]:
+    """What the consumer holds now, else the first message or event within ``wait``.
+
+    ``consume(n, timeout)`` waits the whole timeout unless ``n`` messages arrive, which
+    would add ``timeout`` to every read; ``poll`` returns at the first one.
+    """
+    messages: list[Any] = consumer.consume(_BATCH, 0)
+    if messages:
+        return messages
+    first = consumer.poll(wait)
+    return [] if first is None else [first, *consumer.consume(_BATCH, 0)]
+
+
+def _consume(
+    consumer: Any,
+    decode: Decoder,
+    topic: str,
+    partition: int,
+    stop: int,
+    key: bytes | None,
+    limit: int | None,
+    timeout: float,
+) -> list[ReadResult]:
+    out: list[ReadResult] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for msg in _next_messages(consumer, _POLL_S):
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    if msg.offset() >= stop:
+                        return out
+                    continue  # the LSO has not reached our own commit yet: keep going
+                if error.fatal() or not (error.retriable() or error.code() in _TRANSIENT):
+                    raise KafkaException(error)
+                continue  # the consumer retries by itself
+            offset = msg.offset()
+            if offset >= stop:
+                return out
+            if key is None or msg.key() == key:
+                out.append(decode_message(decode, topic, partition, msg))
+                if limit is not None and len(out) >= limit:
+                    return out
+            if offset + 1 >= stop:
+                return out
+    raise LogUnavailable(f"read of {topic}[{partition}] did not reach offset {stop} within {timeout}s")
+
+
+async def tail(
+    settings: KafkaSettings,
+    decode: Decoder,
+    *,
+    partition: int,
+    start: int,
+    on_corrupt: Callable[[CorruptRecord], None],
+) -> AsyncIterator[LogEntry]:
+    """Every committed record of ``partition`` from ``start`` on, as it commits; forever.
+
+    A dedicated consumer whose blocking calls run on one private thread (so closing it
+    never races a ``consume`` in flight). Unreadable records go to ``on_corrupt`` (called
+    on that thread) and are skipped.
+    """
+    topic = settings.sessions_topic
+    executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"harness-kafka-tail-{partition}")
+    loop = asyncio.get_running_loop()
+    consumer: Any = None
+
+    def open_at(offset: int) -> Any:
+        c = Consumer(settings.reader_config(tail=True))
+        low, _end = _watermarks(c, TopicPartition(topic, partition), READ_TIMEOUT_S)
+        c.assign([TopicPartition(topic, partition, max(offset, low))])
+        return c
+
+    def next_batch() -> list[LogEntry]:
+        out: list[LogEntry] = []
+        for msg in _next_messages(consumer, 0.5):
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF or (
+                    not error.fatal() and (error.retriable() or error.code() in _TRANSIENT)
+                ):
+                    continue  # the consumer carries on by itself
+                raise LogUnavailable(f"tail of {topic}[{partition}] failed: {error.str()}")
+            item = decode_message(decode, topic, partition, msg)
+            if isinstance(item, CorruptRecord):
+                on_corrupt(item)
+            else:
+                out.append(item)
+        return out
+
+    try:
+        consumer = await loop.run_in_executor(executor, open_at, start)
+        while True:
+            for entry in await loop.run_in_executor(executor, next_batch):
+                yield entry
+    finally:
+        if consumer is not None:
+            executor.submit(consumer.close)
+        executor.shutdown(wait=False)

@@ -1,0 +1,98 @@
+"""Create the log's topics when missing; refuse a sessions topic of the wrong shape."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from harness.errors import LogUnavailable
+from harness.log.kafka_config import ADMIN_TIMEOUT_S, KafkaSettings
+
+__all__ = ["ensure_topics"]
+
+DEAD_LETTER_PARTITIONS = 1
+"""Dead letters are rare and read by people and tools; one partition keeps them in order."""
+
+
+def _topic_config(settings: KafkaSettings) -> dict[str, str]:
+    config = {"cleanup.policy": "delete", "retention.ms": "-1"}
+    if settings.min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(settings.min_insync_replicas)
+    config.update(settings.topic_config)
+    return config
+
+
+def ensure_topics(settings: KafkaSettings, *, timeout: float = ADMIN_TIMEOUT_S) -> None:
+    """Create ``<prefix>.sessions`` and ``<prefix>.dead-letter`` if missing; validate them.
+
+    Blocking (call it from a worker thread). Safe to race with other processes creating
+    the same topics.
+
+    Raises:
+        LogUnavailable: the cluster cannot be reached, refuses to create a topic, or the
+            sessions topic exists with a partition count other than ``settings.partitions``
+            (sessions would map to other partitions than every other client computes).
+    """
+    admin = AdminClient(settings.admin_config())
+    wanted = {
+        settings.sessions_topic: settings.partitions,
+        settings.dead_letter_topic: DEAD_LETTER_PARTITIONS,
+    }
+    existing = _partition_counts(admin, timeout)
+    missing = [
+        NewTopic(
+            name,
+            num_partitions=count,
+            replication_factor=settings.replication_factor,
+            config=_topic_config(settings),
+        )
+        for name, count in wanted.items()
+        if name not in existing
+    ]
+    if missing:
+        futures = admin.create_topics(missing, operation_timeout=timeout, request_timeout=timeout)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
+                    raise LogUnavailable(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+    # Wait until every partition has a leader, so the first produce / assign does not
+    # race topic creation; then validate what is really there.
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = _partition_counts(admin, timeout, leaders_only=True)
+        if all(counts.get(name) is not None for name in wanted):
+            break
+        if time.monotonic() > deadline:
+            raise LogUnavailable(f"topics {sorted(wanted)} have no leader after {timeout}s")
+        time.sleep(0.05)
+    actual = counts[settings.sessions_topic]
+    if actual != settings.partitions:
+        raise LogUnavailable(
+            f"topic {settings.sessions_topic!r} has {actual} partitions but this log is configured "
+            f"for {settings.partitions}: sessions would be looked up in the wrong partitions. "
+            f"Open the log with partitions={actual} (never repartition a sessions topic)."
+        )
+
+
+def _partition_counts(
+    admin: AdminClient, timeout: float, *, leaders_only: bool = False
+) -> dict[str, int | None]:
+    """Partition count per topic; with ``leaders_only`` None while a partition has no leader."""
+    try:
+        metadata: Any = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise LogUnavailable(f"Kafka cluster unreachable: {exc.args[0].str()}") from exc
+    out: dict[str, int | None] = {}
+    for name, topic in metadata.topics.items():
+        if topic.error is not None:
+            out[name] = None
+            continue
+        partitions = topic.partitions.values()
+        ready = not leaders_only or all(p.leader >= 0 and p.error is None for p in partitions)
+        out[name] = len(partitions) if ready and partitions else None
+    return out

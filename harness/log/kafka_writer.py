@@ -1,0 +1,438 @@
+"""Owner writes on Kafka: one fenced transactional producer per owned partition.
+
+A :class:`PartitionWriter` owns the producer whose ``transactional.id`` is
+``ids.owner_transactional_id(prefix, partition)``; its ``init_transactions`` fences the
+partition's previous owner (in this process or any other). Every session of that
+partition that this log claims appends through it. Its dedicated thread runs every
+blocking librdkafka call (the event loop never blocks) and does GROUP COMMIT: the
+appends queued while a transaction commits all go into the next transaction together,
+so N concurrent sessions pay for one commit round trip, not N.
+
+All transaction discipline lives in :meth:`PartitionWriter._commit`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from harness.errors import FencedError, LogError, LogUnavailable
+from harness.ids import RECORD_TYPE_HEADER, message_key
+from harness.log.kafka_config import (
+    COMMIT_DEADLINE_S,
+    INIT_TIMEOUT_S,
+    MAX_ABORT_RETRIES,
+    MAX_APPENDS_PER_TRANSACTION,
+    KafkaSettings,
+    Verdict,
+    classify,
+)
+from harness.log.kafka_stats import KafkaLogStats
+
+__all__ = ["Append", "PartitionWriter", "RecordTooLarge"]
+
+log = logging.getLogger("harness.log.kafka")
+
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+class RecordTooLarge(LogError, ValueError):
+    """A record is larger than the producer or topic accepts; that append wrote nothing.
+
+    Other appends of the same group commit are not affected (they are retried in a new
+    transaction). Raise ``message.max.bytes`` (client) and ``max.message.bytes`` (topic)
+    together, or store less.
+    """
+
+    def __init__(self, message: str, *, session_id: str, size: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.size = size
+
+
+@dataclass(slots=True, eq=False)
+class Append:
+    """One ``SessionWriter.append``: encoded records, resolved with their offsets."""
+
+    session_id: str
+    epoch: int
+    values: Sequence[tuple[str, bytes]]  # (record type, encoded value)
+    future: concurrent.futures.Future[list[int]]
+
+
+class _Rejected(Exception):
+    """Internal: one append must fail alone; the transaction is aborted and retried without it."""
+
+    def __init__(self, append: Append, error: LogError) -> None:
+        super().__init__(str(error))
+        self.append = append
+        self.error = error
+
+
+class PartitionWriter:
+    """The fenced producer of one partition and the thread that group-commits into it.
+
+    Args:
+        settings: the log's settings.
+        partition: the owned partition of the sessions topic.
+        stats: counters to update.
+        is_current: ``(session_id, epoch) -> bool``: False once the session was
+            claimed again or released in this process (local fencing).
+        on_commit: called with ``(partition, next_offset)`` after every commit.
+        previous: this partition's earlier writer, still closing; waited for first so
+            its last transaction is not fenced in flight.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: KafkaSettings,
+        partition: int,
+        stats: KafkaLogStats,
+        is_current: Callable[[str, int], bool],
+        on_commit: Callable[[int, int], None],
+        previous: PartitionWriter | None = None,
+    ) -> None:
+        self.partition = partition
+        self.sessions: set[str] = set()  # sessions whose current writer uses this one (log's lock)
+        self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._settings = settings
+        self._topic = settings.sessions_topic
+        self._stats = stats
+        self._is_current = is_current
+        self._on_commit = on_commit
+        self._previous = previous
+        self._queue: queue.SimpleQueue[Append | None] = queue.SimpleQueue()
+        self._dead: LogError | None = None
+        self._closing = False
+        self._producer: Any = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"harness-kafka-owner-{partition}", daemon=True
+        )
+
+    # --- called from any thread ----------------------------------------------------------
+
+    @property
+    def dead(self) -> bool:
+        """Fenced or broken: every append fails; a new claim needs a new writer."""
+        return self._dead is not None
+
+    @property
+    def closing(self) -> bool:
+        """Released (or closing with the log): a new claim needs a new writer."""
+        return self._closing
+
+    def start(self) -> concurrent.futures.Future[None]:
+        self._thread.start()
+        return self.ready
+
+    def enqueue(self, append: Append) -> None:
+        """Queue an append for the next transaction (raises at once if the writer is dead)."""
+        if self._dead is not None:
+            raise self._dead_error(append.session_id)
+        if self._closing:
+            raise FencedError(
+                f"session {append.session_id!r} was released; claim it again to write",
+                session_id=append.session_id,
+                epoch=append.epoch,
+            )
+        self._queue.put(append)
+
+    def close(self) -> concurrent.futures.Future[None]:
+        """Finish the queued appends, then close the producer; ``closed`` resolves after."""
+        self._closing = True
+        self._queue.put(None)
+        if not self._thread.is_alive() and not self.closed.done():
+            self.closed.set_result(None)  # never started
+        return self.closed
+
+    # --- the writer thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._previous is not None:
+                self._previous.closed.result()
+            self._producer = Producer(self._settings.owner_producer_config(self.partition))
+            self._call(self._producer.init_transactions, time.monotonic() + INIT_TIMEOUT_S)
+        except KafkaException as exc:
+            self._die(self._error_for(exc.args[0], "init_transactions"))
+            self.ready.set_exception(self._dead_error(None))
+            self._finish()
+            return
+        except Exception as exc:  # noqa: BLE001 - a bad client_config and the like: report, do not hang
+            self._die(LogUnavailable(f"cannot start the owner producer of partition {self.partition}: {exc}"))
+            self.ready.set_exception(self._dead_error(None))
+            self._finish()
+            return
+        self.ready.set_result(None)
+        stop = False
+        while not stop:
+            first = self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < MAX_APPENDS_PER_TRANSACTION:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            try:
+                self._commit(batch)
+            except Exception as exc:  # a bug must fail the appends, not hang them
+                log.exception("group commit of partition %d failed unexpectedly", self.partition)
+                self._die(LogUnavailable(f"owner writer of partition {self.partition} failed: {exc}"))
+                self._fail(batch, self._dead_error)
+        self._finish()
+
+    def _finish(self) -> None:
+        """Fail whatever is still queued, close the producer, resolve ``closed``."""
+        self._closing = True
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                self._fail([item], self._dead_error if self._dead else self._released_error)
+        if self._producer is not None:
+            with contextlib.suppress(Exception):  # a fenced producer may refuse; it is gone anyway
+                self._producer.flush(1.0)
+            with contextlib.suppress(Exception):
+                self._producer.close()
+            self._producer = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _commit(self, batch: list[Append]) -> None:
+        """Commit one group of appends in as few transactions as possible; resolve each.
+
+        This is the only place that begins, commits or aborts a transaction.
+
+        1. Drop appends that must not land: cancelled by their caller before the
+           transaction began, or whose session was claimed again / released in this
+           process since they were queued (-> ``FencedError``, local fencing).
+        2. ``begin_transaction()``.
+        3. ``produce()`` every record of every append, in queue order, to
+           (sessions topic, this partition), key = session id, header ``harness.type``.
+           A delivery callback keeps each record's offset. A record the client refuses
+           as too large fails ITS append alone with :class:`RecordTooLarge`: abort
+           (step 6) and go back to 2 without it.
+        4. ``flush()``: every record acknowledged by the partition leader (acks=all).
+           A delivery report of a too-large record is handled like in 3. Any other
+           delivery error makes the transaction abortable; step 5 reports it.
+        5. ``commit_transaction()``. Only now are the records visible to read_committed
+           readers, and only now does any append of the batch return, each with its
+           records' offsets (contiguous for one append: this producer is the only
+           transactional writer of the partition, and it produces them back to back).
+        6. On a ``KafkaError`` at any step, by :func:`~harness.log.kafka_config.classify`:
+
+           - FENCED (another owner's ``init_transactions`` bumped the epoch, or a fatal
+             error): every append of the batch fails with ``FencedError`` and this writer
+             is dead. Nothing of the batch is visible: the transaction never committed,
+             and the coordinator aborts it when the new owner fences us.
+           - ABORT (``txn_requires_abort()``): ``abort_transaction()`` and retry the
+             whole batch from 2 in a new transaction, at most ``MAX_ABORT_RETRIES``
+             times. Safe: read_committed readers never see aborted records.
+           - RETRY (``retriable()``): the same call again (inside :meth:`_call`) until
+             ``COMMIT_DEADLINE_S``; past it the batch FAILs.
+           - FAIL: abort, and the batch fails with ``LogUnavailable`` (nothing visible).
+             If even the abort fails the outcome is unknown: the writer dies, so the
+             owner must claim again and re-read the log before writing more.
+        """
+        pending = [a for a in batch if a.future.set_running_or_notify_cancel()]
+        for append in [a for a in pending if not self._is_current(a.session_id, a.epoch)]:
+            pending.remove(append)
+            append.future.set_exception(self._released_error(append))
+        deadline = time.monotonic() + COMMIT_DEADLINE_S
+        aborts = 0
+        while pending:
+            try:
+                offsets = self._transaction(pending, deadline)
+            except _Rejected as rejected:
+                self._stats.add(too_large=1)
+                pending.remove(rejected.append)
+                rejected.append.future.set_exception(rejected.error)
+                if not self._abort(deadline, pending):
+                    return
+                continue
+            except KafkaException as exc:
+                error = exc.args[0]
+                verdict = classify(error)
+                if verdict is Verdict.FENCED:
+                    self._stats.add(fenced=1)
+                    self._die(self._error_for(error, "a transaction"))
+                    self._fail(pending, self._dead_error)
+                    return
+                if verdict is Verdict.ABORT and aborts < MAX_ABORT_RETRIES:
+                    aborts += 1
+                    log.warning(
+                        "partition %d: aborting and retrying a transaction: %s", self.partition, error.str()
+                    )
+                    if not self._abort(deadline, pending):
+                        return
+                    continue
+                log.error("partition %d: transaction failed: %s", self.partition, error.str())
+                if self._abort(deadline, pending):
+                    reason = f"append to partition {self.partition} failed: {error.str()}"
+
+                    def unavailable(_append: Append, reason: str = reason) -> LogError:
+                        return LogUnavailable(reason)
+
+                    self._fail(pending, unavailable)
+                return
+            self._stats.add(
+                transactions=1,
+                appends=len(pending),
+                records=sum(len(a.values) for a in pending),
+                aborts=aborts,
+            )
+            self._on_commit(self.partition, max(max(o) for o in offsets if o) + 1)
+            for append, append_offsets in zip(pending, offsets, strict=True):
+                append.future.set_result(append_offsets)
+            return
+
+    def _transaction(self, pending: list[Append], deadline: float) -> list[list[int]]:
+        """Steps 2-5 of :meth:`_commit`: the records' offsets, per append."""
+        producer = self._producer
+        producer.begin_transaction()
+        reports: list[list[tuple[Any, int]]] = [[] for _ in pending]
+        for i, append in enumerate(pending):
+            sink = reports[i]
+            key = message_key(append.session_id)
+
+            def on_delivery(err: Any, msg: Any, sink: list[tuple[Any, int]] = sink) -> None:
+                sink.append((err, msg.offset()))
+
+            for record_type, value in append.values:
+                self._produce(producer, append, key, record_type, value, on_delivery, deadline)
+        remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+        if remaining:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out", retriable=True))
+        for i, append in enumerate(pending):
+            for err, _offset in reports[i]:
+                if err is not None and err.code() in _TOO_LARGE:
+                    raise _Rejected(append, self._too_large(append, err.str()))
+            # Any other delivery error leaves the transaction abortable: commit says so.
+        self._call(producer.commit_transaction, deadline)
+        return [[offset for _err, offset in r] for r in reports]
+
+    def _produce(
+        self,
+        producer: Any,
+        append: Append,
+        key: bytes,
+        record_type: str,
+        value: bytes,
+        on_delivery: Any,
+        deadline: float,
+    ) -> None:
+        while True:
+            try:
+                producer.produce(
+                    self._topic,
+                    value=value,
+                    key=key,
+                    partition=self.partition,
+                    headers=[(RECORD_TYPE_HEADER, record_type.encode())],
+                    on_delivery=on_delivery,
+                )
+                return
+            except BufferError:  # local queue full: let deliveries drain it
+                if time.monotonic() > deadline:
+                    raise KafkaException(
+                        KafkaError(KafkaError._QUEUE_FULL, "producer queue full", retriable=True)
+                    ) from None
+                producer.poll(0.05)
+            except KafkaException as exc:
+                if exc.args[0].code() in _TOO_LARGE:
+                    raise _Rejected(append, self._too_large(append, exc.args[0].str())) from exc
+                raise
+
+    def _call(self, op: Callable[[float], Any], deadline: float) -> Any:
+        """``op(timeout)`` again while it fails with a retriable error and time remains."""
+        while True:
+            try:
+                return op(max(0.1, deadline - time.monotonic()))
+            except KafkaException as exc:
+                error = exc.args[0]
+                if classify(error) is not Verdict.RETRY or time.monotonic() >= deadline:
+                    raise
+                self._stats.add(retries=1)
+                time.sleep(0.01)
+
+    def _abort(self, deadline: float, pending: list[Append]) -> bool:
+        """Abort the open transaction; False (writer dead, ``pending`` failed) if that fails."""
+        try:
+            self._call(self._producer.abort_transaction, max(deadline, time.monotonic() + 5.0))
+            return True
+        except KafkaException as exc:
+            error = exc.args[0]
+            if classify(error) is Verdict.FENCED:
+                self._stats.add(fenced=1)
+                self._die(self._error_for(error, "abort_transaction"))
+            else:
+                self._die(
+                    LogUnavailable(
+                        f"partition {self.partition}: abort failed ({error.str()}); the last batch's outcome is "
+                        "unknown: claim the session again and read the log before writing"
+                    )
+                )
+            self._fail(pending, self._dead_error)
+            return False
+
+    # --- errors ---------------------------------------------------------------------------
+
+    def _die(self, error: LogError) -> None:
+        if self._dead is None:
+            self._dead = error
+            log.warning("owner writer of partition %d stopped: %s", self.partition, error)
+
+    def _error_for(self, error: Any, during: str) -> LogError:
+        if classify(error) is Verdict.FENCED:
+            return FencedError(
+                f"partition {self.partition} is owned by another writer now ({during}: {error.str()})",
+            )
+        return LogUnavailable(f"partition {self.partition}: {during} failed: {error.str()}")
+
+    def _dead_error(self, append: Append | str | None) -> LogError:
+        dead = self._dead or LogUnavailable(f"owner writer of partition {self.partition} stopped")
+        session_id = append.session_id if isinstance(append, Append) else append
+        if isinstance(dead, FencedError):
+            return FencedError(str(dead), session_id=session_id, epoch=getattr(append, "epoch", None))
+        return LogUnavailable(str(dead))
+
+    def _released_error(self, append: Append) -> FencedError:
+        return FencedError(
+            f"session {append.session_id!r} writer epoch {append.epoch} lost ownership (claimed again or released)",
+            session_id=append.session_id,
+            epoch=append.epoch,
+        )
+
+    def _too_large(self, append: Append, reason: str) -> RecordTooLarge:
+        size = max(len(v) for _t, v in append.values)
+        return RecordTooLarge(
+            f"an append of session {append.session_id!r} holds a {size}-byte record that partition "
+            f"{self.partition} refuses ({reason}); nothing of it was written",
+            session_id=append.session_id,
+            size=size,
+        )
+
+    @staticmethod
+    def _fail(appends: Sequence[Append], error: Callable[[Append], BaseException]) -> None:
+        for append in appends:
+            if not append.future.done():
+                append.future.set_exception(error(append))

@@ -1,0 +1,63 @@
+"""Kafka URL parsing and client settings (no broker needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.log.kafka_config import KafkaSettings, parse_kafka_url
+
+
+def test_url_with_every_option() -> None:
+    url = (
+        "kafka://k1:9092,k2:9093?topic_prefix=acme&partitions=24&replication_factor=3"
+        "&min_insync_replicas=2&registry_url=http://sr:8081"
+    )
+    assert parse_kafka_url(url) == {
+        "bootstrap": "k1:9092,k2:9093",
+        "topic_prefix": "acme",
+        "partitions": 24,
+        "replication_factor": 3,
+        "min_insync_replicas": 2,
+        "registry_url": "http://sr:8081",
+    }
+    assert parse_kafka_url("kafka://127.0.0.1:9092") == {"bootstrap": "127.0.0.1:9092"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "kafka://",
+        "http://h:1",
+        "kafka://h:1?nope=1",
+        "kafka://h:1?partitions=x",
+        "kafka://h:1/path",
+        "kafka://h:1?partitions=",
+    ],
+)
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        parse_kafka_url(url)
+
+
+def test_client_config_is_copied_and_guarded() -> None:
+    given = {"security.protocol": "SASL_SSL"}
+    settings = KafkaSettings(bootstrap="h:1", client_config=given)
+    given["security.protocol"] = "PLAINTEXT"
+    assert settings.owner_producer_config(3)["security.protocol"] == "SASL_SSL"
+    assert settings.owner_producer_config(3)["transactional.id"] == "harness.owner.3"
+    with pytest.raises(ValueError, match=r"transactional\.id"):
+        KafkaSettings(bootstrap="h:1", client_config={"transactional.id": "mine"})
+    with pytest.raises(ValueError, match=r"isolation\.level"):
+        KafkaSettings(bootstrap="h:1", client_config={"isolation.level": "read_uncommitted"})
+
+
+def test_settings_validate_names_and_counts() -> None:
+    with pytest.raises(ValueError):
+        KafkaSettings(bootstrap="h:1", topic_prefix="bad prefix")
+    with pytest.raises(ValueError):
+        KafkaSettings(bootstrap="h:1", partitions=0)
+    with pytest.raises(ValueError):
+        KafkaSettings(bootstrap="h:1", replication_factor=1, min_insync_replicas=2)
+    settings = KafkaSettings(bootstrap="h:1", topic_prefix="acme")
+    assert (settings.sessions_topic, settings.dead_letter_topic) == ("acme.sessions", "acme.dead-letter")
+    assert settings.reader_config()["isolation.level"] == "read_committed"

@@ -1,0 +1,305 @@
+"""harness.replay.planner: the cut-batch rules of SPEC section 5, one test per rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harness.records import (
+    AskAnswered,
+    AskOpened,
+    InputAnswer,
+    InputMessage,
+    InputSettled,
+    LogEntry,
+    ModelResponseRecord,
+    Record,
+    StepResult,
+    ToolResult,
+    ToolStarted,
+    TurnFinished,
+    TurnResumed,
+    TurnStarted,
+)
+from harness.replay import (
+    CallDecision,
+    CallModel,
+    CompleteTurn,
+    FailTurn,
+    RunBatch,
+    SessionState,
+    ToolPolicy,
+    decide_call,
+    fold,
+    plan_turn,
+)
+
+S = "s-1"
+SAFE = ToolPolicy(replay="safe")
+NEVER = ToolPolicy(replay="never")
+AGENT = ToolPolicy(replay="never", agent=True)
+POLICIES = {"safe": SAFE, "never": NEVER, "agent": AGENT}
+
+
+def call(cid: str, name: str) -> dict[str, Any]:
+    return {"id": cid, "name": name, "arguments": {}}
+
+
+def head(*calls: dict[str, Any], text: str | None = None) -> list[Record]:
+    """A turn whose first model response (logged, SPEC 5.7) carries ``calls``."""
+    return [
+        InputMessage(S, 0, "in-1", "go", "h"),
+        TurnStarted(S, 0, "in-1", 1),
+        ModelResponseRecord(S, 0, 1, 0, text, tuple(calls)),
+    ]
+
+
+def tool_started(cid: str, name: str, attempt: int = 1) -> ToolStarted:
+    return ToolStarted(S, 0, cid, name, attempt)
+
+
+def tool_result(cid: str, name: str, content: Any = "ok", **kw: Any) -> ToolResult:
+    return ToolResult(S, 0, cid, name, content, **kw)
+
+
+def state_of(*records: Record) -> SessionState:
+    return fold(S, [LogEntry(seq, r) for seq, r in enumerate(records)])
+
+
+def plan(state: SessionState, policies: dict[str, ToolPolicy] | None = None, max_attempts: int = 10) -> Any:
+    return plan_turn(state, POLICIES if policies is None else policies, max_attempts=max_attempts)
+
+
+def decisions(action: Any) -> dict[str, tuple[str, int]]:
+    assert isinstance(action, RunBatch), action
+    return {d.tool_call_id: (d.action, d.attempt) for d in action.calls}
+
+
+# -- SPEC 5 -------------------------------------------------------------------------------
+
+
+def test_s5_1_finished_call_keeps_result() -> None:
+    for name in ("safe", "never", "agent", "gone"):
+        state = state_of(
+            *head(call("c1", name), call("c2", "safe")),
+            tool_started("c1", name),
+            tool_started("c2", "safe"),
+            tool_result("c1", name),
+        )
+        assert decide_call(state.calls["c1"], POLICIES.get(name)) == CallDecision("c1", name, "keep", 2)
+        action = plan(state)
+        assert decisions(action) == {"c1": ("keep", 2), "c2": ("rerun", 2)}
+        assert [d.tool_call_id for d in action.to_start] == ["c2"]
+
+
+def test_s5_1_a_call_with_an_error_result_is_kept_too() -> None:
+    state = state_of(
+        *head(call("c1", "never")),
+        tool_started("c1", "never"),
+        tool_result("c1", "never", {"error": "boom"}, is_error=True, code="tool_failed"),
+    )
+    assert decide_call(state.calls["c1"], NEVER).action == "keep"
+
+
+def test_s5_2_safe_call_reruns() -> None:
+    state = state_of(
+        *head(call("c1", "safe")),
+        tool_started("c1", "safe"),
+        StepResult(S, 0, "c1", "charge", {"id": "ch_1"}),
+    )
+    action = plan(state)
+    assert isinstance(action, RunBatch)
+    assert (action.turn, action.response_index) == (1, 0)
+    assert action.calls == (CallDecision("c1", "safe", "rerun", 2),)
+    assert action.to_start == action.calls
+    # The rerun finds its finished step in the state it runs against.
+    assert state.calls["c1"].steps == {"charge": {"id": "ch_1"}}
+
+
+def test_s5_2_safe_call_reruns_after_many_starts() -> None:
+    state = state_of(*head(call("c1", "safe")), *(tool_started("c1", "safe", a) for a in (1, 2, 3)))
+    assert decide_call(state.calls["c1"], SAFE) == CallDecision("c1", "safe", "rerun", 4)
+
+
+def test_s5_3_never_call_gets_cut_error() -> None:
+    state = state_of(
+        *head(call("c1", "never")),
+        tool_started("c1", "never"),
+        StepResult(S, 0, "c1", "charge", 1),
+    )
+    action = plan(state)
+    assert decisions(action) == {"c1": ("cut", 2)}
+    assert action.to_start == ()
+    # Its first run's steps stay in the state (SPEC 5.3: they stay in the log).
+    assert state.calls["c1"].steps == {"charge": 1}
+
+
+def test_s5_3_default_policy_is_never() -> None:
+    state = state_of(*head(call("c1", "plain")), tool_started("c1", "plain"))
+    assert ToolPolicy().replay == "never"
+    assert decide_call(state.calls["c1"], ToolPolicy()).action == "cut"
+
+
+def test_s5_4_agent_call_waiting_for_person_keeps_place() -> None:
+    state = state_of(
+        *head(call("c1", "agent")),
+        tool_started("c1", "agent"),
+        AskOpened(S, 0, "c1", "approve", "ok?", {"type": "boolean"}),
+    )
+    assert decisions(plan(state)) == {"c1": ("rerun", 2)}
+
+
+def test_s5_4_agent_call_not_waiting_is_cut() -> None:
+    state = state_of(*head(call("c1", "agent")), tool_started("c1", "agent"))
+    assert decisions(plan(state)) == {"c1": ("cut", 2)}
+
+
+def test_s5_4_agent_call_whose_ask_was_answered_and_went_on_is_cut() -> None:
+    state = state_of(
+        *head(call("c1", "agent")),
+        tool_started("c1", "agent"),
+        AskOpened(S, 0, "c1", "approve", "ok?", {}),
+        AskAnswered(S, 0, "c1", "approve", True),
+        StepResult(S, 0, "c1", "after-approval", 1),  # it ran on after the answer
+    )
+    assert decisions(plan(state)) == {"c1": ("cut", 2)}
+
+
+def test_s5_4_agent_call_is_cut_even_with_replay_safe() -> None:
+    state = state_of(*head(call("c1", "agent")), tool_started("c1", "agent"))
+    assert decide_call(state.calls["c1"], ToolPolicy(replay="safe", agent=True)).action == "cut"
+
+
+def test_s5_4_agent_call_answered_after_its_owner_died_keeps_place() -> None:
+    # Owner A runs the agent call, which parks on an ask; A dies. Later a person answers
+    # through another server: session.answer() commits the answer, then the new owner
+    # takes the turn over and plans. The call was waiting for a person when it was cut.
+    state = state_of(
+        *head(call("c1", "agent")),
+        tool_started("c1", "agent"),
+        AskOpened(S, 0, "c1", "approve", "ok?", {"type": "boolean"}),
+        # -- owner A dies here, parked --
+        InputAnswer(S, 0, "answer:c1:approve", "c1", "approve", True),
+        AskAnswered(S, 0, "c1", "approve", True, "answer:c1:approve"),
+        InputSettled(S, 0, "answer:c1:approve", "completed"),
+        TurnResumed(S, 0, "in-1", 1, 2),
+    )
+    assert decisions(plan(state)) == {"c1": ("rerun", 2)}
+
+
+def test_s5_7_logged_response_is_not_requested_again() -> None:
+    # Crash right after the response with calls was logged: nothing of the batch ran.
+    state = state_of(
+        *head(call("c1", "safe"), call("c2", "never"), text="working"), TurnResumed(S, 0, "in-1", 1, 2)
+    )
+    action = plan(state)
+    assert not isinstance(action, CallModel)
+    assert decisions(action) == {"c1": ("run", 1), "c2": ("run", 1)}
+
+
+# -- the rest of the planner ------------------------------------------------------------------
+
+
+def test_a_call_that_never_started_runs_even_with_replay_never() -> None:
+    state = state_of(
+        *head(call("c1", "never"), call("c2", "never"), call("c3", "agent"), call("c4", "gone")),
+        tool_started("c1", "never"),
+    )
+    assert decisions(plan(state)) == {
+        "c1": ("cut", 2),
+        "c2": ("run", 1),
+        "c3": ("run", 1),
+        "c4": ("run", 1),
+    }
+
+
+def test_unknown_tool_is_cut() -> None:
+    state = state_of(
+        *head(call("c1", "gone"), call("c2", "safe")), tool_started("c1", "gone"), tool_started("c2", "safe")
+    )
+    assert decide_call(state.calls["c1"], None) == CallDecision("c1", "gone", "cut", 2)
+    assert decisions(plan(state)) == {"c1": ("cut", 2), "c2": ("rerun", 2)}
+
+
+def test_run_batch_keeps_call_order() -> None:
+    calls = [call(f"c{i}", n) for i, n in enumerate(["safe", "never", "safe", "never", "gone"])]
+    state = state_of(
+        *head(*calls), tool_started("c3", "never"), tool_started("c0", "safe"), tool_result("c2", "safe")
+    )
+    action = plan(state)
+    assert [d.tool_call_id for d in action.calls] == ["c0", "c1", "c2", "c3", "c4"]
+    assert [d.action for d in action.calls] == ["rerun", "run", "keep", "cut", "run"]
+    assert [d.tool_call_id for d in action.to_start] == ["c0", "c1", "c4"]
+
+
+def test_attempts_exhausted_once_turn_attempts_exceed_max_attempts() -> None:
+    records = [*head(call("c1", "safe")), tool_started("c1", "safe")]
+    for attempt in (2, 3):
+        records.append(TurnResumed(S, 0, "in-1", 1, attempt))
+    state = state_of(*records)
+    assert state.turns[0].attempts == 3
+    assert isinstance(plan(state, max_attempts=3), RunBatch)  # 3 owners are allowed
+    action = plan(state, max_attempts=2)
+    assert isinstance(action, FailTurn)
+    assert (action.turn, action.code) == (1, "attempts_exhausted")
+    assert "2 times" in action.error and "max_attempts=2" in action.error
+
+
+def test_attempts_exhausted_before_anything_else() -> None:
+    state = state_of(*head(text="bye"), TurnResumed(S, 0, "in-1", 1, 2))  # would complete
+    assert isinstance(plan(state, max_attempts=1), FailTurn)
+
+
+def test_complete_turn_when_the_last_response_has_no_tool_calls() -> None:
+    state = state_of(
+        *head(call("c1", "safe")),
+        tool_started("c1", "safe"),
+        tool_result("c1", "safe"),
+        ModelResponseRecord(S, 0, 1, 1, "all done", ()),
+    )
+    assert plan(state) == CompleteTurn(1, "all done")
+
+
+def test_complete_turn_with_no_text() -> None:
+    assert plan(state_of(*head())) == CompleteTurn(1, None)
+
+
+def test_call_model_first_when_the_turn_has_no_response() -> None:
+    state = state_of(InputMessage(S, 0, "in-1", "go", "h"), TurnStarted(S, 0, "in-1", 1))
+    assert plan(state) == CallModel(1, 0)
+
+
+def test_call_model_with_the_next_index_when_the_batch_is_complete() -> None:
+    state = state_of(
+        *head(call("c1", "safe"), call("c2", "never")),
+        tool_started("c1", "safe"),
+        tool_started("c2", "never"),
+        tool_result("c2", "never"),
+        tool_result("c1", "safe"),
+        ModelResponseRecord(S, 0, 1, 1, None, (call("c3", "never"),)),
+        tool_result("c3", "never", {"error": "cut"}, is_error=True, code="cut"),
+    )
+    assert plan(state) == CallModel(1, 2)
+
+
+def test_call_model_numbers_indexes_per_turn() -> None:
+    state = state_of(
+        *head(text="first"),
+        TurnFinished(S, 0, "in-1", 1, "completed", "first"),
+        InputMessage(S, 0, "in-2", "again", "h"),
+        TurnStarted(S, 0, "in-2", 2),
+    )
+    assert plan(state) == CallModel(2, 0)
+
+
+def test_no_action_without_an_active_turn() -> None:
+    assert plan(SessionState(session_id=S)) is None
+    state = state_of(*head(text="bye"), TurnFinished(S, 0, "in-1", 1, "completed", "bye"))
+    assert plan(state) is None
+
+
+def test_actions_are_frozen() -> None:
+    action = CallModel(1, 0)
+    with pytest.raises(AttributeError):
+        action.index = 2  # type: ignore[misc]

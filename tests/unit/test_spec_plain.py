@@ -1,0 +1,107 @@
+"""SPEC 6: plain mode, ``chat()`` with the same tools and no durable log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import FakeClock, chat, durable_tool, tool, tool_definition
+from harness.errors import NotDurableError
+
+from .conftest import Args, call, eventually, script
+
+
+class Ok(BaseModel):
+    ok: bool
+
+
+def results(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {m["tool_call_id"]: (json.loads(m["content"]), m["is_error"]) for m in messages if m["role"] == "tool"}
+
+
+async def test_s6_1_step_do_runs_fn_every_time():
+    runs: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("charge", lambda info: runs.append(info.idempotency_key) or len(runs))
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    for _ in range(2):
+        out = await chat(
+            model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t]
+        )
+        assert out[-1] == {"role": "assistant", "content": "done"}
+    assert len(runs) == 2  # nothing is stored, nothing is skipped
+    assert out[0] == {"role": "user", "content": "go"}
+    assert results(out) == {"c1": (2, False)}
+
+
+async def test_s6_1_plain_and_sync_tools_work_in_chat():
+    def plain(args: Args) -> Any:
+        return {"order": args.order_id}
+
+    def sync_durable(args: Args, ctx: Any) -> Any:
+        return ctx.step.do("s", lambda: (1, 2))
+
+    tools = [
+        tool(tool_definition(name="plain", description="d", input_schema=Args), plain),
+        durable_tool(tool_definition(name="sync", description="d", input_schema=Args), sync_durable),
+    ]
+    out = await chat(
+        model=script([call("c1", "plain", order_id="7"), call("c2", "sync")], "done"),
+        messages=[{"role": "user", "content": "go"}],
+        tools=tools,
+    )
+    assert results(out) == {"c1": ({"order": "7"}, False), "c2": ([1, 2], False)}
+
+
+async def test_s6_1_step_sleep_waits_its_full_time():
+    clock = FakeClock()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.sleep("nap", timedelta(seconds=60))
+        return "rested"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    task = asyncio.create_task(
+        chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t], clock=clock)
+    )
+    await eventually(lambda: clock.sleepers == 1)
+    clock.advance(59.9)
+    await asyncio.sleep(0)
+    assert not task.done()
+    clock.advance(0.1)
+    assert results(await task) == {"c1": ("rested", False)}
+
+
+async def test_s6_1_ask_and_append_raise_not_durable():
+    caught: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.ask("q", message="?", schema=Ok)
+        except NotDurableError:
+            caught.append("ask")
+        try:
+            ctx.append([{"type": "x"}])
+        except NotDurableError:
+            caught.append("append")
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
+    assert caught == ["ask", "append"]
+
+
+async def test_s6_1_uncaught_not_durable_is_a_tool_error():
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.ask("q", message="?", schema=Ok)
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    out = await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
+    [(content, is_error)] = results(out).values()
+    assert is_error and content["error"] == "tool_failed" and content["type"] == "NotDurableError"

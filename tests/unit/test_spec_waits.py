@@ -1,0 +1,315 @@
+"""SPEC 3: waits (``step.sleep``, ``step.ask``), with a fake clock: nothing really sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer
+from harness.records import InputAnswer
+
+from .conftest import LEASE, Args, call, crash, entries, eventually, script
+
+SID = "s-1"
+
+
+class Approval(BaseModel):
+    approved: bool
+    note: str = ""
+
+
+def harness_of(execute: Any, *, model: Any = None) -> Any:
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    return define_harness(name="test/waits", model=model or script([call("c1", "work")], "done"), tools=[t])
+
+
+# --- 3.1 sleep ---------------------------------------------------------------------------
+
+
+async def test_s3_1_sleep_records_wake_time_before_waiting(host, log, clock):
+    start = clock.now()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.sleep("nap", timedelta(seconds=60))
+        return "rested"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    task = asyncio.create_task(session.send("go"))
+    await eventually(lambda: clock.sleepers == 1)
+    [scheduled] = await entries(log, SID, "harness.sleep.scheduled")
+    assert scheduled["wake_at"] == round((start + 60) * 1000)
+    assert not task.done()
+    clock.advance(59)
+    await asyncio.sleep(0)
+    assert not task.done() and clock.sleepers == 1
+    clock.advance(1)
+    assert (await task).outcome == "completed"
+
+
+async def test_s3_1_sleep_until_datetime(host, log, clock):
+    wake = datetime.fromtimestamp(clock.now() + 3600, tz=UTC)
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.sleep("nap", until=wake)
+        return "rested"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    task = asyncio.create_task(session.send("go"))
+    await eventually(lambda: clock.sleepers == 1)
+    [scheduled] = await entries(log, SID, "harness.sleep.scheduled")
+    assert scheduled["wake_at"] == round(wake.timestamp() * 1000)
+    clock.set(wake.timestamp())
+    assert (await task).outcome == "completed"
+
+
+async def _crash_while_sleeping(hosts: Any, clock: Any, runs: list[int]) -> Any:
+    async def execute(args: Args, ctx: Any) -> Any:
+        runs.append(1)
+        await ctx.step.sleep("nap", timedelta(seconds=60))
+        return "rested"
+
+    h = harness_of(execute)
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    task = asyncio.create_task(first.send("go", input_id="in-1"))
+    await eventually(lambda: clock.sleepers == 1)
+    await crash(first)
+    task.cancel()
+    return h
+
+
+async def test_s3_1_after_crash_sleep_waits_only_until_recorded_wake(hosts, log, clock):
+    runs: list[int] = []
+    start = clock.now()
+    h = await _crash_while_sleeping(hosts, clock, runs)
+    clock.advance(LEASE.total_seconds() + 1)  # 31 s of the 60 s have passed
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    recovering = asyncio.create_task(second.recover())
+    await eventually(lambda: clock.sleepers == 1)
+    assert len(runs) == 2 and not recovering.done()
+    clock.set(start + 60 - 0.01)
+    await asyncio.sleep(0)
+    assert not recovering.done()
+    clock.set(start + 60)  # the recorded wake time, not 60 s after the rerun began
+    [result] = await recovering
+    assert result.outcome == "completed"
+    assert len(await entries(log, SID, "harness.sleep.scheduled")) == 1
+
+
+async def test_s3_1_after_crash_sleep_already_due_returns_at_once(hosts, log, clock):
+    runs: list[int] = []
+    h = await _crash_while_sleeping(hosts, clock, runs)
+    clock.advance(3600)
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()  # nobody advances the clock: it must not wait
+    assert result.outcome == "completed"
+    assert len(runs) == 2
+
+
+# --- 3.2 ask -----------------------------------------------------------------------------
+
+
+def asking(answers: list[Any], *, expires_at: datetime | None = None) -> Any:
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            answer = await ctx.step.ask(
+                "approve", message=f"Approve order {args.order_id}?", schema=Approval, expires_at=expires_at
+            )
+        except AskExpired as exc:
+            answers.append(exc)
+            return {"expired": True}
+        answers.append(answer)
+        return {"approved": answer.approved}
+
+    return execute
+
+
+async def test_s3_2_ask_records_question_and_send_returns_waiting(host, log, clock):
+    expires = datetime.fromtimestamp(clock.now() + 600, tz=UTC)
+    session = await host.open(harness_of(asking([], expires_at=expires)), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "waiting" and result.input_id == "in-1"
+    [ask] = result.waiting
+    assert (ask.tool_call_id, ask.name, ask.message) == ("c1", "approve", "Approve order 42?")
+    assert ask.schema == Approval.model_json_schema()
+    assert ask.expires_at == pytest.approx(expires.timestamp())
+    [opened] = await entries(log, SID, "harness.ask.opened")
+    assert opened["name"] == "approve" and opened["message"] == "Approve order 42?"
+    assert opened["schema"] == Approval.model_json_schema()
+    assert opened["expires_at"] == round(expires.timestamp() * 1000)
+
+
+async def test_s3_2_invalid_answer_rejected_tool_keeps_waiting_valid_answer_logged(host, log):
+    answers: list[Any] = []
+    session = await host.open(harness_of(asking(answers)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+    with pytest.raises(InvalidAnswer) as bad:
+        await session.answer("c1", "approve", {"approved": "maybe"})
+    assert "approved" in str(bad.value) and bad.value.reason == "invalid_answer"
+    with pytest.raises(InvalidAnswer) as unknown:
+        await session.answer("c1", "nope", {"approved": True})
+    assert unknown.value.reason == "no_open_ask"
+    assert answers == [] and await entries(log, SID, "harness.ask.answered") == []
+
+    result = await session.answer("c1", "approve", {"approved": True, "note": "fine"})
+    assert result is not None and result.outcome == "completed" and result.input_id == "in-1"
+    assert answers == [Approval(approved=True, note="fine")]
+    [answered] = await entries(log, SID, "harness.ask.answered")
+    assert answered["value"] == {"approved": True, "note": "fine"}
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert tool_result["content"] == {"approved": True}
+
+
+async def test_s3_2_answer_produced_into_the_log_is_taken_by_the_owner(host, log, other_log):
+    answers: list[Any] = []
+    session = await host.open(harness_of(asking(answers)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+
+    producer = other_log()  # any producer of the session's log, no ownership
+    await producer.submit(InputAnswer(SID, 0, "ans-bad", "c1", "approve", {"approved": 3}))
+    await producer.submit(InputAnswer(SID, 0, "ans-ok", "c1", "approve", {"approved": False}))
+    await eventually(lambda: "in-1" in session.state.inputs and session.state.inputs["in-1"].settled)
+    assert answers == [Approval(approved=False)]
+    settled = {e["input_id"]: e for e in await entries(log, SID, "harness.input.settled")}
+    assert settled["ans-bad"]["outcome"] == "rejected" and settled["ans-bad"]["code"] == "invalid_answer"
+    assert settled["ans-ok"]["outcome"] == "completed"
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+
+
+async def test_s3_2_answer_through_another_server(hosts, log, other_log):
+    answers: list[Any] = []
+    h = harness_of(asking(answers))
+    owner = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+
+    other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
+    with pytest.raises(InvalidAnswer):
+        await other.answer("c1", "approve", {"approved": "no"})  # validated from the log's schema
+    assert await other.answer("c1", "approve", {"approved": True}) is None  # the owner has it
+    await eventually(lambda: owner.state.inputs["in-1"].settled)
+    assert answers == [Approval(approved=True)]
+
+
+async def test_s3_2_after_crash_ask_returns_logged_answer_without_asking_again(hosts, log, clock):
+    answers: list[Any] = []
+    release = asyncio.Event()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        answer = await ctx.step.ask("approve", message="ok?", schema=Approval)
+        answers.append(answer)
+        await release.wait()  # dies after the answer, before the result
+        return {"approved": answer.approved}
+
+    h = harness_of(execute)
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await first.send("go", input_id="in-1")).outcome == "waiting"
+    answering = asyncio.create_task(first.answer("c1", "approve", {"approved": True}))
+    await eventually(lambda: answers)
+    await crash(first)
+    answering.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert answers == [Approval(approved=True)] * 2
+    assert len(await entries(log, SID, "harness.ask.opened")) == 1
+    assert len(await entries(log, SID, "harness.ask.answered")) == 1
+
+
+async def test_s3_2_waiting_ask_survives_a_crash_and_is_answered_later(hosts, log, clock):
+    answers: list[Any] = []
+    h = harness_of(asking(answers))
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await first.send("go", input_id="in-1")).outcome == "waiting"
+    await crash(first)
+    clock.advance(LEASE.total_seconds() + 1)
+
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [waiting] = await second.recover()
+    assert waiting.outcome == "waiting" and [a.name for a in waiting.waiting] == ["approve"]
+    result = await second.answer("c1", "approve", {"approved": True})
+    assert result is not None and result.outcome == "completed"
+    assert len(await entries(log, SID, "harness.ask.opened")) == 1
+
+
+# --- 3.3 expiry --------------------------------------------------------------------------
+
+
+async def test_s3_3_ask_past_expiry_raises_in_tool_and_later_answer_rejected(host, log, clock):
+    answers: list[Any] = []
+    expires = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
+    session = await host.open(harness_of(asking(answers, expires_at=expires)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+    clock.advance(61)
+    await eventually(lambda: session.state.inputs["in-1"].settled)
+    assert len(answers) == 1 and isinstance(answers[0], AskExpired)
+    assert answers[0].name == "approve"
+    with pytest.raises(InvalidAnswer):
+        await session.answer("c1", "approve", {"approved": True})
+    assert await entries(log, SID, "harness.ask.answered") == []
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+
+
+async def test_s3_3_answer_after_expiry_rejected_even_before_tool_noticed(hosts, log, clock):
+    expires = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
+    h = harness_of(asking([], expires_at=expires))
+    owner = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+    await crash(owner)  # nobody is there to notice the expiry
+    clock.advance(120)
+    other = await hosts(owner_id="b").open(h, session_id=SID)
+    with pytest.raises(InvalidAnswer) as late:
+        await other.answer("c1", "approve", {"approved": True})
+    assert late.value.reason == "ask_expired"
+
+
+async def test_s3_3_expired_ask_raises_at_once_on_rerun(hosts, log, clock):
+    answers: list[Any] = []
+    expires = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
+    h = harness_of(asking(answers, expires_at=expires))
+    first = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await first.send("go", input_id="in-1")).outcome == "waiting"
+    await crash(first)
+    clock.advance(120)
+    second = await hosts(owner_id="b").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(answers) == 1 and isinstance(answers[0], AskExpired)
+
+
+# --- 3.4 names ---------------------------------------------------------------------------
+
+
+async def test_s3_4_sleep_and_ask_names_share_the_step_namespace(host, log):
+    caught: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("x", lambda: 1)
+        try:
+            await ctx.step.sleep("x", timedelta(seconds=0))
+        except DuplicateStepName:
+            caught.append("sleep")
+        try:
+            await ctx.step.ask("x", message="?", schema=Approval)
+        except DuplicateStepName:
+            caught.append("ask")
+        await ctx.step.sleep("nap", timedelta(seconds=0))
+        try:
+            await ctx.step.sleep("nap", timedelta(seconds=0))
+        except DuplicateStepName:
+            caught.append("sleep-twice")
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert caught == ["sleep", "ask", "sleep-twice"]
+    assert len(await entries(log, SID, "harness.sleep.scheduled")) == 1
+    assert await entries(log, SID, "harness.ask.opened") == []
