@@ -30,7 +30,9 @@ LEASE = timedelta(seconds=60)
 
 
 def record(session: str, n: int) -> StepResult:
-    return StepResult(session_id=session, ts=n, tool_call_id="call-1", name=f"step-{n}", value={"pad": "x" * 150})
+    return StepResult(
+        session_id=session, ts=n, tool_call_id="call-1", name=f"step-{n}", value={"pad": "x" * 150}
+    )
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -83,7 +85,9 @@ async def main(bootstrap: str, n: int, sessions: int) -> None:
         f"ratio (append/bare) p50 {pct(lat, 0.5) / pct(bare, 0.5):.2f}x  p99 {pct(lat, 0.99) / pct(bare, 0.99):.2f}x"
     )
 
-    writers = await asyncio.gather(*(log.claim(f"c-{k}", owner="bench", lease=LEASE) for k in range(sessions)))
+    writers = await asyncio.gather(
+        *(log.claim(f"c-{k}", owner="bench", lease=LEASE) for k in range(sessions))
+    )
     per_session = max(1, n // 10)
     before = log.stats.snapshot()
 

@@ -7,7 +7,11 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"demo": "harness.demo:main", "kafka-local": "harness.testing.kafka_local:main"}
+    commands = {
+        "demo": "harness.demo:main",
+        "kafka-local": "harness.testing.kafka_local:main",
+        "worker": "services.worker.main:main",
+    }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print("usage: harness {" + ",".join(commands) + "} [options]", file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2

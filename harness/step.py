@@ -13,8 +13,8 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import FunctionType, MethodType
 from datetime import datetime, timedelta, timezone
+from types import FunctionType, MethodType
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError

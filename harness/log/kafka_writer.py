@@ -254,6 +254,9 @@ class PartitionWriter:
              owner must claim again and re-read the log before writing more.
         """
         pending = [a for a in batch if a.future.set_running_or_notify_cancel()]
+        if self._dead is not None:  # queued before the writer died
+            self._fail(pending, self._dead_error)
+            return
         for append in [a for a in pending if not self._is_current(a.session_id, a.epoch)]:
             pending.remove(append)
             append.future.set_exception(self._released_error(append))

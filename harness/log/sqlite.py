@@ -147,7 +147,7 @@ _Op = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]", bool]
 class _Group:
     """The writes queued on one event loop, and its flush in progress on the writer thread."""
 
-    __slots__ = ("queue", "scheduled", "inflight")
+    __slots__ = ("inflight", "queue", "scheduled")
 
     def __init__(self) -> None:
         self.queue: list[_Op] = []
@@ -317,7 +317,9 @@ class SqliteLog:
         group.queue = []
         if ops and not self._flush_here(ops):
             if self._writer_thread is None:
-                self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-write")
+                self._writer_thread = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="harness-sqlite-write"
+                )
             group.inflight = loop.run_in_executor(self._writer_thread, partial(self._commit, ops, wait=True))
             group.inflight.add_done_callback(partial(self._landed, loop, group, ops))
             return
@@ -339,7 +341,9 @@ class SqliteLog:
         self._resolve(ops, outcomes)
         return True
 
-    def _landed(self, loop: asyncio.AbstractEventLoop, group: _Group, ops: list[_Op], done: asyncio.Future[Any]) -> None:
+    def _landed(
+        self, loop: asyncio.AbstractEventLoop, group: _Group, ops: list[_Op], done: asyncio.Future[Any]
+    ) -> None:
         group.inflight = None
         if done.cancelled():
             self._fail(ops, LogUnavailable(f"SQLite log {self._path!r}: the write was cancelled"))
@@ -353,7 +357,12 @@ class SqliteLog:
             self._forget_if_idle(loop, group)
 
     def _forget_if_idle(self, loop: asyncio.AbstractEventLoop, group: _Group) -> None:
-        if not group.queue and group.inflight is None and not group.scheduled and self._groups.get(loop) is group:
+        if (
+            not group.queue
+            and group.inflight is None
+            and not group.scheduled
+            and self._groups.get(loop) is group
+        ):
             del self._groups[loop]
 
     @staticmethod
@@ -459,7 +468,11 @@ class SqliteLog:
     # matches no row changes nothing); the savepoint is the second line of defence.
 
     def _op_append(
-        self, db: sqlite3.Connection, session_id: str, encoded: Sequence[tuple[str, bytes]], writer: SqliteWriter | None
+        self,
+        db: sqlite3.Connection,
+        session_id: str,
+        encoded: Sequence[tuple[str, bytes]],
+        writer: SqliteWriter | None,
     ) -> list[int]:
         """The fence check (writers only), then the inserts, one after the other."""
         if writer is not None:
@@ -473,7 +486,9 @@ class SqliteLog:
 
     def _op_claim(self, db: sqlite3.Connection, session_id: str, owner: str, lease_seconds: float) -> int:
         now = self._clock()
-        row = db.execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)).fetchone()
+        row = db.execute(
+            "SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)
+        ).fetchone()
         if row is not None:
             cur_owner, _, cur_until = row
             if cur_owner is not None and cur_owner != owner and cur_until is not None and cur_until > now:
@@ -500,7 +515,9 @@ class SqliteLog:
         )
 
     def _fence(self, db: sqlite3.Connection, writer: SqliteWriter) -> None:
-        cur = db.execute(_FENCE, (self._clock() + writer._lease_seconds, writer.session_id, writer.epoch, writer.owner))
+        cur = db.execute(
+            _FENCE, (self._clock() + writer._lease_seconds, writer.session_id, writer.epoch, writer.owner)
+        )
         if cur.rowcount != 1:
             raise FencedError(
                 f"writer epoch {writer.epoch} of session {writer.session_id!r} lost ownership",
@@ -529,7 +546,9 @@ class SqliteLog:
                     conn.execute(statement)
                 # INSERT OR IGNORE: the first process to create the file picks the namespace;
                 # it never changes afterwards (it is part of every idempotency key).
-                conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('namespace', ?)", (uuid.uuid4().hex,))
+                conn.execute(
+                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('namespace', ?)", (uuid.uuid4().hex,)
+                )
                 conn.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
                 )
@@ -587,7 +606,8 @@ class SqliteLog:
         db = self._db()
         if session_id is None:
             rows = db.execute(
-                "SELECT seq, session_id, value FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+                "SELECT seq, session_id, value FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
             ).fetchall()
         else:
             rows = db.execute(
@@ -597,13 +617,19 @@ class SqliteLog:
         return [_decode_row(self._codec, sid, seq, bytes(value)) for seq, sid, value in rows]
 
     def _sessions(self) -> list[str]:
-        rows = self._db().execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)").fetchall()
+        rows = (
+            self._db()
+            .execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)")
+            .fetchall()
+        )
         return [sid for (sid,) in rows]
 
     def _lease_info(self, session_id: str) -> LeaseInfo:
-        rows = self._db().execute(
-            "SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)
-        ).fetchall()
+        rows = (
+            self._db()
+            .execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,))
+            .fetchall()
+        )
         if not rows:
             return LeaseInfo(owner=None, epoch=0, lease_until=None)
         owner, epoch, lease_until = rows[0]
@@ -613,7 +639,9 @@ class SqliteLog:
 class SqliteWriter:
     """The owner's handle on one session of a :class:`SqliteLog`."""
 
-    def __init__(self, log: SqliteLog, session_id: str, *, owner: str, epoch: int, lease_seconds: float) -> None:
+    def __init__(
+        self, log: SqliteLog, session_id: str, *, owner: str, epoch: int, lease_seconds: float
+    ) -> None:
         self._log = log
         self._session_id = session_id
         self._owner = owner

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -110,8 +110,12 @@ class Session:
         session_id: str,
         secrets: Mapping[str, str],
         state: SessionState,
+        follow: bool = True,
     ) -> None:
         self._host = host
+        # follow=True: the handle reads the log itself (polling while it owns the
+        # session). follow=False: a worker pushes every committed record with ingest().
+        self._follow = follow
         self._log = host.log
         self._clock = host.clock
         self.harness = harness
@@ -129,6 +133,7 @@ class Session:
         self._parked: set[str] = set()
         self._own_turns: set[int] = set()  # turns this handle started or took over
         self._input_lock = asyncio.Lock()
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # -- public API ---------------------------------------------------------------------
@@ -232,10 +237,49 @@ class Session:
             if not entries:
                 await self._next_change(asyncio.ensure_future(asyncio.sleep(self._host.poll_interval)))
 
+    async def ingest(self, entries: Sequence[LogEntry]) -> None:
+        """Fold records a worker read from the log, then act on new inputs (follow=False)."""
+        if entries:
+            for entry in entries:
+                self._state.apply_entry(entry)  # our own appends come back: skipped
+            self._state.mark_read(max(e.seq for e in entries))
+            self._notify()
+        if self.busy and any(i.kind != "message" for i in self._state.pending_inputs()):
+            # The driver is inside a turn (e.g. a tool parked on an ask): take the
+            # answer / records now, beside it.
+            task = asyncio.create_task(self._take_inputs_guarded(), name=f"inputs:{self.session_id}")
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
+        self.resume()
+
+    async def _take_inputs_guarded(self) -> None:
+        try:
+            await self._take_inputs()
+        except FencedError as exc:
+            self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the waiters raise it
+            self._fatal = exc
+            self._notify()
+
+    def resume(self) -> None:
+        """Drive the session if the log shows work: inputs to take or an unfinished turn."""
+        if self._state.pending_inputs() or self._state.active_turn is not None:
+            self._kick()
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why this handle stopped for good (fenced, busy elsewhere, an I/O failure), if it did."""
+        return self._fatal
+
+    @property
+    def busy(self) -> bool:
+        """A driver task is running (a turn, or inputs being taken)."""
+        return self._driver is not None and not self._driver.done()
+
     async def close(self) -> None:
         """Stop driving (recoverably: nothing is written) and give up ownership."""
         self._closed = True
-        for task in (self._driver, self._background):
+        for task in (self._driver, self._background, *self._side_tasks):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
@@ -254,6 +298,8 @@ class Session:
 
     async def _refresh(self) -> None:
         """Fold what others committed since we last looked."""
+        if not self._follow:
+            return  # the worker feeds us (ingest)
         entries = await self._log.read(self.session_id, after=self._state.read_upto)
         if entries:
             for entry in entries:
@@ -299,6 +345,8 @@ class Session:
                 if self._clock.now() >= next_renew:
                     await self._writer.renew()
                     next_renew = self._clock.now() + renew_every
+                if not self._follow:
+                    continue
                 await self._refresh()
                 await self._take_inputs()
                 idle = self._driver is None or self._driver.done()
@@ -337,6 +385,9 @@ class Session:
 
     async def _next_change(self, *others: asyncio.Future[Any]) -> None:
         """Wait for the next state change (or for one of ``others`` to finish)."""
+        if not others:  # the common case: no task + asyncio.wait per commit (~15 µs a step)
+            await self._changed.wait()
+            return
         waiter = asyncio.ensure_future(self._changed.wait())
         try:
             await asyncio.wait({waiter, *others}, return_when=asyncio.FIRST_COMPLETED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -97,6 +98,10 @@ async def test_wal_and_synchronous_full_are_set(log, db):
     assert sync == 2  # FULL
     busy = await log._call(lambda: log._db().execute("PRAGMA busy_timeout").fetchone()[0])
     assert busy == 10_000
+    # the write connection: FULL too, and it never waits on the loop (a locked file
+    # moves the commit to the writer thread, which waits busy_timeout)
+    assert log._wconn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert log._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
 
 
 async def test_tables_and_namespace_row(log, db):
@@ -134,6 +139,118 @@ async def test_closed_log_refuses_calls(db):
     await log.close()
     with pytest.raises(LogUnavailable):
         await log.read("s")
+
+
+# --- group commit ---------------------------------------------------------------------------
+
+
+async def test_concurrent_appends_of_many_sessions_share_transactions(log):
+    writers = [await log.claim(f"s{k}", owner="w", lease=LEASE) for k in range(50)]
+    before = (log.stats.appends, log.stats.transactions)
+    batches = await asyncio.gather(*(w.append([step(w.session_id, n) for n in range(3)]) for w in writers))
+    appends, transactions = log.stats.appends - before[0], log.stats.transactions - before[1]
+    assert appends == 50
+    assert 1 <= transactions < appends  # one fsync served many appends
+    for w, entries in zip(writers, batches, strict=True):
+        seqs = [e.seq for e in entries]
+        assert seqs == list(range(seqs[0], seqs[0] + 3))  # an append is never split
+        assert await log.read(w.session_id) == entries
+    all_seqs = sorted(e.seq for entries in batches for e in entries)
+    assert len(set(all_seqs)) == 150
+
+
+async def test_a_fenced_writer_in_a_group_fails_alone(log):
+    old = await log.claim("x", owner="w1", lease=LEASE)
+    await log.claim("x", owner="w1", lease=LEASE)  # fences `old` (same owner, new epoch)
+    others = [await log.claim(f"s{k}", owner="w", lease=LEASE) for k in range(5)]
+    before = log.stats.transactions
+    results = await asyncio.gather(
+        others[0].append([step("s0", 1)]),
+        old.append([step("x", 1), step("x", 2)]),
+        *(w.append([step(w.session_id, 1), step(w.session_id, 2)]) for w in others[1:]),
+        return_exceptions=True,
+    )
+    assert log.stats.transactions == before + 1  # all of them in one transaction
+    assert isinstance(results[1], FencedError) and results[1].session_id == "x"
+    assert await log.read("x") == []
+    for w, entries in zip(others, [results[0], *results[2:]], strict=True):
+        assert not isinstance(entries, BaseException), entries
+        assert await log.read(w.session_id) == entries
+
+
+async def test_a_database_error_fails_every_append_of_its_transaction(log, monkeypatch):
+    writers = [await log.claim(f"s{k}", owner="w", lease=LEASE) for k in range(4)]
+    real = log._op_append
+
+    def failing(db, session_id, encoded, writer):
+        seqs = real(db, session_id, encoded, writer)  # inserted, then the disk fails
+        if session_id == "s2":
+            raise sqlite3.OperationalError("disk I/O error")
+        return seqs
+
+    monkeypatch.setattr(log, "_op_append", failing)
+    results = await asyncio.gather(
+        *(w.append([step(w.session_id, 1)]) for w in writers), return_exceptions=True
+    )
+    assert all(isinstance(r, LogUnavailable) for r in results), results
+    assert len({id(r) for r in results}) == 4  # each caller gets its own error
+    monkeypatch.undo()
+    for w in writers:
+        assert await log.read(w.session_id) == []  # nothing of that transaction is visible
+    (entry,) = await writers[0].append([step("s0", 2)])  # the log still works
+    assert await log.read("s0") == [entry]
+
+
+async def test_a_file_locked_by_another_connection_never_blocks_the_loop(log, db):
+    writer = await log.claim("s", owner="w", lease=LEASE)
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock, like another process
+        append = asyncio.ensure_future(writer.append([step("s", 1)]))
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while the append waits for the lock
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert ticks == 20 and not append.done()
+        other.execute("COMMIT")
+        (entry,) = await append
+    finally:
+        other.close()
+    assert await log.read("s") == [entry]
+    assert log.stats.offloaded >= 1
+    (again,) = await writer.append([step("s", 2)])  # and the next one is back on the loop
+    assert again.seq == entry.seq + 1
+
+
+async def test_commits_run_on_the_writer_thread_when_storage_is_slow(db):
+    log = SqliteLog(db, inline_commit_limit=0)  # as if every commit were slow
+    try:
+        writers = [await log.claim(f"s{k}", owner="w", lease=LEASE) for k in range(10)]
+        batches = await asyncio.gather(
+            *(w.append([step(w.session_id, 1), step(w.session_id, 2)]) for w in writers)
+        )
+        for w, entries in zip(writers, batches, strict=True):
+            assert entries[1].seq == entries[0].seq + 1
+            assert await log.read(w.session_id) == entries
+        assert log.stats.offloaded == log.stats.transactions >= 1
+    finally:
+        await log.close()
+
+
+async def test_close_lands_the_writes_already_queued(db):
+    log = SqliteLog(db)
+    writer = await log.claim("s", owner="w", lease=LEASE)
+    pending = [asyncio.ensure_future(writer.append([step("s", n)])) for n in range(5)]
+    await asyncio.sleep(0)  # queued, not yet committed
+    await log.close()
+    entries = [e for p in pending for e in await p]
+    with pytest.raises(LogUnavailable):
+        await writer.append([step("s", 9)])
+    again = SqliteLog(db)
+    try:
+        assert await again.read("s") == entries
+    finally:
+        await again.close()
 
 
 # --- several processes on one file -------------------------------------------------------------
