@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Self
+from typing import ClassVar, Self
 
 from harness.errors import CorruptRecord, FencedError, LogUnavailable, SessionBusy
 from harness.log import (
@@ -56,6 +56,8 @@ class MemoryLog:
         namespace: the log's stable id; a random one by default.
         codec: the record codec; ``harness.codec.default_codec()`` by default.
     """
+
+    has_leases: ClassVar[bool] = True  # claims are refused while another lease is live
 
     def __init__(
         self,

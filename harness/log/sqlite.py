@@ -202,7 +202,8 @@ class SqliteLog:
         self._wconn: sqlite3.Connection | None = None
         self._conn: sqlite3.Connection | None = None  # the reader thread's connection
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-read")
-        self._writer_thread: ThreadPoolExecutor | None = None  # made on first need
+        # (threads start on first use: a log whose commits all run on the loop has none)
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-write")
         try:
             self._namespace = self._open_writer()
             self._executor.submit(self._guard, self._open_reader).result()
@@ -210,6 +211,7 @@ class SqliteLog:
             if self._wconn is not None:
                 self._wconn.close()
             self._executor.shutdown(wait=True)
+            self._writer_thread.shutdown(wait=True)
             raise
 
     @property
@@ -282,8 +284,7 @@ class SqliteLog:
                 self._flush(loop, group)
         await loop.run_in_executor(self._executor, self._close_conns)
         self._executor.shutdown(wait=False)
-        if self._writer_thread is not None:
-            self._writer_thread.shutdown(wait=False)
+        self._writer_thread.shutdown(wait=False)
 
     async def __aenter__(self) -> Self:
         return self
@@ -316,10 +317,6 @@ class SqliteLog:
         ops = [op for op in group.queue if not op[2].done()]  # a cancelled write writes nothing
         group.queue = []
         if ops and not self._flush_here(ops):
-            if self._writer_thread is None:
-                self._writer_thread = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="harness-sqlite-write"
-                )
             group.inflight = loop.run_in_executor(self._writer_thread, partial(self._commit, ops, wait=True))
             group.inflight.add_done_callback(partial(self._landed, loop, group, ops))
             return
@@ -417,7 +414,10 @@ class SqliteLog:
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
                     raise
-                self._commit_avg += (time.perf_counter() - started - self._commit_avg) * 0.125
+                # A moving average of commit times, each clipped so one stall (a
+                # checkpoint, a noisy neighbour) does not move commits off the loop.
+                took = min(time.perf_counter() - started, 2 * self._inline_limit)
+                self._commit_avg += (took - self._commit_avg) * 0.125
                 if appends >= 0:
                     self._stats.transactions += 1
                     self._stats.appends += appends

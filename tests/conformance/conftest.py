@@ -21,8 +21,6 @@ from harness.log.base import SessionLog
 
 BACKENDS = ("memory", "sqlite", "kafka")
 
-# Tests that expect SessionBusy without checking ``log_factory.has_leases`` themselves.
-_NEEDS_LEASES = frozenset({"test_s7_1_fencing_holds_across_two_handles_on_one_store"})
 
 
 @pytest.fixture
@@ -79,8 +77,6 @@ async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any
     elif name == "kafka":
         from harness.log.kafka import KafkaLog
 
-        if request.node.originalname in _NEEDS_LEASES:
-            pytest.skip("kafka has no leases: a second handle's claim fences, it is never refused")
         # One partition: seqs are then comparable across sessions, as the contract's
         # "one log" tests expect. The factory drops clock=: Kafka has no leases.
         bootstrap = request.getfixturevalue("kafka_bootstrap")

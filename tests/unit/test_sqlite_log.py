@@ -237,6 +237,21 @@ async def test_commits_run_on_the_writer_thread_when_storage_is_slow(db):
         await log.close()
 
 
+async def test_one_log_serves_event_loops_in_several_threads(log):
+    writers = [await log.claim(f"t{k}", owner="w", lease=LEASE) for k in range(4)]
+
+    async def appends(writer):
+        return [await writer.append([step(writer.session_id, n), step(writer.session_id, n + 1)]) for n in range(30)]
+
+    # each thread runs its own loop, all of them writing through the same log at once
+    results = await asyncio.gather(*(asyncio.to_thread(asyncio.run, appends(w)) for w in writers))
+    for w, batches in zip(writers, results, strict=True):
+        entries = [e for batch in batches for e in batch]
+        assert all(b[1].seq == b[0].seq + 1 for b in batches)
+        assert await log.read(w.session_id) == entries
+    assert log._groups == {}  # no loop is remembered once its writes landed
+
+
 async def test_close_lands_the_writes_already_queued(db):
     log = SqliteLog(db)
     writer = await log.claim("s", owner="w", lease=LEASE)
