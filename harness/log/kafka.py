@@ -149,6 +149,7 @@ class KafkaLog:
         self._started = False
         self._closed = False
         self._writers: dict[int, PartitionWriter] = {}
+        self._pinned: set[int] = set()  # partitions a worker owns: their producer stays open
         self._owners: dict[str, _Ownership] = {}
         self._committed: dict[int, int] = {}  # partition -> end of what this process committed
         self._dead_lettered: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
@@ -409,7 +410,27 @@ class KafkaLog:
                     if own.writer is old:
                         own.writer, own.owner = None, None
             writer = self._new_writer(partition, previous=old)
+            self._pinned.add(partition)
         await asyncio.wrap_future(writer.ready)
+
+    async def disown_partition(self, partition: int) -> None:
+        """Give up ``partition`` (revoked from this worker): close its producer.
+
+        This process's session writers of the partition are fenced (their next append
+        raises ``FencedError``); queued appends finish first.
+        """
+        closing = None
+        with self._lock:
+            self._pinned.discard(partition)
+            writer = self._writers.pop(partition, None)
+            if writer is not None:
+                for own in self._owners.values():
+                    if own.writer is writer:
+                        own.writer, own.owner = None, None
+                writer.sessions.clear()
+                closing = writer.close()
+        if closing is not None:
+            await asyncio.wrap_future(closing)
 
     def _new_writer(self, partition: int, *, previous: PartitionWriter | None) -> PartitionWriter:
         """A started writer for ``partition`` (called with the lock held)."""
@@ -457,7 +478,11 @@ class KafkaLog:
             own.writer = None
             shared = writer._writer
             shared.sessions.discard(writer.session_id)
-            if not shared.sessions and self._writers.get(writer.partition) is shared:
+            if (
+                not shared.sessions
+                and writer.partition not in self._pinned
+                and self._writers.get(writer.partition) is shared
+            ):
                 # Last session of the partition: flush and close its producer. The next
                 # claim's writer waits for this one to finish before init_transactions.
                 closing = shared.close()

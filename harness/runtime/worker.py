@@ -98,7 +98,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
         try:
-            if hasattr(self.log, "settings") and type(self.log).__name__ == "KafkaLog":
+            if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
                 from harness.log.kafka_group import run_group_worker
 
                 await run_group_worker(self, stop)

@@ -1,0 +1,230 @@
+"""A worker's membership of the consumer group ``<prefix>.workers``, and what it does
+with the partitions the group gives it.
+
+The group consumer only decides ownership: it subscribes to ``<prefix>.sessions``
+with cooperative-sticky assignment and keeps every assigned partition PAUSED, so it
+never fetches. Its blocking ``poll`` runs on one private thread; rebalance callbacks
+hand the work to the event loop and wait for it:
+
+* assigned p: (1) ``own_partition(p)``: a new transactional producer whose
+  ``init_transactions`` fences the previous owner and aborts its open transaction;
+  (2) read p's committed records from the start to the end (after the fencing, so
+  nothing of the zombie is pending); (3) rebuild the sessions and go live; (4) tail
+  p from there and route each new record to its session.
+* revoked / lost p: cancel the tail, stop p's sessions without writing anything,
+  close p's producer. The next owner continues at once.
+
+Timeouts: ``SESSION_TIMEOUT_MS`` bounds how long partitions of a SIGKILLed worker
+wait before the group moves them; ``transaction.timeout.ms`` of the owner producer
+(10 s, see kafka_config) never delays a takeover, because the new owner's
+``init_transactions`` aborts the old owner's open transaction at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from harness import ids
+from harness.errors import LogError
+
+if TYPE_CHECKING:
+    from harness.log.kafka import KafkaLog
+    from harness.runtime.worker import Worker
+
+__all__ = ["GroupMember", "run_group_worker"]
+
+log = logging.getLogger("harness.worker")
+
+SESSION_TIMEOUT_MS = 6000
+"""How long the group waits for a silent member (SIGKILL, SIGSTOP) before moving its
+partitions; the broker's group.min.session.timeout.ms (6 s by default) is the floor."""
+HEARTBEAT_INTERVAL_MS = 1000
+MAX_POLL_INTERVAL_MS = 300_000
+"""The poll thread polls every POLL_S, so this only trips if the process hangs."""
+POLL_S = 0.2
+CALLBACK_TIMEOUT_S = 60.0
+"""How long a rebalance callback waits for the loop to take up or drop partitions."""
+SWEEP_EVERY_S = 1.0
+
+
+class GroupMember:
+    """The group consumer on its own thread; calls back into the loop on rebalances."""
+
+    def __init__(
+        self,
+        *,
+        log_: KafkaLog,
+        loop: asyncio.AbstractEventLoop,
+        on_assigned: Callable[[list[int]], Any],
+        on_revoked: Callable[[list[int]], Any],
+        instance_id: str | None,
+    ) -> None:
+        settings = log_.settings
+        config: dict[str, Any] = {
+            **settings.admin_config(),
+            "group.id": ids.workers_group(settings.topic_prefix),
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS,
+            "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+        }
+        if instance_id:
+            config["group.instance.id"] = instance_id
+        self._consumer = Consumer(config)
+        self._topic = settings.sessions_topic
+        self._loop = loop
+        self._on_assigned = on_assigned
+        self._on_revoked = on_revoked
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="harness-group", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._consumer.subscribe([self._topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
+        self._thread.start()
+
+    def _call(self, fn: Callable[[list[int]], Any], partitions: list[int]) -> None:
+        future = asyncio.run_coroutine_threadsafe(fn(partitions), self._loop)
+        try:
+            future.result(CALLBACK_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - logged; the group goes on
+            log.error("rebalance callback for partitions %s failed: %s", partitions, exc)
+
+    def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        if partitions:
+            consumer.pause(partitions)  # ownership only: data is read by each partition's tail
+            self._call(self._on_assigned, sorted(tp.partition for tp in partitions))
+
+    def _revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            self._call(self._on_revoked, sorted(tp.partition for tp in partitions))
+        consumer.incremental_unassign(partitions)
+
+    def _lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions %s were lost (this worker was silent too long)", [tp.partition for tp in partitions])
+        self._revoke(consumer, partitions)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                msg = self._consumer.poll(POLL_S)
+                if msg is not None and msg.error() is not None:
+                    err = msg.error()
+                    if err.fatal():
+                        raise RuntimeError(f"group consumer failed: {err.str()}")
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        log.warning("group consumer: %s", err.str())
+        except BaseException as exc:  # noqa: BLE001 - reported to the worker
+            self.error = exc
+            log.error("group consumer stopped: %s", exc)
+        finally:
+            # Leaving the group revokes every partition (callbacks run here) and lets
+            # the group move them at once instead of after the session timeout.
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+
+class _Owned:
+    """One owned partition: its tail task."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.tail: asyncio.Task[None] | None = None
+
+
+async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
+    """Own the partitions the group gives ``worker`` until ``stop``; see the module doc."""
+    klog: KafkaLog = worker.log  # type: ignore[assignment]
+    await klog.start()
+    loop = asyncio.get_running_loop()
+    owned: dict[int, _Owned] = {}
+    lock = asyncio.Lock()  # assignments and revocations one at a time
+
+    async def tail(partition: int, start: int) -> None:
+        rt = worker.runtime(partition)
+        while True:
+            try:
+                async for entry in klog.tail_partition(partition, start):
+                    worker.stats.records_ingested += 1
+                    await rt.ingest([entry])
+                    start = entry.seq
+            except LogError as exc:
+                log.warning("tail of partition %s failed (%s); reopening", partition, exc)
+                await asyncio.sleep(1.0)
+
+    async def assigned(partitions: list[int]) -> None:
+        async with lock:
+            for p in partitions:
+                if p in owned:
+                    continue
+                await klog.own_partition(p)  # fences the previous owner first
+                rt = worker.runtime(p)
+                entries = await klog.read_partition(p, 0)
+                rt.rebuild(entries)
+                await rt.go_live()
+                worker.stats.rebuilds += 1
+                own = owned[p] = _Owned(p)
+                own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
+                log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
+            worker.stats.partitions = len(owned)
+            worker.ready.set()
+
+    async def revoked(partitions: list[int]) -> None:
+        async with lock:
+            for p in partitions:
+                own = owned.pop(p, None)
+                if own is not None and own.tail is not None:
+                    own.tail.cancel()
+                    with contextlib.suppress(BaseException):
+                        await own.tail
+                rt = worker.runtimes.pop(p, None)
+                if rt is not None:
+                    await rt.stop()
+                with contextlib.suppress(Exception):
+                    await klog.disown_partition(p)
+                log.info("gave up partition %s", p)
+            worker.stats.partitions = len(owned)
+
+    member = GroupMember(
+        log_=klog, loop=loop, on_assigned=assigned, on_revoked=revoked, instance_id=worker.instance_id
+    )
+    member.start()
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), SWEEP_EVERY_S)
+            if member.error is not None:
+                raise member.error
+            for rt in list(worker.runtimes.values()):
+                await rt.sweep()
+                rt.forget_idle()
+            worker.stats.sessions = sum(len(rt.sessions) for rt in worker.runtimes.values())
+    finally:
+        # Stop the sessions first (nothing written), then leave the group: the poll
+        # thread's close() revokes what is left through the same callback.
+        async with lock:
+            for p in list(owned):
+                own = owned.pop(p)
+                if own.tail is not None:
+                    own.tail.cancel()
+            for rt in list(worker.runtimes.values()):
+                await rt.stop()
+        member.stop()
+        await asyncio.to_thread(member.join, CALLBACK_TIMEOUT_S)
