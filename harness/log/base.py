@@ -20,14 +20,15 @@ backend holds the very same Avro records.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from harness.records import LogEntry, Record
 
-__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter"]
+__all__ = [
+    "Checkpoint","LeaseInfo", "LogEntry", "SessionLog", "SessionWriter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +89,12 @@ class SessionLog(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A partition's sessions as of log position ``covers`` (every record <= covers)."""
+
+    covers: int
+    sessions: Mapping[str, Sequence[LogEntry]]  # live sessions: all their records
+    ended: frozenset[str] = field(default_factory=frozenset)  # ended sessions: ids only

@@ -47,6 +47,7 @@ from harness.log.kafka_inputs import (
     InputProducer,
 )
 from harness.log.kafka_partitioner import partition_for
+from harness.log.kafka_snapshots import SnapshotStore
 from harness.log.kafka_reader import ConsumerPool, ReadResult, read_range, tail
 from harness.log.kafka_session import KafkaSessionWriter
 from harness.log.kafka_stats import KafkaLogStats
@@ -155,6 +156,7 @@ class KafkaLog:
         self._dead_lettered: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
         self._inputs: InputProducer | None = None
         self._pool = ConsumerPool(self.settings)
+        self._snapshots: SnapshotStore | None = None
 
     @property
     def namespace(self) -> str:
@@ -395,6 +397,13 @@ class KafkaLog:
             self, session_id, owner=owner, epoch=epoch, partition=partition, writer=writer
         )
 
+    @property
+    def snapshots(self) -> SnapshotStore:
+        """Partition checkpoints (``<prefix>.snapshots``), for workers' bounded rebuilds."""
+        if self._snapshots is None:
+            self._snapshots = SnapshotStore(self.settings, self._codec)
+        return self._snapshots
+
     async def own_partition(self, partition: int) -> None:
         """Start a NEW fenced producer for ``partition`` now (e.g. when a worker is assigned it).
 
@@ -514,6 +523,8 @@ class KafkaLog:
         closing = [asyncio.wrap_future(w.close()) for w in writers]
         await asyncio.gather(*closing, return_exceptions=True)
         await asyncio.to_thread(self._pool.close)
+        if self._snapshots is not None:
+            await asyncio.to_thread(self._snapshots.close)
         if inputs is not None:
             await asyncio.to_thread(inputs.close)
 

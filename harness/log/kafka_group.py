@@ -52,6 +52,10 @@ POLL_S = 0.2
 CALLBACK_TIMEOUT_S = 60.0
 """How long a rebalance callback waits for the loop to take up or drop partitions."""
 SWEEP_EVERY_S = 1.0
+CHECKPOINT_EVERY_RECORDS = 2000
+"""A partition checkpoint is written once this many records were folded since the last."""
+CHECKPOINT_EVERY_S = 30.0
+"""... or this long after the last one, if anything was folded since."""
 
 
 class GroupMember:
@@ -176,15 +180,34 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
                     continue
                 await klog.own_partition(p)  # fences the previous owner first
                 rt = worker.runtime(p)
-                entries = await klog.read_partition(p, 0)
+                checkpoint = None
+                try:
+                    checkpoint = await klog.snapshots.read(p)
+                except Exception as exc:  # noqa: BLE001 - an optimisation only: read it all instead
+                    log.warning("checkpoint of partition %s unreadable (%s); reading the whole partition", p, exc)
+                if checkpoint is not None:
+                    rt.load_checkpoint(checkpoint)
+                entries = await klog.read_partition(p, rt.position)
                 rt.rebuild(entries)
                 await rt.go_live()
+                if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
+                    await write_checkpoint(p, rt)
                 worker.stats.rebuilds += 1
                 own = owned[p] = _Owned(p)
                 own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
                 log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
             worker.stats.partitions = len(owned)
             worker.ready.set()
+
+    last_checkpoint: dict[int, float] = {}
+
+    async def write_checkpoint(p: int, rt: Any) -> None:
+        try:
+            await klog.snapshots.write(p, rt.checkpoint())
+            rt.records_since_checkpoint = 0
+        except Exception as exc:  # noqa: BLE001 - an optimisation only: try again later
+            log.warning("checkpoint of partition %s not written: %s", p, exc)
+        last_checkpoint[p] = loop.time()
 
     async def revoked(partitions: list[int]) -> None:
         async with lock:
@@ -212,9 +235,15 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
                 await asyncio.wait_for(stop.wait(), SWEEP_EVERY_S)
             if member.error is not None:
                 raise member.error
-            for rt in list(worker.runtimes.values()):
+            for p, rt in list(worker.runtimes.items()):
                 await rt.sweep()
                 rt.forget_idle()
+                due = loop.time() - last_checkpoint.get(p, 0.0) >= CHECKPOINT_EVERY_S
+                if rt.live and p in owned and (
+                    rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS
+                    or (due and rt.records_since_checkpoint > 0)
+                ):
+                    await write_checkpoint(p, rt)
             worker.stats.sessions = sum(len(rt.sessions) for rt in worker.runtimes.values())
     finally:
         # Stop the sessions first (nothing written), then leave the group: the poll

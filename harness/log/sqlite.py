@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import ClassVar, Any, Self, TypeVar
 
 from harness.errors import (
     CorruptRecord,
@@ -179,6 +179,8 @@ class SqliteLog:
         inline_commit_limit: commits run on the event-loop thread while they take
             less than this on average; 0 runs every commit on the writer thread.
     """
+
+    has_leases: ClassVar[bool] = True  # claims are refused while another lease is live
 
     def __init__(
         self,

@@ -1,14 +1,19 @@
 """The sessions of one partition of the log, driven by the partition's owner.
 
 A worker makes one ``PartitionRuntime`` per partition it owns (on SQLite: one
-for the whole file). First ``rebuild`` folds the partition's committed records
-(nothing is driven while history is read), then ``go_live`` drives every session
-with work left, then ``ingest`` routes each new committed record to its session,
-creating sessions as their first inputs arrive. ``stop`` cancels every session
-the recoverable way: nothing is written, the next owner carries on.
+for the whole file). First the partition's history is folded (``load_checkpoint``
+then ``rebuild``; nothing is driven while history is read), then ``go_live``
+drives every session with work left, then ``ingest`` routes each new committed
+record to its session, creating sessions as their first inputs arrive. ``stop``
+cancels every session the recoverable way: nothing is written, the next owner
+carries on.
 
-Sessions that ended are not kept in memory: when a new input arrives for one,
-its history is read back from the log.
+Bounded memory and rebuild: ended sessions are forgotten but for their ids (so a
+new input for one reads its history back, and a new session never needs a
+scan); live sessions keep their records, which is what a ``Checkpoint`` holds.
+A checkpoint covers every record up to ``covers``: a new owner starts from the
+latest one and reads only the tail after it. Checkpoints are an optimisation
+only: without one the same state comes from reading the whole partition.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from datetime import timedelta
 
 from harness.definition import Harness
 from harness.errors import FencedError, HarnessError, LogError, SessionBusy
+from harness.log.base import Checkpoint
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
 from harness.runtime.host import HarnessHost
 from harness.runtime.session import Session
 from harness.secrets import secret_values
 
-__all__ = ["PartitionRuntime", "SecretsFor"]
+__all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
 
 log = logging.getLogger("harness.worker")
 
@@ -48,33 +54,71 @@ class PartitionRuntime:
         self.partition = partition
         self._harnesses = dict(harnesses)
         self._secrets_for = secrets_for
-        self._states: dict[str, SessionState] = {}  # folded during rebuild
+        self._entries: dict[str, list[LogEntry]] = {}  # records of sessions not known to be ended
+        self._ended: set[str] = set()  # ended sessions (ids only)
+        self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
         self._sessions: dict[str, Session] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
         self.live = False
-        self.position = -1  # the highest log position folded
+        self.position = 0  # every record <= position was folded
+        self.records_since_checkpoint = 0
 
-    # -- lifecycle -----------------------------------------------------------------------
+    # -- history -------------------------------------------------------------------------
+
+    def load_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Start from a checkpoint instead of the beginning of the partition."""
+        if self.live or self._entries or self.position:
+            raise RuntimeError("load a checkpoint before anything else")
+        self._entries = {sid: list(entries) for sid, entries in checkpoint.sessions.items()}
+        self._ended = set(checkpoint.ended)
+        self.position = checkpoint.covers
 
     def rebuild(self, entries: Iterable[LogEntry]) -> None:
         """Fold history (no driving yet)."""
         for entry in entries:
-            state = self._states.get(entry.session_id)
-            if state is None:
-                state = self._states[entry.session_id] = SessionState(session_id=entry.session_id)
-            state.apply_entry(entry)
-            self.position = max(self.position, entry.seq)
+            if entry.seq <= self.position:
+                continue
+            sid = entry.session_id
+            if sid in self._ended:
+                self._needs_history.add(sid)  # an ended session came back: read it whole later
+            else:
+                self._entries.setdefault(sid, []).append(entry)
+            self.position = entry.seq
+            self.records_since_checkpoint += 1
+
+    async def forget_ended(self) -> dict[str, SessionState]:
+        """Fold every known session; keep the ids of the ended ones; return the live states."""
+        for sid in list(self._needs_history):
+            self._ended.discard(sid)
+            self._entries[sid] = list(await self.host.log.read(sid))
+        self._needs_history.clear()
+        live: dict[str, SessionState] = {}
+        for sid, entries in list(self._entries.items()):
+            state = fold(sid, entries)
+            if state.ended:
+                del self._entries[sid]
+                self._ended.add(sid)
+            else:
+                live[sid] = state
+        return live
 
     async def go_live(self) -> None:
-        """Drive every rebuilt session that has work left; forget the ended ones."""
-        states, self._states = self._states, {}
-        for session_id, state in states.items():
-            state.mark_read(state.last_seq)
-            if state.ended:
-                continue
-            await self._start(session_id, state)
+        """Drive every rebuilt session that has work left; remember the ended ones."""
+        for sid, state in (await self.forget_ended()).items():
+            await self._start(sid, state)
         self.live = True
+
+    def checkpoint(self) -> Checkpoint:
+        """What a new owner needs to start from ``self.position``."""
+        covers = self.position
+        return Checkpoint(
+            covers=covers,
+            sessions={sid: [e for e in entries if e.seq <= covers] for sid, entries in self._entries.items()},
+            ended=frozenset(self._ended),
+        )
+
+    # -- live ----------------------------------------------------------------------------
 
     async def ingest(self, entries: Sequence[LogEntry]) -> None:
         """Route newly committed records to their sessions."""
@@ -83,18 +127,31 @@ class PartitionRuntime:
             return
         by_session: dict[str, list[LogEntry]] = defaultdict(list)
         for entry in entries:
-            by_session[entry.session_id].append(entry)
-            self.position = max(self.position, entry.seq)
-        for session_id, batch in by_session.items():
-            session = self._sessions.get(session_id)
-            if session is not None:
-                await session.ingest(batch)
+            if entry.seq <= self.position:
                 continue
-            if not any(e.record.IS_INPUT for e in batch):
-                continue  # records of a session another owner drives (or did): nothing to do
-            state = fold(session_id, await self.host.log.read(session_id))
+            by_session[entry.session_id].append(entry)
+            self.position = entry.seq
+            self.records_since_checkpoint += 1
+        for sid, batch in by_session.items():
+            known = self._entries.get(sid)
+            if known is not None:
+                known.extend(batch)
+                session = self._sessions.get(sid)
+                if session is not None:
+                    await session.ingest(batch)
+                continue
+            if sid in self._ended:
+                if not any(e.record.IS_INPUT for e in batch):
+                    continue  # stray records of an ended session: nothing to do
+                self._ended.discard(sid)
+                history = await self.host.log.read(sid)  # rare: an ended session comes back
+                self._entries[sid] = list(history)
+                state = fold(sid, history)
+            else:
+                self._entries[sid] = list(batch)  # a new session: its first records
+                state = fold(sid, batch)
             if not state.ended:
-                await self._start(session_id, state)
+                await self._start(sid, state)
 
     async def stop(self) -> None:
         """Stop every session without writing anything (revocation, shutdown)."""
@@ -110,41 +167,39 @@ class PartitionRuntime:
         A fenced session means this owner lost the partition: it is dropped and the
         revocation that follows stops the rest.
         """
-        for session_id, session in list(self._sessions.items()):
+        for sid, session in list(self._sessions.items()):
             error = session.failed
             if error is None:
                 continue
-            del self._sessions[session_id]
+            del self._sessions[sid]
             with contextlib.suppress(Exception):
                 await session.close()
             if isinstance(error, FencedError):
                 continue
-            log.warning("session %s stopped (%s: %s); restarting it from the log",
-                        session_id, type(error).__name__, error)
-            try:
-                state = fold(session_id, await self.host.log.read(session_id))
-            except LogError as exc:
-                log.warning("cannot read session %s yet: %s", session_id, exc)
-                self._retry.add(session_id)
+            log.warning("session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error)
+            self._retry.add(sid)
+        for sid in list(self._retry):
+            self._retry.discard(sid)
+            if sid in self._sessions:
                 continue
+            try:
+                entries = await self.host.log.read(sid)
+            except LogError as exc:
+                log.warning("cannot read session %s yet: %s", sid, exc)
+                self._retry.add(sid)
+                continue
+            self._entries[sid] = list(entries)
+            state = fold(sid, entries)
             if not state.ended:
-                await self._start(session_id, state)
-        for session_id in list(self._retry):
-            self._retry.discard(session_id)
-            if session_id not in self._sessions:
-                try:
-                    state = fold(session_id, await self.host.log.read(session_id))
-                except LogError:
-                    self._retry.add(session_id)
-                    continue
-                if not state.ended:
-                    await self._start(session_id, state)
+                await self._start(sid, state)
 
     def forget_idle(self) -> int:
-        """Drop sessions that ended and have no driver running; returns how many."""
+        """Forget sessions that ended and have no driver running; returns how many."""
         idle = [sid for sid, s in self._sessions.items() if s.state.ended and not s.busy]
         for sid in idle:
             del self._sessions[sid]
+            self._entries.pop(sid, None)
+            self._ended.add(sid)
         return len(idle)
 
     @property
@@ -166,31 +221,28 @@ class PartitionRuntime:
             return next(iter(self._harnesses.values()))
         return None
 
-    async def _start(self, session_id: str, state: SessionState) -> None:
+    async def _start(self, sid: str, state: SessionState) -> None:
         harness = self._harness_for(state)
         if harness is None:
-            await self._reject_all(session_id, state)
+            await self._reject_all(sid, state)
             return
-        secrets = secret_values(self._secrets_for(session_id, harness.name) if self._secrets_for else None)
-        session = Session(
-            host=self.host, harness=harness, session_id=session_id, secrets=secrets, state=state, follow=False
-        )
-        self._sessions[session_id] = session
+        secrets = secret_values(self._secrets_for(sid, harness.name) if self._secrets_for else None)
+        session = Session(host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False)
+        self._sessions[sid] = session
         session.resume()
 
-    async def _reject_all(self, session_id: str, state: SessionState) -> None:
+    async def _reject_all(self, sid: str, state: SessionState) -> None:
         """No loaded harness can run this session: settle its inputs ``rejected``."""
         pending = [i for i in state.pending_inputs() if i.input_id not in self._rejected]
         if not pending:
             return
         name = state.harness or "(none)"
         try:
-            writer = await self.host.log.claim(session_id, owner=self.host.owner_id, lease=timedelta(seconds=5))
+            writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
             now = int(self.host.clock.now() * 1000)
             await writer.append(
                 [
-                    InputSettled(session_id, now, i.input_id, "rejected", "unknown_harness",
-                                 f"no harness named {name!r} runs here")
+                    InputSettled(sid, now, i.input_id, "rejected", "unknown_harness", f"no harness named {name!r} runs here")
                     for i in pending
                 ]
             )
@@ -198,6 +250,9 @@ class PartitionRuntime:
         except (SessionBusy, FencedError):
             return  # another owner has it
         except (LogError, HarnessError) as exc:
-            log.warning("could not reject inputs of session %s: %s", session_id, exc)
+            log.warning("could not reject inputs of session %s: %s", sid, exc)
             return
         self._rejected.update(i.input_id for i in pending)
+        if not state.active_turn:
+            self._entries.pop(sid, None)
+            self._ended.add(sid)

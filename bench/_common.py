@@ -1,0 +1,279 @@
+"""What the Kafka benchmarks share: a broker, realistic session records, a bulk
+filler, worker processes, and markdown tables.
+
+Not a library: imported by the scripts in ``bench/`` only (run them from the repo
+root, e.g. ``python bench/rebuild.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repo root
+    sys.path.insert(0, str(ROOT))
+
+from harness.codec import default_codec  # noqa: E402
+from harness.ids import RECORD_TYPE_HEADER, message_key  # noqa: E402
+from harness.records import (  # noqa: E402
+    AskOpened,
+    InputMessage,
+    InputSettled,
+    ModelResponseRecord,
+    Record,
+    StepResult,
+    ToolResult,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+
+APP = "bench.apps:bench"
+HARNESS_NAME = "bench/app"
+APPROVAL_SCHEMA = {
+    "properties": {"approved": {"title": "Approved", "type": "boolean"}},
+    "required": ["approved"],
+    "title": "Approval",
+    "type": "object",
+}
+
+
+# --- numbers and tables ----------------------------------------------------------------
+
+
+def pct(samples: Sequence[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table; floats get 3 significant decimals, the first column is left aligned."""
+    cells = [[str(h) for h in header]]
+    for row in rows:
+        cells.append([f"{c:,.3f}" if isinstance(c, float) else (f"{c:,}" if isinstance(c, int) else str(c))
+                      for c in row])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    out = []
+    for n, row in enumerate(cells):
+        out.append("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                     for i, (c, w) in enumerate(zip(row, widths, strict=True))) + " |")
+        if n == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+# --- a broker ----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """``bootstrap`` as is, or a LocalKafka started (and warmed up) for the run."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from harness.testing.kafka_local import LocalKafka
+
+    t0 = time.perf_counter()
+    with LocalKafka() as kafka:
+        kafka.warm_up_transactions()
+        print(f"(started LocalKafka at {kafka.bootstrap} in {time.perf_counter() - t0:.1f}s)", flush=True)
+        yield kafka.bootstrap
+
+
+def new_prefix(what: str) -> str:
+    return f"bench{what}{uuid.uuid4().hex[:8]}"
+
+
+def log_url(bootstrap: str, prefix: str, partitions: int) -> str:
+    return f"kafka://{bootstrap}?topic_prefix={prefix}&partitions={partitions}"
+
+
+# --- realistic records -------------------------------------------------------------------
+
+
+def ended_session(session_id: str, ts: int) -> list[Record]:
+    """One session with one finished turn, as a worker writes it (9 records): input,
+    turn.started, model.response (a tool call), tool.started, step.result, tool.result,
+    model.response (final text), turn.finished, input.settled."""
+    input_id = f"in-{session_id}"
+    call = {"id": "work", "name": "work", "arguments": {"steps": 1}}
+    return [
+        InputMessage(session_id, ts, input_id, "steps=1", HARNESS_NAME),
+        TurnStarted(session_id, ts, input_id, 1),
+        ModelResponseRecord(session_id, ts, 1, 0, "working on it", (call,)),
+        ToolStarted(session_id, ts, "work", "work", 1),
+        StepResult(session_id, ts, "work", "s0", 1),
+        ToolResult(session_id, ts, "work", "work", {"steps": 1}),
+        ModelResponseRecord(session_id, ts, 1, 1, "done", ()),
+        TurnFinished(session_id, ts, input_id, 1, "completed", "done"),
+        InputSettled(session_id, ts, input_id, "completed"),
+    ]
+
+
+def open_ask_session(session_id: str, ts: int) -> list[Record]:
+    """One session whose turn is parked on an open ``step.ask`` (5 records): live work."""
+    input_id = f"in-{session_id}"
+    call = {"id": "approve", "name": "approve", "arguments": {"what": "ask=yes"}}
+    return [
+        InputMessage(session_id, ts, input_id, "ask=yes", HARNESS_NAME),
+        TurnStarted(session_id, ts, input_id, 1),
+        ModelResponseRecord(session_id, ts, 1, 0, "working on it", (call,)),
+        ToolStarted(session_id, ts, "approve", "approve", 1),
+        AskOpened(session_id, ts, "approve", "approval", "Approve ask=yes?", APPROVAL_SCHEMA),
+    ]
+
+
+def history(ended_records: int, live_sessions: int, tag: str) -> Iterator[Record]:
+    """About ``ended_records`` records of ended sessions with ``live_sessions`` open-ask
+    sessions spread evenly through them (so every part of the history holds live work)."""
+    per = len(ended_session("x", 0))
+    n_ended = max(1, ended_records // per)
+    ts = int(time.time() * 1000)
+    every = max(1, n_ended // max(1, live_sessions))
+    live = 0
+    for i in range(n_ended):
+        if live < live_sessions and i % every == 0:
+            yield from open_ask_session(f"{tag}-live-{live}", ts)
+            live += 1
+        yield from ended_session(f"{tag}-done-{i}", ts)
+    while live < live_sessions:
+        yield from open_ask_session(f"{tag}-live-{live}", ts)
+        live += 1
+
+
+def fill_partition(bootstrap: str, topic: str, partition: int, records: Iterable[Record],
+                   *, per_transaction: int = 5000) -> int:
+    """Produce ``records`` (encoded by the harness codec, keyed and typed as the log
+    writes them) to one partition with a plain transactional producer; returns how many."""
+    from confluent_kafka import Producer
+
+    codec = default_codec()
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": f"bench-fill-{uuid.uuid4().hex[:8]}",
+        "linger.ms": 5,
+        "batch.size": 1_000_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "enable.idempotence": True,
+        "acks": "all",
+    })
+    producer.init_transactions(30)
+    n = 0
+    open_txn = False
+    for record in records:
+        if not open_txn:
+            producer.begin_transaction()
+            open_txn = True
+        producer.produce(topic, value=codec.encode(record), key=message_key(record.session_id),
+                         partition=partition, headers=[(RECORD_TYPE_HEADER, record.TYPE.encode())])
+        n += 1
+        if n % per_transaction == 0:
+            producer.commit_transaction(60)
+            open_txn = False
+    if open_txn:
+        producer.commit_transaction(60)
+    return n
+
+
+# --- worker processes ----------------------------------------------------------------------
+
+_OWNING = re.compile(r"owning partition (\d+)")
+_GAVE_UP = re.compile(r"gave up partition (\d+)")
+
+
+class WorkerProc:
+    """``harness worker`` in a child process; its stderr is parsed for the partitions it owns."""
+
+    def __init__(self, url: str, name: str, *, app: str = APP, log_level: str = "INFO") -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "worker", "--log", url, "--app", app, "--log-level", log_level],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.owned: set[int] = set()
+        self.ready = threading.Event()
+        self.changed_at = time.monotonic()
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read_out, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("worker ready"):
+                self.ready.set()
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._lock:
+                self.lines.append(line.rstrip())
+                if len(self.lines) > 2000:
+                    del self.lines[:1000]
+                m = _OWNING.search(line)
+                if m:
+                    self.owned.add(int(m.group(1)))
+                    self.changed_at = time.monotonic()
+                m = _GAVE_UP.search(line)
+                if m:
+                    self.owned.discard(int(m.group(1)))
+                    self.changed_at = time.monotonic()
+
+    def owns(self) -> set[int]:
+        with self._lock:
+            return set(self.owned)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.alive:
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.proc.wait()
+
+    def tail(self, n: int = 20) -> str:
+        with self._lock:
+            return "\n".join(self.lines[-n:])
+
+
+def wait_until(predicate: Any, timeout: float, what: str, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def wait_settled_group(workers: Sequence[WorkerProc], partitions: int, *, quiet: float = 1.0,
+                       timeout: float = 60.0) -> None:
+    """Until the live workers own every partition between them, each one some, and no
+    ownership changed for ``quiet`` seconds (the group finished rebalancing)."""
+    def settled() -> bool:
+        live = [w for w in workers if w.alive]
+        owned = [w.owns() for w in live]
+        if any(not o for o in owned) or sorted(p for o in owned for p in o) != list(range(partitions)):
+            return False
+        return time.monotonic() - max(w.changed_at for w in live) >= quiet
+    wait_until(settled, timeout, "the worker group to settle")

@@ -1,0 +1,94 @@
+"""PartitionRuntime: routing of committed records, new sessions without a scan,
+ended sessions read back when they return, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harness import HarnessHost, define_harness
+from harness.log.memory import MemoryLog
+from harness.models import ModelResponse, ScriptedModel
+from harness.records import InputMessage, InputSettled
+from harness.runtime.partition import PartitionRuntime
+
+
+class CountingLog(MemoryLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_reads: list[str] = []
+
+    async def read(self, session_id, *, after=None):
+        self.session_reads.append(session_id)
+        return await super().read(session_id, after=after)
+
+
+def _harness():
+    return define_harness(name="echo", model=ScriptedModel(lambda m: ModelResponse(text="hi")), tools=[])
+
+
+async def _settled(log: MemoryLog, sid: str, input_id: str) -> bool:
+    return any(isinstance(e.record, InputSettled) and e.record.input_id == input_id for e in await log.read(sid))
+
+
+async def _drain(rt: PartitionRuntime, log: CountingLog) -> None:
+    """Feed the runtime what the log committed after its position, as a tail would."""
+    for _ in range(50):
+        entries = [e for e in await MemoryLog.read_all(log) if e.seq > rt.position]
+        if not entries:
+            for s in rt.sessions.values():
+                if s.busy:
+                    break
+            else:
+                return
+        await rt.ingest(entries)
+        await asyncio.sleep(0)
+
+
+async def test_new_session_is_started_without_reading_the_log() -> None:
+    log = CountingLog()
+    host = HarnessHost(log=log)
+    rt = PartitionRuntime(host=host, harnesses={"echo": _harness()})
+    await rt.go_live()
+    entry = await log.submit(InputMessage("new", 0, "in-1", "hello", "echo"))
+    await rt.ingest([entry])
+    await _drain(rt, log)
+    assert log.session_reads == []  # its first records came from the tail: no scan for a new session
+    assert await _settled(log, "new", "in-1")
+    await rt.stop()
+
+
+async def test_ended_session_that_comes_back_is_read_whole() -> None:
+    log = CountingLog()
+    host = HarnessHost(log=log)
+    rt = PartitionRuntime(host=host, harnesses={"echo": _harness()})
+    await rt.go_live()
+    await rt.ingest([await log.submit(InputMessage("s", 0, "in-1", "one", "echo"))])
+    await _drain(rt, log)
+    assert rt.forget_idle() == 1 and "s" in rt.checkpoint().ended
+    log.session_reads.clear()
+    await rt.ingest([await log.submit(InputMessage("s", 0, "in-2", "two", "echo"))])
+    await _drain(rt, log)
+    assert log.session_reads[0] == "s"
+    assert await _settled(log, "s", "in-2")
+    state = rt.sessions["s"].state
+    assert len(state.turns) == 2  # the first turn came back from the log
+    await rt.stop()
+
+
+async def test_unknown_harness_settles_rejected() -> None:
+    log = CountingLog()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
+    await rt.go_live()
+    await rt.ingest([await log.submit(InputMessage("x", 0, "in-1", "hello", "nobody"))])
+    settled = [e.record for e in await log.read("x") if isinstance(e.record, InputSettled)]
+    assert [(s.outcome, s.code) for s in settled] == [("rejected", "unknown_harness")]
+
+
+async def test_checkpoint_must_come_first() -> None:
+    log = CountingLog()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={})
+    rt.rebuild([await log.submit(InputMessage("x", 0, "in-1", "hello", "echo"))])
+    with pytest.raises(RuntimeError):
+        rt.load_checkpoint(rt.checkpoint())
