@@ -3,35 +3,40 @@
     python bench/rebuild.py                      # starts its own LocalKafka
     python bench/rebuild.py --bootstrap 127.0.0.1:9092 --records 200000 --profile
 
-A one-partition log is filled with realistic session records (each ended session is
-one finished turn of 9 records: input, turn.started, model.response, tool.started,
-step.result, tool.result, model.response, turn.finished, input.settled) produced
-encoded by the harness codec with a plain transactional producer, with ``--live``
-sessions parked on an open ``step.ask`` spread through the history.
+Partitions of one-partition logs are filled with realistic session records, encoded
+by the harness codec and produced with a plain transactional producer (keyed and
+typed as the log writes them). An ended session is one finished turn of 9 records:
+input, turn.started, model.response (a tool call), tool.started, step.result,
+tool.result, model.response (text), turn.finished, input.settled. A live session is
+parked on an open ``step.ask`` (5 records); ``--live`` of them are spread evenly
+through the history.
 
-(a) rebuild records/s: a real in-process ``Worker`` joins the group and is assigned
-    the partition; what ``run_group_worker`` does on assignment is timed from the end
-    of ``own_partition`` (the fencing ``init_transactions``, reported apart) to
-    ``worker.ready`` (every session rebuilt and live), so the bench follows whatever
-    the assignment path does (a snapshot read once snapshots land). Against, in the
-    same run, a raw baseline: a plain confluent-kafka read_committed consumer reading
-    the same partition from the start and decoding each value with fastavro
-    ``schemaless_reader``. Last line of (a): ``ratio=<harness records/s / raw
-    records/s>`` (target >= 0.8).
+(a) rebuild records/s, on ``--records`` records of ended sessions. The full-read path
+    of an assignment by the same library calls (``KafkaLog.read_partition(p, 0)``,
+    ``PartitionRuntime.rebuild``, ``go_live``), against in the same run a raw
+    baseline: a plain confluent-kafka read_committed consumer reading the partition
+    from offset 0, decoding each value with fastavro ``schemaless_reader``. Runs
+    alternate, best of 2. Also shown: a real in-process ``Worker`` assigned the
+    partition, first with no checkpoint (it reads everything, then writes one), then
+    from that checkpoint. Last line: ``ratio=<harness records/s / raw records/s>``
+    (target >= 0.8).
 
-(b) history: the same assignment timed on a partition with ``--history-large``
-    records of ended sessions vs ``--history-small``, both with the same ``--live``
-    open-ask sessions. The first assignment of each partition is reported apart
-    (cold: no worker ever owned it, so no snapshot can exist); the ratio uses the
-    median of the later ones. Last line: ``history_ratio=<t large / t small>``
-    (target <= 1.5). While rebuild reads the partition from offset 0 this ratio
-    follows the history size.
+(b) history: a real in-process ``Worker`` assigned a partition of ``--history-large``
+    vs ``--history-small`` records of ended sessions, each with the same ``--live``
+    sessions. Timed from the end of ``own_partition`` (the fencing
+    ``init_transactions``, reported apart) to ``worker.ready`` (all rebuilt and live):
+    whatever ``run_group_worker`` does on assignment (today: read the latest
+    checkpoint of ``<prefix>.snapshots``, read the tail after it, fold, go live). The
+    first assignment of a partition finds no checkpoint (its history was produced
+    outside any worker) and is reported apart; the ratio uses the median of the later
+    ones. Last line: ``history_ratio=<t large / t small>`` (target <= 1.5).
 
-``--profile`` runs the read and the fold once more on the main thread under cProfile
-(``read_range`` then ``PartitionRuntime.rebuild``) and prints the top entries.
+``--profile`` runs the full-read path once more on the main thread under cProfile
+(``read_range``, ``rebuild``, the fold of ``go_live``) and prints the top entries.
 
-Every assignment takes over the live sessions (a ``harness.turn.resumed`` each) and
-a turn fails after ``Durability.max_attempts`` (10) takeovers: keep ``--repeat`` small.
+Every assignment of a (b) partition takes over its live sessions (one
+``harness.turn.resumed`` each) and a turn fails after ``Durability.max_attempts`` (10)
+takeovers: keep ``--repeat`` small.
 """
 
 from __future__ import annotations
@@ -105,6 +110,43 @@ async def worker_assignment(bootstrap: str, prefix: str) -> Assignment:
     return Assignment(fenced - fence, ready.at - fenced, live)
 
 
+@dataclass
+class Direct:
+    records: int
+    read: float
+    rebuild: float
+    go_live: float
+
+    @property
+    def total(self) -> float:
+        return self.read + self.rebuild + self.go_live
+
+
+async def direct_rebuild(bootstrap: str, prefix: str) -> Direct:
+    """The full-read path of an assignment, by the same library calls, without the group
+    or a checkpoint: ``read_partition(p, 0)``, ``PartitionRuntime.rebuild``, ``go_live``."""
+    from bench.apps import bench
+    from harness.log.kafka import KafkaLog
+    from harness.runtime.host import HarnessHost
+    from harness.runtime.partition import PartitionRuntime
+
+    klog = KafkaLog(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
+    await klog.start()
+    try:
+        rt = PartitionRuntime(host=HarnessHost(log=klog), harnesses={bench.name: bench}, partition=0)
+        t0 = time.perf_counter()
+        entries = await klog.read_partition(0, 0)
+        t1 = time.perf_counter()
+        rt.rebuild(entries)
+        t2 = time.perf_counter()
+        await rt.go_live()
+        t3 = time.perf_counter()
+        await rt.stop()
+    finally:
+        await klog.close()
+    return Direct(len(entries), t1 - t0, t2 - t1, t3 - t2)
+
+
 def _raw_schemas() -> dict[bytes, Any]:
     """fingerprint -> parsed schema, straight from the .avsc files (no harness codec)."""
     from fastavro import parse_schema
@@ -128,11 +170,14 @@ def raw_read(bootstrap: str, topic: str) -> tuple[int, float]:
     t0 = time.perf_counter()
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
-        "group.id": "bench-raw",
+        "group.id": "bench-raw",  # never joined: assign() only
         "isolation.level": "read_committed",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
+        # Tuned as a bounded reader should be (the harness reader does the same): the
+        # broker answers the fetch after the last records at once, not after 500 ms.
+        "fetch.wait.max.ms": 1,
     })
     tp = TopicPartition(topic, 0)
     low, end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
@@ -140,7 +185,12 @@ def raw_read(bootstrap: str, topic: str) -> tuple[int, float]:
     n = 0
     done = False
     while not done:
-        for msg in consumer.consume(1000, 0.1):
+        # consume(n, t) waits all of t unless n arrive: take what is there, else wait for one.
+        batch = consumer.consume(1000, 0)
+        if not batch:
+            first = consumer.poll(0.05)
+            batch = [] if first is None else [first]
+        for msg in batch:
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF and msg.offset() >= end:
@@ -158,18 +208,19 @@ def raw_read(bootstrap: str, topic: str) -> tuple[int, float]:
 
 
 def profile_rebuild(bootstrap: str, prefix: str, top: int) -> str:
-    """cProfile of one read (``read_range``, as read_partition runs it) and fold, on this thread."""
+    """cProfile of the full-read path on this thread: ``read_range`` (what read_partition
+    runs on a thread), ``PartitionRuntime.rebuild`` and the fold of ``go_live``."""
     from bench.apps import bench
     from harness.codec import default_codec
     from harness.log.kafka_config import KafkaSettings
     from harness.log.kafka_reader import ConsumerPool, read_range
     from harness.runtime.host import HarnessHost
     from harness.runtime.partition import PartitionRuntime
+    from harness.log.memory import MemoryLog
 
     settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
     pool = ConsumerPool(settings)
-    host = HarnessHost(log=None)  # type: ignore[arg-type]  # rebuild never touches the log
-    rt = PartitionRuntime(host=host, harnesses={bench.name: bench}, partition=0)
+    rt = PartitionRuntime(host=HarnessHost(log=MemoryLog()), harnesses={bench.name: bench}, partition=0)
     decode = default_codec().decode
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
@@ -177,11 +228,14 @@ def profile_rebuild(bootstrap: str, prefix: str, top: int) -> str:
     entries = read_range(pool, decode, topic=settings.sessions_topic, partition=0, start=0)
     t1 = time.perf_counter()
     rt.rebuild(entries)  # type: ignore[arg-type]
-    profiler.disable()
     t2 = time.perf_counter()
+    asyncio.run(rt.forget_ended())
+    profiler.disable()
+    t3 = time.perf_counter()
     pool.close()
     out = io.StringIO()
-    out.write(f"read_range {t1 - t0:.3f}s + rebuild {t2 - t1:.3f}s for {len(entries)} records (under cProfile)\n")
+    out.write(f"under cProfile: read_range {t1 - t0:.3f}s, rebuild {t2 - t1:.3f}s, fold (forget_ended) "
+              f"{t3 - t2:.3f}s, {len(entries):,} records\n")
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(top)
     return out.getvalue()
@@ -202,39 +256,41 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with broker(args.bootstrap) as bootstrap:
-        filled: dict[int, str] = {}  # ended records -> prefix (same --live everywhere)
-
-        def partition_with(ended: int) -> str:
-            if ended not in filled:
-                prefix = new_prefix(f"rb{ended}")
-                asyncio.run(_create(bootstrap, prefix))
-                t0 = time.perf_counter()
-                n = fill_partition(bootstrap, f"{prefix}.sessions", 0, history(ended, args.live, prefix))
-                print(f"(filled {prefix}.sessions[0] with {n:,} records in {time.perf_counter() - t0:.1f}s)",
-                      flush=True)
-                filled[ended] = prefix
-            return filled[ended]
+        def partition_with(ended: int, live: int) -> str:
+            prefix = new_prefix(f"rb{ended}")
+            asyncio.run(_create(bootstrap, prefix))
+            t0 = time.perf_counter()
+            n = fill_partition(bootstrap, f"{prefix}.sessions", 0, history(ended, live, prefix))
+            print(f"(filled {prefix}.sessions[0] with {n:,} records in {time.perf_counter() - t0:.1f}s)", flush=True)
+            return prefix
 
         if not args.skip_a:
-            prefix = partition_with(args.records)
+            prefix = partition_with(args.records, 0)
             topic = f"{prefix}.sessions"
             raws: list[tuple[int, float]] = []
-            runs: list[Assignment] = []
+            directs: list[Direct] = []
             for _ in range(2):  # alternate, so neither side gets the warmer cache
                 raws.append(raw_read(bootstrap, topic))
-                runs.append(asyncio.run(worker_assignment(bootstrap, prefix)))
+                directs.append(asyncio.run(direct_rebuild(bootstrap, prefix)))
+            cold = asyncio.run(worker_assignment(bootstrap, prefix))  # no checkpoint yet: reads it all
+            warm = asyncio.run(worker_assignment(bootstrap, prefix))  # from the checkpoint cold wrote
             n = max(r[0] for r in raws)
             raw_rate = max(count / s for count, s in raws)
-            best = min(runs, key=lambda a: a.rebuild_s)
-            rate = n / best.rebuild_s
+            best = min(directs, key=lambda d: d.total)
+            rate = best.records / best.total
             print()
-            print(f"(a) rebuild of one partition: {n:,} records ({args.live} live sessions), best of 2")
+            print(f"(a) rebuild of one partition of {n:,} records (ended sessions only); best of 2")
             print(table(
                 ["what", "seconds", "records/s"],
                 [
                     ("raw: read_committed consume + fastavro decode", min(s for _, s in raws), raw_rate),
-                    ("worker assignment: fenced -> live (rebuild)", best.rebuild_s, rate),
-                    ("  of which own_partition (init_transactions)", best.fence_s, "-"),
+                    ("harness: read_partition + rebuild + go_live", best.total, rate),
+                    ("  read_partition (consume + decode)", best.read, best.records / best.read),
+                    ("  rebuild (group by session)", best.rebuild, "-"),
+                    ("  go_live (fold each session, forget ended)", best.go_live, "-"),
+                    ("worker assignment, no checkpoint: fenced -> live", cold.rebuild_s, n / cold.rebuild_s),
+                    ("worker assignment, from its checkpoint: fenced -> live", warm.rebuild_s, "-"),
+                    ("  own_partition (init_transactions), not in the above", warm.fence_s, "-"),
                 ],
             ))
             print(f"ratio={rate / raw_rate:.2f}")
@@ -247,12 +303,11 @@ def main(argv: list[str] | None = None) -> int:
             medians: dict[int, float] = {}
             colds: dict[int, float] = {}
             for ended in (args.history_small, args.history_large):
-                prefix = partition_with(ended)
+                prefix = partition_with(ended, args.live)
                 runs = [asyncio.run(worker_assignment(bootstrap, prefix)) for _ in range(args.repeat + 1)]
-                # The (a) runs on a shared partition were its first assignments.
-                cold, warm = (runs[0], runs[1:]) if ended != args.records or args.skip_a else (None, runs)
+                cold, warm = runs[0], runs[1:]  # the first owner finds no checkpoint
                 medians[ended] = statistics.median(a.rebuild_s for a in warm)
-                colds[ended] = cold.rebuild_s if cold is not None else float("nan")
+                colds[ended] = cold.rebuild_s
                 rows.append((f"{ended:,} ended + {args.live} live", colds[ended], medians[ended],
                              max(a.rebuild_s for a in warm), statistics.median(a.fence_s for a in warm),
                              warm[-1].live))

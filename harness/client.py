@@ -34,6 +34,8 @@ class HarnessClient:
         bootstrap: Kafka bootstrap servers (``host:port[,host:port]``); or
         log: any session log (``open_log(url)``), e.g. the embedded SQLite file.
         topic_prefix: the topics' prefix on Kafka.
+        partitions: partitions of the sessions topic on Kafka (as every worker and
+            producer of it is configured; a topic of another shape is refused).
         client_config: librdkafka settings (security ...), copied.
     """
 
@@ -42,6 +44,7 @@ class HarnessClient:
         *,
         bootstrap: str | None = None,
         topic_prefix: str = "harness",
+        partitions: int = 12,
         client_config: Mapping[str, Any] | None = None,
         log: SessionLog | None = None,
     ) -> None:
@@ -50,7 +53,9 @@ class HarnessClient:
         if log is None:
             from harness.log.kafka import KafkaLog
 
-            log = KafkaLog(bootstrap=bootstrap or "", topic_prefix=topic_prefix, client_config=client_config)
+            log = KafkaLog(
+                bootstrap=bootstrap or "", topic_prefix=topic_prefix, partitions=partitions, client_config=client_config
+            )
             self._owns_log = True
         else:
             self._owns_log = False

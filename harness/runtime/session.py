@@ -330,7 +330,8 @@ class Session:
                 until = busy.lease_until if busy.lease_until is not None else self._clock.now() + 0.05
                 await self._clock.sleep_until(min(until, self._clock.now() + lease.total_seconds()) + 0.01)
         await self._refresh()  # the previous owner may have written after we folded
-        if self._background is None or self._background.done():
+        needs_keep_alive = self._follow or getattr(self._log, "has_leases", True)
+        if needs_keep_alive and (self._background is None or self._background.done()):
             self._background = asyncio.create_task(self._keep_alive(), name=f"keep-alive:{self.session_id}")
         return self._writer
 
@@ -339,8 +340,11 @@ class Session:
         renew_every = self._host.lease.total_seconds() / 3
         poll = self._host.poll_interval
         next_renew = self._clock.now() + renew_every
+        # A worker-fed handle (follow=False) only renews: it wakes once per renewal, so
+        # thousands of parked sessions cost nothing between renewals.
+        pause = poll if self._follow else renew_every
         while not self._closed and self._writer is not None:
-            await asyncio.sleep(poll)
+            await asyncio.sleep(pause)
             try:
                 if self._clock.now() >= next_renew:
                     await self._writer.renew()

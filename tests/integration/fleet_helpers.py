@@ -200,6 +200,15 @@ class Fleet:
 
         await wait_until(check, timeout=timeout, what="workers ready", details=self.describe)
 
+    def wait_ready_sync(self, *workers: WorkerProcess, timeout: float = 60.0) -> None:
+        """``wait_ready`` for code outside an event loop (module fixtures)."""
+        deadline = time.monotonic() + timeout
+        while not all(w.ready for w in workers):
+            dead = [w for w in workers if not w.alive]
+            if dead or time.monotonic() >= deadline:
+                raise AssertionError(f"workers not ready\n{self.describe()}")
+            time.sleep(POLL_S)
+
     async def wait_partitions_spread(self, workers: list[WorkerProcess], partitions: int, timeout: float = 60.0) -> None:
         """Until ``workers`` own every partition between them, each some, none twice."""
 
