@@ -14,14 +14,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.clock import Clock, FakeClock, SystemClock
-    from harness.context import ToolContext
-    from harness.definition import Durability, Harness, Hooks, ToolCallEvent, ToolOutcome, define_harness
-    from harness.errors import HarnessError
-    from harness.log import LogEntry, SessionLog, open_log
-    from harness.runtime import HarnessHost, OpenAsk, Session, TurnResult, chat
-    from harness.step import StepInfo
-    from harness.tools import Tool, ToolDefinition, durable_tool, tool, tool_definition
+    from harness.clock import Clock as Clock
+    from harness.clock import FakeClock as FakeClock
+    from harness.clock import SystemClock as SystemClock
+    from harness.context import ToolContext as ToolContext
+    from harness.definition import Durability as Durability
+    from harness.definition import Harness as Harness
+    from harness.definition import Hooks as Hooks
+    from harness.definition import ToolCallEvent as ToolCallEvent
+    from harness.definition import ToolOutcome as ToolOutcome
+    from harness.definition import define_harness as define_harness
+    from harness.errors import HarnessError as HarnessError
+    from harness.log import LogEntry as LogEntry
+    from harness.log import SessionLog as SessionLog
+    from harness.log import open_log as open_log
+    from harness.runtime import HarnessHost as HarnessHost
+    from harness.runtime import OpenAsk as OpenAsk
+    from harness.runtime import Session as Session
+    from harness.runtime import TurnResult as TurnResult
+    from harness.runtime.chat import chat as chat
+    from harness.step import StepInfo as StepInfo
+    from harness.tools import Tool as Tool
+    from harness.tools import ToolDefinition as ToolDefinition
+    from harness.tools import durable_tool as durable_tool
+    from harness.tools import tool as tool
+    from harness.tools import tool_definition as tool_definition
 
 _EXPORTS = {
     "Clock": "harness.clock",

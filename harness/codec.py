@@ -446,7 +446,7 @@ class RecordCodec:
             try:
                 schema = self._schema_for_id(int.from_bytes(data[1:_REG_HEADER], "big"), data)
             except CodecError as exc:
-                exc.raw = data  # type: ignore[attr-defined]
+                exc.raw = data
                 raise
             start = _REG_HEADER
         else:

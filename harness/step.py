@@ -13,7 +13,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import FunctionType, MethodType
 from typing import Any, TypeVar
 
@@ -24,8 +24,8 @@ from harness.clock import Clock, SystemClock
 from harness.errors import (
     AskExpired,
     DuplicateStepName,
-    NoToolCallError,
     NotDurableError,
+    NoToolCallError,
     SecretInStepValue,
     StepError,
     StepValueTooLarge,
@@ -68,12 +68,12 @@ class CallScope:
 
 
 def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 def _to_epoch(when: datetime) -> float:
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return when.timestamp()
 
 
@@ -107,7 +107,7 @@ async def _call_fn(fn: Callable[..., Any], info: StepInfo) -> Any:
 class _Names:
     """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4)."""
 
-    __slots__ = ("_used", "_scope", "closed")
+    __slots__ = ("_scope", "_used", "closed")
 
     def __init__(self, session_id: str | None, tool_call_id: str) -> None:
         self._used: set[str] = set()

@@ -63,7 +63,7 @@ class Tool:
 def _check_replay(replay: object) -> Replay:
     if replay not in ("safe", "never"):
         raise DefinitionError(f"replay must be 'safe' or 'never', not {replay!r}")
-    return replay  # type: ignore[return-value]
+    return replay
 
 
 def tool_definition(

@@ -25,6 +25,7 @@ writers of that session. ``lease_info`` reports only what this process knows.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -47,9 +48,9 @@ from harness.log.kafka_inputs import (
     InputProducer,
 )
 from harness.log.kafka_partitioner import partition_for
-from harness.log.kafka_snapshots import SnapshotStore
 from harness.log.kafka_reader import ConsumerPool, ReadResult, read_range, tail
 from harness.log.kafka_session import KafkaSessionWriter
+from harness.log.kafka_snapshots import SnapshotStore
 from harness.log.kafka_stats import KafkaLogStats
 from harness.log.kafka_topics import ensure_topics
 from harness.log.kafka_writer import PartitionWriter, RecordTooLarge
@@ -382,6 +383,15 @@ class KafkaLog:
         with self._lock:
             self._check_open()
             writer = self._writers.get(partition)
+            if writer is not None and writer.fenced and partition in self._pinned:
+                # A worker owns this partition by the group's assignment, and another
+                # producer fenced ours: this process is a zombie now. A new producer here
+                # would fence the partition's real owner back; only a new assignment
+                # (``own_partition``) may start one.
+                raise FencedError(
+                    f"partition {partition} of session {session_id!r} was taken over by another owner",
+                    session_id=session_id,
+                )
             if writer is None or writer.dead or writer.closing:
                 writer = self._new_writer(partition, previous=writer)
             own = self._owners.setdefault(session_id, _Ownership())
@@ -392,7 +402,7 @@ class KafkaLog:
             own.writer = writer
             writer.sessions.add(session_id)
             epoch = own.epoch
-        await asyncio.wrap_future(writer.ready)
+        await _shared(writer.ready)
         return KafkaSessionWriter(
             self, session_id, owner=owner, epoch=epoch, partition=partition, writer=writer
         )
@@ -420,7 +430,7 @@ class KafkaLog:
                         own.writer, own.owner = None, None
             writer = self._new_writer(partition, previous=old)
             self._pinned.add(partition)
-        await asyncio.wrap_future(writer.ready)
+        await _shared(writer.ready)
 
     async def disown_partition(self, partition: int) -> None:
         """Give up ``partition`` (revoked from this worker): close its producer.
@@ -439,7 +449,7 @@ class KafkaLog:
                 writer.sessions.clear()
                 closing = writer.close()
         if closing is not None:
-            await asyncio.wrap_future(closing)
+            await _shared(closing)
 
     def _new_writer(self, partition: int, *, previous: PartitionWriter | None) -> PartitionWriter:
         """A started writer for ``partition`` (called with the lock held)."""
@@ -496,7 +506,7 @@ class KafkaLog:
                 # claim's writer waits for this one to finish before init_transactions.
                 closing = shared.close()
         if closing is not None:
-            await asyncio.wrap_future(closing)
+            await _shared(closing)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -534,6 +544,17 @@ class KafkaLog:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
+    """Wait for a writer's ``ready``/``closed``, which other callers may wait for too.
+
+    ``asyncio.wrap_future`` cancels the underlying future when its waiter is cancelled:
+    one cancelled claim would cancel ``ready`` for every other claim of the partition
+    (and make the writer thread fail at ``set_result``, never closing its producer), and
+    a cancelled ``disown_partition`` would make the next writer's start fail.
+    """
+    return asyncio.shield(asyncio.wrap_future(future))
 
 
 def _seq(item: ReadResult) -> int:

@@ -123,8 +123,8 @@ class GroupMember:
         try:
             while not self._stop.is_set():
                 msg = self._consumer.poll(POLL_S)
-                if msg is not None and msg.error() is not None:
-                    err = msg.error()
+                err = msg.error() if msg is not None else None
+                if err is not None:
                     if err.fatal():
                         raise RuntimeError(f"group consumer failed: {err.str()}")
                     if err.code() != KafkaError._PARTITION_EOF:

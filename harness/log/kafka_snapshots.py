@@ -97,8 +97,10 @@ class SnapshotStore:
         current: dict[str, Any] = {"sessions": {}, "ended": []}
         size = 0
         for sid, entries in checkpoint.sessions.items():
-            items = [[e.seq, base64.b64encode(self._codec.encode(e.record)).decode("ascii")] for e in entries]
-            cost = sum(len(i[1]) + 16 for i in items) + len(sid) + 8
+            items: list[tuple[int, str]] = [
+                (e.seq, base64.b64encode(self._codec.encode(e.record)).decode("ascii")) for e in entries
+            ]
+            cost = sum(len(text) + 16 for _, text in items) + len(sid) + 8
             if size and size + cost > CHUNK_BYTES:
                 chunks.append(current)
                 current, size = {"sessions": {}, "ended": []}, 0
@@ -231,6 +233,6 @@ class SnapshotStore:
         return {
             "covers": checkpoint.covers,
             "live": len(checkpoint.sessions),
-            "records": sum(len(v) for v in checkpoint.sessions.values()),
+            "records": sum(len(entries) for entries in checkpoint.sessions.values()),
             "ended": len(checkpoint.ended),
         }

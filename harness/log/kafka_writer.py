@@ -128,6 +128,11 @@ class PartitionWriter:
         return self._dead is not None
 
     @property
+    def fenced(self) -> bool:
+        """Dead because another producer of the partition fenced it (or a fatal error)."""
+        return isinstance(self._dead, FencedError)
+
+    @property
     def closing(self) -> bool:
         """Released (or closing with the log): a new claim needs a new writer."""
         return self._closing

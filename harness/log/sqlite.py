@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import ClassVar, Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from harness.errors import (
     CorruptRecord,

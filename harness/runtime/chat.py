@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -69,7 +70,7 @@ async def chat(
                     tools=by_name,
                     hooks=hooks,
                     event=ToolCallEvent(None, c["id"], c["name"], c["arguments"], 1),
-                    make_step=lambda c=c: PlainStep(c["id"], clock=clock),
+                    make_step=functools.partial(PlainStep, c["id"], clock=clock),
                     secrets=plain_secrets,
                     scrubber=scrubber,
                     log_id=None,

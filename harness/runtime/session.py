@@ -51,7 +51,6 @@ from harness.replay import (
     RunBatch,
     SessionState,
     conversation,
-    fold,
     plan_turn,
 )
 from harness.replay.state import InputState
@@ -96,7 +95,7 @@ class TurnResult:
 
 
 def _ms(seconds: float) -> int:
-    return int(round(seconds * 1000))
+    return round(seconds * 1000)
 
 
 class Session:
@@ -364,7 +363,7 @@ class Session:
         if not self._scrubber:
             return record
         changes: dict[str, Any] = {}
-        for f in dataclasses.fields(record):  # type: ignore[arg-type]
+        for f in dataclasses.fields(record):
             value = getattr(record, f.name)
             if f.name in ("session_id",):
                 continue
@@ -374,7 +373,7 @@ class Session:
                     redacted = tuple(redacted)
                 if redacted != value:
                     changes[f.name] = redacted
-        return dataclasses.replace(record, **changes) if changes else record  # type: ignore[type-var]
+        return dataclasses.replace(record, **changes) if changes else record
 
     async def _commit(self, records: list[Record]) -> None:
         writer = await self._ensure_writer()

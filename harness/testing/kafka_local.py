@@ -438,7 +438,7 @@ class LocalKafka:
             stderr=subprocess.STDOUT,
             cwd=data_dir,
             start_new_session=True,
-            preexec_fn=_death_signal_preexec(),  # noqa: PLW1509 - one libc call
+            preexec_fn=_death_signal_preexec(),
         )
         try:
             self._wait_ready(log_offset)

@@ -60,7 +60,7 @@ class FakePaymentProvider:
                 (kind, key, text, json.dumps(result)),
             )
             db.execute("COMMIT")
-            return result
+            return dict(result)
 
     # -- the provider's API ---------------------------------------------------------------
 
