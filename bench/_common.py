@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ APPROVAL_SCHEMA = {
 
 def pct(samples: Sequence[float], q: float) -> float:
     s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -192,17 +193,31 @@ _OWNING = re.compile(r"owning partition (\d+)")
 _GAVE_UP = re.compile(r"gave up partition (\d+)")
 
 
+def _log_time(line: str) -> float:
+    """Epoch seconds of a worker log line (``%(asctime)s``: ``2026-01-02 03:04:05,678``), else now."""
+    try:
+        stamp = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return time.time()
+    return stamp.timestamp()
+
+
 class WorkerProc:
     """``harness worker`` in a child process; its stderr is parsed for the partitions it owns."""
 
-    def __init__(self, url: str, name: str, *, app: str = APP, log_level: str = "INFO") -> None:
+    def __init__(self, url: str, name: str, *, app: str = APP, log_level: str = "INFO",
+                 profile: Path | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         self.name = name
+        self.profile = profile
+        runner = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.cli", "worker", "--log", url, "--app", app, "--log-level", log_level],
+            [sys.executable, *runner, "-m", "harness.cli", "worker", "--log", url, "--app", app,
+             "--log-level", log_level],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.owned: set[int] = set()
+        self.events: list[tuple[str, int, float]] = []  # ("own" | "gave_up", partition, epoch s of the log line)
         self.ready = threading.Event()
         self.changed_at = time.monotonic()
         self.lines: list[str] = []
@@ -226,10 +241,12 @@ class WorkerProc:
                 m = _OWNING.search(line)
                 if m:
                     self.owned.add(int(m.group(1)))
+                    self.events.append(("own", int(m.group(1)), _log_time(line)))
                     self.changed_at = time.monotonic()
                 m = _GAVE_UP.search(line)
                 if m:
                     self.owned.discard(int(m.group(1)))
+                    self.events.append(("gave_up", int(m.group(1)), _log_time(line)))
                     self.changed_at = time.monotonic()
 
     def owns(self) -> set[int]:
@@ -253,9 +270,35 @@ class WorkerProc:
                 self.signal(signal.SIGKILL)
                 self.proc.wait()
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the process used so far (Linux /proc)."""
+        return process_cpu_seconds(self.proc.pid)
+
     def tail(self, n: int = 20) -> str:
         with self._lock:
             return "\n".join(self.lines[-n:])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of every CPU since boot (Linux /proc/stat)."""
+    values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def print_profile(path: Path, top: int, title: str) -> None:
+    import pstats
+
+    print(f"{title} (cProfile, by own time)")
+    pstats.Stats(str(path)).sort_stats("tottime").print_stats(top)
 
 
 def wait_until(predicate: Any, timeout: float, what: str, every: float = 0.05) -> None:
@@ -277,3 +320,69 @@ def wait_settled_group(workers: Sequence[WorkerProc], partitions: int, *, quiet:
             return False
         return time.monotonic() - max(w.changed_at for w in live) >= quiet
     wait_until(settled, timeout, "the worker group to settle")
+
+
+# --- following the log -------------------------------------------------------------------
+
+
+class Follower:
+    """Tails every partition of a Kafka log; keeps ``(monotonic s, entry)`` of watched sessions.
+
+    Use as ``async with Follower(klog, partitions) as f:``; ``f.watch(session_id)`` before
+    submitting to it. Entries arrive as they commit (read_committed), a few ms late.
+    """
+
+    def __init__(self, klog: Any, partitions: int) -> None:
+        import asyncio
+
+        self._klog = klog
+        self._partitions = partitions
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watched: set[str] = set()
+        self.entries: dict[str, list[tuple[float, Any]]] = {}
+        self.settled: dict[str, tuple[float, Any]] = {}  # session -> its first input.settled
+        self.changed = asyncio.Event()
+
+    def watch(self, session_id: str) -> None:
+        self._watched.add(session_id)
+        self.entries.setdefault(session_id, [])
+
+    async def _tail(self, partition: int) -> None:
+        async for entry in self._klog.tail_partition(partition, 0):
+            sid = entry.session_id
+            if sid in self._watched:
+                now = time.monotonic()
+                self.entries[sid].append((now, entry))
+                if entry.type == "harness.input.settled":
+                    self.settled.setdefault(sid, (now, entry.record))
+                self.changed.set()
+
+    async def __aenter__(self) -> Follower:
+        import asyncio
+
+        await self._klog.start()
+        self._tasks = [asyncio.create_task(self._tail(p)) for p in range(self._partitions)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        import asyncio
+
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait_for(self, predicate: Any, timeout: float, what: str) -> Any:
+        """Until ``predicate()`` returns something truthy (checked at each new entry); returns it."""
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while True:
+            self.changed.clear()
+            found = predicate()
+            if found:
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))

@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import broker, fill_partition, history, new_prefix, table  # noqa: E402
+from bench._common import broker, fill_partition, history, new_prefix, table
 
 
 @dataclass
@@ -214,9 +214,9 @@ def profile_rebuild(bootstrap: str, prefix: str, top: int) -> str:
     from harness.codec import default_codec
     from harness.log.kafka_config import KafkaSettings
     from harness.log.kafka_reader import ConsumerPool, read_range
+    from harness.log.memory import MemoryLog
     from harness.runtime.host import HarnessHost
     from harness.runtime.partition import PartitionRuntime
-    from harness.log.memory import MemoryLog
 
     settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
     pool = ConsumerPool(settings)

@@ -5,6 +5,7 @@ Misuse is caught here, when a tool is defined, not in the middle of a run.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable
@@ -33,7 +34,8 @@ class ToolDefinition:
     replay: Replay | None = None
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, self.input_schema.model_json_schema())
+        """The tool as the model sees it (its JSON schema is built once per input model)."""
+        return ToolSpec(self.name, self.description, _json_schema(self.input_schema))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,11 @@ class Tool:
     @property
     def policy(self) -> ToolPolicy:
         return ToolPolicy(replay=self.replay, agent=self.agent)
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
 
 
 def _check_replay(replay: object) -> Replay:

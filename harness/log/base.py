@@ -97,4 +97,4 @@ class Checkpoint:
 
     covers: int
     sessions: Mapping[str, Sequence[LogEntry]]  # live sessions: all their records
-    ended: frozenset[str] = field(default_factory=frozenset)  # ended sessions: ids only
+    ended: Mapping[str, int] = field(default_factory=dict)  # ended sessions: id -> first position

@@ -32,6 +32,7 @@ from harness import ids
 from harness.errors import LogUnavailable
 from harness.log.base import Checkpoint
 from harness.log.kafka_config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
+from harness.log.kafka_reader import _next_messages
 from harness.records import LogEntry
 
 __all__ = ["SnapshotStore"]
@@ -106,12 +107,12 @@ class SnapshotStore:
                 current, size = {"sessions": {}, "ended": []}, 0
             current["sessions"][sid] = items
             size += cost
-        for sid in checkpoint.ended:
-            if size + len(sid) + 4 > CHUNK_BYTES:
+        for sid, first in checkpoint.ended.items():
+            if size + len(sid) + 16 > CHUNK_BYTES:
                 chunks.append(current)
                 current, size = {"sessions": {}, "ended": []}, 0
-            current["ended"].append(sid)
-            size += len(sid) + 4
+            current["ended"].append([sid, first])
+            size += len(sid) + 16
         chunks.append(current)
         return chunks
 
@@ -162,7 +163,7 @@ class SnapshotStore:
         consumer.assign([TopicPartition(self.topic, partition, start)])
         deadline = time.monotonic() + READ_TIMEOUT_S
         while time.monotonic() < deadline:
-            for msg in consumer.consume(500, 0.2):
+            for msg in _next_messages(consumer, 0.2):
                 if msg.error() is not None:
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         return out
@@ -179,13 +180,13 @@ class SnapshotStore:
         if sorted(mine) != list(range(header["chunks"])):
             return None
         sessions: dict[str, list[LogEntry]] = {}
-        ended: set[str] = set()
+        ended: dict[str, int] = {}
         for i in range(header["chunks"]):
             chunk = mine[i]
             for sid, items in chunk["sessions"].items():
                 sessions[sid] = [LogEntry(seq, self._codec.decode(base64.b64decode(b))) for seq, b in items]
-            ended.update(chunk["ended"])
-        return Checkpoint(covers=int(header["covers"]), sessions=sessions, ended=frozenset(ended))
+            ended.update((sid, int(first)) for sid, first in chunk["ended"])
+        return Checkpoint(covers=int(header["covers"]), sessions=sessions, ended=ended)
 
     def _read(self, partition: int) -> Checkpoint | None:
         self._ensure_topic()

@@ -327,7 +327,17 @@ class PartitionWriter:
 
             for record_type, value in append.values:
                 self._produce(producer, append, key, record_type, value, on_delivery, deadline)
-        remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+        try:
+            remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+        except SystemError as exc:
+            # confluent-kafka (2.16) sets a fatal error (e.g. _FENCED) as the pending
+            # exception, then runs the delivery callbacks: it surfaces as a SystemError
+            # caused by the KafkaException. Classify the KafkaException, or a fenced
+            # writer would look merely unavailable and a new claim would start a new
+            # producer, fencing the partition's real owner.
+            if isinstance(exc.__cause__, KafkaException):
+                raise exc.__cause__ from None
+            raise
         if remaining:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out", retriable=True))
         for i, append in enumerate(pending):

@@ -8,9 +8,11 @@ record to its session, creating sessions as their first inputs arrive. ``stop``
 cancels every session the recoverable way: nothing is written, the next owner
 carries on.
 
-Bounded memory and rebuild: ended sessions are forgotten but for their ids (so a
-new input for one reads its history back, and a new session never needs a
-scan); live sessions keep their records, which is what a ``Checkpoint`` holds.
+Bounded memory and rebuild: ended sessions are forgotten but for their ids and
+first positions (a new input for one reads its history back from there, and a
+new session never needs a read); the last ``RECENT_ENDED`` ended sessions keep
+their records, so a chat's next message needs no read either. Live sessions
+keep their records, which is what a ``Checkpoint`` holds.
 A checkpoint covers every record up to ``covers``: a new owner starts from the
 latest one and reads only the tail after it. Checkpoints are an optimisation
 only: without one the same state comes from reading the whole partition.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 
@@ -36,6 +38,9 @@ from harness.secrets import secret_values
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
 
 log = logging.getLogger("harness.worker")
+
+RECENT_ENDED = 1000
+"""Ended sessions whose records stay in memory (LRU): a returning chat needs no read."""
 
 SecretsFor = Callable[[str, str], Mapping[str, str]]
 """(session id, harness name) -> the session's secrets."""
@@ -55,7 +60,8 @@ class PartitionRuntime:
         self._harnesses = dict(harnesses)
         self._secrets_for = secrets_for
         self._entries: dict[str, list[LogEntry]] = {}  # records of sessions not known to be ended
-        self._ended: set[str] = set()  # ended sessions (ids only)
+        self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
+        self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
         self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
         self._sessions: dict[str, Session] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
@@ -71,7 +77,7 @@ class PartitionRuntime:
         if self.live or self._entries or self.position:
             raise RuntimeError("load a checkpoint before anything else")
         self._entries = {sid: list(entries) for sid, entries in checkpoint.sessions.items()}
-        self._ended = set(checkpoint.ended)
+        self._ended = dict(checkpoint.ended)
         self.position = checkpoint.covers
 
     def rebuild(self, entries: Iterable[LogEntry]) -> None:
@@ -90,18 +96,36 @@ class PartitionRuntime:
     async def forget_ended(self) -> dict[str, SessionState]:
         """Fold every known session; keep the ids of the ended ones; return the live states."""
         for sid in list(self._needs_history):
-            self._ended.discard(sid)
-            self._entries[sid] = list(await self.host.log.read(sid))
+            self._entries[sid] = await self._history(sid)
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
             state = fold(sid, entries)
             if state.ended:
-                del self._entries[sid]
-                self._ended.add(sid)
+                self._remember_ended(sid, self._entries.pop(sid))
             else:
                 live[sid] = state
         return live
+
+    def _remember_ended(self, sid: str, entries: list[LogEntry]) -> None:
+        self._ended[sid] = entries[0].seq if entries else 0
+        self._recent[sid] = entries
+        self._recent.move_to_end(sid)
+        while len(self._recent) > RECENT_ENDED:
+            self._recent.popitem(last=False)
+
+    async def _history(self, sid: str, new: Sequence[LogEntry] = ()) -> list[LogEntry]:
+        """All committed records of an ended session that came back (no longer ended then).
+
+        ``new``: its records just routed here, the ones after what was remembered.
+        """
+        first = self._ended.pop(sid, 0)
+        recent = self._recent.pop(sid, None)
+        if recent is not None:
+            return recent + list(new)  # every record between came through here: no read
+        if first <= 1:
+            return list(await self.host.log.read(sid))
+        return list(await self.host.log.read(sid, after=first - 1))
 
     async def go_live(self) -> None:
         """Drive every rebuilt session that has work left; remember the ended ones."""
@@ -115,7 +139,7 @@ class PartitionRuntime:
         return Checkpoint(
             covers=covers,
             sessions={sid: [e for e in entries if e.seq <= covers] for sid, entries in self._entries.items()},
-            ended=frozenset(self._ended),
+            ended=dict(self._ended),
         )
 
     # -- live ----------------------------------------------------------------------------
@@ -142,10 +166,10 @@ class PartitionRuntime:
                 continue
             if sid in self._ended:
                 if not any(e.record.IS_INPUT for e in batch):
-                    continue  # stray records of an ended session: nothing to do
-                self._ended.discard(sid)
-                history = await self.host.log.read(sid)  # rare: an ended session comes back
-                self._entries[sid] = list(history)
+                    self._recent.pop(sid, None)  # stray records: its next return reads the log
+                    continue
+                history = await self._history(sid, batch)  # an ended session comes back
+                self._entries[sid] = history
                 state = fold(sid, history)
             else:
                 self._entries[sid] = list(batch)  # a new session: its first records
@@ -198,8 +222,7 @@ class PartitionRuntime:
         idle = [sid for sid, s in self._sessions.items() if s.state.ended and not s.busy]
         for sid in idle:
             del self._sessions[sid]
-            self._entries.pop(sid, None)
-            self._ended.add(sid)
+            self._remember_ended(sid, self._entries.pop(sid, []))
         return len(idle)
 
     @property
@@ -254,5 +277,4 @@ class PartitionRuntime:
             return
         self._rejected.update(i.input_id for i in pending)
         if not state.active_turn:
-            self._entries.pop(sid, None)
-            self._ended.add(sid)
+            self._remember_ended(sid, self._entries.pop(sid, []))

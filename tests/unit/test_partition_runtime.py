@@ -11,6 +11,7 @@ from harness import HarnessHost, define_harness
 from harness.log.memory import MemoryLog
 from harness.models import ModelResponse, ScriptedModel
 from harness.records import InputMessage, InputSettled
+from harness.runtime import partition
 from harness.runtime.partition import PartitionRuntime
 
 
@@ -59,21 +60,27 @@ async def test_new_session_is_started_without_reading_the_log() -> None:
     await rt.stop()
 
 
-async def test_ended_session_that_comes_back_is_read_whole() -> None:
+@pytest.mark.parametrize("remembered", [True, False])
+async def test_ended_session_that_comes_back_has_its_whole_history(
+    remembered: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not remembered:
+        monkeypatch.setattr(partition, "RECENT_ENDED", 0)  # forgotten: read back from the log
     log = CountingLog()
     host = HarnessHost(log=log)
     rt = PartitionRuntime(host=host, harnesses={"echo": _harness()})
     await rt.go_live()
     await rt.ingest([await log.submit(InputMessage("s", 0, "in-1", "one", "echo"))])
     await _drain(rt, log)
-    assert rt.forget_idle() == 1 and "s" in rt.checkpoint().ended
+    assert rt.forget_idle() == 1
+    assert rt.checkpoint().ended == {"s": 1}  # its id and first position
     log.session_reads.clear()
     await rt.ingest([await log.submit(InputMessage("s", 0, "in-2", "two", "echo"))])
     await _drain(rt, log)
-    assert log.session_reads[0] == "s"
+    assert log.session_reads == ([] if remembered else ["s"])
     assert await _settled(log, "s", "in-2")
     state = rt.sessions["s"].state
-    assert len(state.turns) == 2  # the first turn came back from the log
+    assert len(state.turns) == 2  # the first turn is in its state
     await rt.stop()
 
 
