@@ -19,19 +19,20 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("confluent_kafka")
 
-from harness.client import HarnessClient  # noqa: E402
-from harness.log.kafka_group import SESSION_TIMEOUT_MS  # noqa: E402
-from harness.log.kafka_partitioner import partition_for  # noqa: E402
-from harness.records import AskOpened, ToolResult, TurnResumed, TurnStarted  # noqa: E402
-from harness.testing.kafka_local import LocalKafka  # noqa: E402
-from harness.testing.payments import FakePaymentProvider  # noqa: E402
-from tests.integration.fleet_helpers import (  # noqa: E402
+from harness.client import HarnessClient
+from harness.log.kafka_group import SESSION_TIMEOUT_MS
+from harness.log.kafka_partitioner import partition_for
+from harness.records import AskOpened, InputSettled, LogEntry, ToolResult, TurnResumed, TurnStarted
+from harness.testing.kafka_local import LocalKafka
+from harness.testing.payments import FakePaymentProvider
+from tests.integration.fleet_helpers import (
     FLEET_HARNESS,
     REPO,
     Fleet,
@@ -122,11 +123,11 @@ async def test_sigkill_workers_every_session_settles_once(
             if n == len(waves) - 1:
                 break
             # A random moment: after a random number of records since this wave went in.
-            mark, more = follower.count, rng.randint(15, 150)
-            await wait_until(lambda: follower.count >= mark + more, timeout=60, what=f"{more} more records")
+            target = follower.count + rng.randint(15, 150)
+            await wait_until(lambda t=target: follower.count >= t, timeout=60, what=f"{target} records")
             owners = [w for w in fleet.live if w.owned_partitions()] or fleet.live
             victim = rng.choice(owners)
-            kills.append(f"{victim.name} (partitions {sorted(victim.owned_partitions())}) after {more} records")
+            kills.append(f"{victim.name} (partitions {sorted(victim.owned_partitions())}) after {target} records")
             victim.kill()
             fleet.start()  # the replacement
         await wait_until(
@@ -166,6 +167,13 @@ async def test_sigstop_zombie_is_fenced_and_gives_up(
                          what="the survivor owning the zombie's partitions", details=fleet.describe)
         await wait_until(lambda: all(follower.resumed(s) for s in on_zombie), timeout=60,
                          what="turn.resumed in every session of the zombie", details=fleet.describe)
+        # New sessions of the zombie's partitions arrive while it is frozen; they are in
+        # the middle of a tool call (the survivor drives them) when it wakes up.
+        fresh = [Plan(sid, order=sid, nap=6.0) for sid in sessions_on(zombie_parts, 6, "fresh")]
+        await submit(client, fresh)
+        await wait_until(lambda: all(follower.napping(p.session_id) for p in fresh), timeout=60,
+                         what="the new sessions napping", details=fleet.describe)
+        plans += fresh
 
         # Wake the zombie while new inputs arrive for its former sessions: its due naps
         # finish and try to write, its tail sees the inputs. It must write nothing.
@@ -184,10 +192,13 @@ async def test_sigstop_zombie_is_fenced_and_gives_up(
         everything = await read_everything(client)
         counts = check_invariants(everything, plans, provider)
         for sid in on_zombie:
-            second = [e.record for e in everything[sid] if getattr(e.record, "input_id", None) == "in-2"
-                      and type(e.record).__name__ == "InputSettled"]
+            second = [e.record for e in everything[sid]
+                      if isinstance(e.record, InputSettled) and e.record.input_id == "in-2"]
             assert [s.outcome for s in second] == ["completed"], (sid, second)
             assert sum(isinstance(e.record, TurnStarted) for e in everything[sid]) == 2, sid
+        # The zombie never fenced the survivor back (it writes again only when the group
+        # assigns it partitions again).
+        assert "owner writer of partition" not in survivor.stderr(), survivor.describe()
         print(f"zombie partitions {sorted(zombie_parts)}; {counts}")
         assert zombie.terminate() == 0, zombie.describe()
         assert survivor.terminate() == 0, survivor.describe()
@@ -326,11 +337,11 @@ async def test_foreign_producer_input_settles(one_worker: tuple[str, str]) -> No
         assert sorted(r.tool_call_id for r in results) == ["checkout", "notify"]
 
 
-async def _until_settled(client: HarnessClient, session_id: str, input_id: str = "in-1") -> AsyncIterator[object]:
+async def _until_settled(client: HarnessClient, session_id: str, input_id: str = "in-1") -> AsyncIterator[LogEntry]:
     async with asyncio.timeout(60):
         async for entry in client.events(session_id):
             yield entry
-            if getattr(entry.record, "input_id", None) == input_id and type(entry.record).__name__ == "InputSettled":
+            if isinstance(entry.record, InputSettled) and entry.record.input_id == input_id:
                 return
 
 
@@ -357,8 +368,7 @@ async def test_invalid_answer_is_rejected_and_tool_keeps_waiting(one_worker: tup
         assert (bad.outcome, bad.code) == ("rejected", "invalid_answer"), bad
         log = await client.log.read(sid)
         assert not any(isinstance(e.record, ToolResult) for e in log), "the tool stopped waiting"
-        assert not any(getattr(e.record, "input_id", None) == "in-1" and type(e.record).__name__ == "InputSettled"
-                       for e in log)
+        assert not any(isinstance(e.record, InputSettled) and e.record.input_id == "in-1" for e in log)
 
         await client.answer(sid, ask.tool_call_id, ask.name, APPROVE, input_id="ans-good")
         settled = await client.wait_settled(sid, "in-1", timeout=60)
@@ -397,3 +407,57 @@ async def test_attempts_exhausted(
         assert len(follower.records(sid, TurnResumed)) == MAX_ATTEMPTS
         assert not follower.records(sid, ToolResult)
         assert worker.terminate() == 0, worker.describe()
+
+
+# --------------------------------------------------------------------------- the log under a zombie
+
+
+async def test_fenced_owner_never_takes_its_partition_back(kafka_bootstrap: str, unique_prefix: str) -> None:
+    """A worker whose partition producer was fenced (a zombie) must not start a new one
+    from a session claim: that would fence the partition's real owner back (found by the
+    SIGSTOP test: the real owner's sessions were dropped and never finished)."""
+    from harness.errors import FencedError
+    from harness.log.kafka import KafkaLog
+    from harness.records import StepResult
+
+    zombie = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
+    owner = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
+    try:
+        a, b = sessions_on({0}, 2, "z")
+        lease = timedelta(seconds=30)
+        await zombie.own_partition(0)
+        await owner.own_partition(0)  # the group moved partition 0: the old owner is fenced
+        with pytest.raises(FencedError):
+            await (await zombie.claim(a, owner="zombie", lease=lease)).append([StepResult(a, 1, "c", "s1", 1)])
+        with pytest.raises(FencedError):
+            await zombie.claim(b, owner="zombie", lease=lease)  # no new producer: the owner stays
+        writer = await owner.claim(b, owner="owner", lease=lease)
+        await writer.append([StepResult(b, 1, "c", "s1", 1)])
+        assert [e.record.name for e in await owner.read(b)] == ["s1"]
+    finally:
+        await zombie.close()
+        await owner.close()
+
+
+async def test_a_cancelled_claim_does_not_break_other_claims(kafka_bootstrap: str, unique_prefix: str) -> None:
+    """Claims of one partition share its producer's start; cancelling one of them (a
+    session stopped while it claims) must not cancel the start for the others."""
+    from harness.log.kafka import KafkaLog
+    from harness.records import StepResult
+
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
+    try:
+        await log.start()
+        a, b = sessions_on({1}, 2, "c")
+        lease = timedelta(seconds=30)
+        first = asyncio.create_task(log.claim(a, owner="w", lease=lease))
+        second = asyncio.create_task(log.claim(b, owner="w", lease=lease))
+        await asyncio.sleep(0)  # both wait for the partition's producer to start
+        first.cancel()
+        writer = await second
+        await writer.append([StepResult(b, 1, "c", "s1", 1)])
+        again = await log.claim(a, owner="w", lease=lease)
+        await again.append([StepResult(a, 1, "c", "s1", 1)])
+        assert [e.record.session_id for e in await log.read_partition(1, 0)] == [b, a]
+    finally:
+        await log.close()
