@@ -20,7 +20,7 @@ What bounds each:
 
 * SIGKILL: nobody tells the group the worker is gone; the coordinator waits for its
   heartbeats to stop for ``session.timeout.ms`` (``SESSION_TIMEOUT_MS`` in
-  ``harness/log/kafka_group.py``, 6 s; the broker's group.min.session.timeout.ms is the
+  ``harness/runtime/group.py``, 6 s; the broker's group.min.session.timeout.ms is the
   floor), then rebalances: the survivor's next poll (every ``POLL_S``) gets the
   partitions and, one partition at a time, runs ``own_partition``
   (``init_transactions``, which also aborts the dead owner's open transaction), reads
@@ -62,7 +62,7 @@ from bench._common import (
 async def run(bootstrap: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from harness.client import HarnessClient
     from harness.log.kafka import KafkaLog
-    from harness.log.kafka_group import SESSION_TIMEOUT_MS
+    from harness.runtime.group import SESSION_TIMEOUT_MS
     from harness.records import StepResult, TurnResumed
 
     partitions = args.partitions

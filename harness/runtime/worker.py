@@ -2,7 +2,7 @@
 
 Stateless: everything it knows it reads from the log. On Kafka it joins the
 consumer group ``<prefix>.workers`` and owns the partitions the group gives it
-(see ``harness.log.kafka_group``); on SQLite or memory it owns the whole log
+(see ``harness.runtime.group``); on SQLite or memory it owns the whole log
 and polls it for new records. Either way each owned partition is a
 ``PartitionRuntime``: rebuild from the log, go live, route new records.
 """
@@ -99,7 +99,7 @@ class Worker:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
         try:
             if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
-                from harness.log.kafka_group import run_group_worker
+                from harness.runtime.group import run_group_worker
 
                 await run_group_worker(self, stop)
             else:

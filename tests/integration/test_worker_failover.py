@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from harness.client import HarnessClient
-from harness.log.kafka_group import SESSION_TIMEOUT_MS
+from harness.runtime.group import SESSION_TIMEOUT_MS
 from harness.log.kafka_partitioner import partition_for
 from harness.records import AskOpened, InputSettled, LogEntry, ToolResult, TurnResumed, TurnStarted
 from harness.testing.kafka_local import LocalKafka

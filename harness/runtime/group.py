@@ -36,6 +36,7 @@ from harness.errors import LogError
 
 if TYPE_CHECKING:
     from harness.log.kafka import KafkaLog
+    from harness.runtime.partition import PartitionRuntime
     from harness.runtime.worker import Worker
 
 __all__ = ["GroupMember", "run_group_worker"]
@@ -173,35 +174,53 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
                 log.warning("tail of partition %s failed (%s); reopening", partition, exc)
                 await asyncio.sleep(1.0)
 
+    unowned: set[int] = set()  # assigned by the group, not yet taken up (retried by the sweep)
+
+    async def take(p: int) -> None:
+        """Steps 2-4 of the module doc for one fenced partition."""
+        rt = worker.runtime(p)
+        checkpoint = None
+        try:
+            checkpoint = await klog.snapshots.read(p)
+        except Exception as exc:  # noqa: BLE001 - an optimisation only: read it all instead
+            log.warning("checkpoint of partition %s unreadable (%s); reading the whole partition", p, exc)
+        if checkpoint is not None:
+            rt.load_checkpoint(checkpoint)
+        entries = await klog.read_partition(p, rt.position)
+        rt.rebuild(entries)
+        await rt.go_live()
+        if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
+            await write_checkpoint(p, rt)
+        worker.stats.rebuilds += 1
+        own = owned[p] = _Owned(p)
+        own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
+        log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
+
     async def assigned(partitions: list[int]) -> None:
         async with lock:
-            for p in partitions:
-                if p in owned:
-                    continue
-                await klog.own_partition(p)  # fences the previous owner first
-                rt = worker.runtime(p)
-                checkpoint = None
-                try:
-                    checkpoint = await klog.snapshots.read(p)
-                except Exception as exc:  # noqa: BLE001 - an optimisation only: read it all instead
-                    log.warning("checkpoint of partition %s unreadable (%s); reading the whole partition", p, exc)
-                if checkpoint is not None:
-                    rt.load_checkpoint(checkpoint)
-                entries = await klog.read_partition(p, rt.position)
-                rt.rebuild(entries)
-                await rt.go_live()
-                if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
-                    await write_checkpoint(p, rt)
-                worker.stats.rebuilds += 1
-                own = owned[p] = _Owned(p)
-                own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
-                log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
+            new = [p for p in partitions if p not in owned]
+            unowned.update(new)
+            # Fence every new partition first, then take them up side by side.
+            fenced = await asyncio.gather(*(klog.own_partition(p) for p in new), return_exceptions=True)
+            ready = [p for p, r in zip(new, fenced, strict=True) if not isinstance(r, BaseException)]
+            for p, r in zip(new, fenced, strict=True):
+                if isinstance(r, BaseException):
+                    log.warning("cannot fence partition %s yet (%s); will retry", p, r)
+            taken = await asyncio.gather(*(take(p) for p in ready), return_exceptions=True)
+            for p, r in zip(ready, taken, strict=True):
+                if isinstance(r, BaseException):
+                    log.warning("cannot take up partition %s yet (%s); will retry", p, r)
+                    rt = worker.runtimes.pop(p, None)
+                    if rt is not None:
+                        await rt.stop()
+                else:
+                    unowned.discard(p)
             worker.stats.partitions = len(owned)
             worker.ready.set()
 
     last_checkpoint: dict[int, float] = {}
 
-    async def write_checkpoint(p: int, rt: Any) -> None:
+    async def write_checkpoint(p: int, rt: PartitionRuntime) -> None:
         try:
             await klog.snapshots.write(p, rt.checkpoint())
             rt.records_since_checkpoint = 0
@@ -212,6 +231,7 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
     async def revoked(partitions: list[int]) -> None:
         async with lock:
             for p in partitions:
+                unowned.discard(p)
                 own = owned.pop(p, None)
                 if own is not None and own.tail is not None:
                     own.tail.cancel()
@@ -235,6 +255,8 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
                 await asyncio.wait_for(stop.wait(), SWEEP_EVERY_S)
             if member.error is not None:
                 raise member.error
+            if unowned:
+                await assigned(sorted(unowned))
             for p, rt in list(worker.runtimes.items()):
                 await rt.sweep()
                 rt.forget_idle()
