@@ -1,17 +1,20 @@
 """Latency of a durable no-op ``step.do`` against the physical floor of its log.
 
     python bench/step_latency.py --log sqlite:///tmp/bench.db
-    python bench/step_latency.py --log kafka://127.0.0.1:9092
+    python bench/step_latency.py --log kafka://127.0.0.1:9092 --concurrency 64
 
-Sequential steps inside one durable tool, timed one by one, against in the same
-run: a raw SQLite commit of a record of the same size with the same settings
-(WAL, synchronous=FULL), or a bare confluent-kafka transaction (begin, produce
-one record of the same size, commit). With --concurrency N (Kafka) it also
-measures steps/s of N sessions at once (group commit) against N bare
-transactional producers... no: against one bare producer committing N records
-per transaction is not the baseline; the baseline is sequential bare
-transactions/s, the floor of one transaction after another. Prints a table and,
-last, ``ratio=<p50 step / p50 baseline>``.
+One durable tool runs sequential no-op steps, timed one by one. The baseline, in the
+same run and interleaved with the steps in blocks of ``--block`` (so that disk or broker
+drift hits both alike):
+
+* SQLite: a raw commit of a record of the same size with the same settings (WAL,
+  ``synchronous=FULL``), on its own file beside the log: BEGIN IMMEDIATE, INSERT, COMMIT.
+* Kafka: a bare confluent-kafka transaction: begin, produce one record of the same size,
+  commit (``linger.ms=0``, ``retry.backoff.ms=10`` like the harness's producer).
+
+With ``--concurrency N`` (Kafka) it also measures steps/s of N sessions at once (group
+commit: their steps share transactions) against bare transactions/s one after another.
+Prints tables and, last, ``ratio=<p50 step / p50 baseline>``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -32,9 +36,9 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel
 
 from harness import HarnessHost, define_harness, durable_tool, open_log, tool_definition
+from harness.codec import default_codec
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import StepResult
-from harness.codec import default_codec
 
 
 class NoArgs(BaseModel):
@@ -43,69 +47,34 @@ class NoArgs(BaseModel):
 
 def pct(samples: list[float], q: float) -> float:
     s = sorted(samples)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def _value(size: int) -> str:
-    return "x" * size
-
-
-async def measure_steps(log_url: str, n: int, size: int, warmup: int, sessions: int = 1) -> tuple[list[float], float]:
-    """Per-step latencies (seconds) of ``sessions`` concurrent sessions, and total wall time."""
-    samples: list[float] = []
-
-    async def steps_impl(args: NoArgs, ctx: Any) -> dict[str, int]:
-        value = _value(size)
-        for i in range(warmup + n):
-            t0 = time.perf_counter()
-            await ctx.step.do(f"s{i}", lambda: value)
-            if i >= warmup:
-                samples.append(time.perf_counter() - t0)
-        return {"steps": n}
-
-    tool = durable_tool(tool_definition(name="steps", description="no-op steps", input_schema=NoArgs), steps_impl)
-    harness = define_harness(
-        name="bench/steps",
-        model=ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="steps", arguments={})]),
-                             ModelResponse(text="done")]),
-        tools=[tool],
-    )
-    host = HarnessHost(log=open_log(log_url))
-    try:
-        handles = [await host.open(harness, session_id=f"bench-{uuid.uuid4().hex[:8]}-{k}") for k in range(sessions)]
-        # Claim and warm each session (ownership, producers) before timing.
-        t0 = time.perf_counter()
-        results = await asyncio.gather(*(h.send("go") for h in handles))
-        wall = time.perf_counter() - t0
-        assert all(r.outcome == "completed" for r in results), results
-    finally:
-        await host.close()
-    return samples, wall
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
 def record_bytes(size: int) -> bytes:
-    return default_codec().encode(StepResult("bench-session", 0, "c1", "s0", _value(size)))
+    return default_codec().encode(StepResult("bench-session", 0, "c1", "s0", "x" * size))
 
 
-def measure_raw_sqlite(path: Path, n: int, size: int, warmup: int) -> list[float]:
+# -- baselines: one operation each, blocking --------------------------------------------
+
+
+def sqlite_baseline(path: Path, size: int) -> Callable[[], None]:
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, type TEXT, value BLOB)")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT, type TEXT, value BLOB)"
+    )
     value = record_bytes(size)
-    samples = []
-    for i in range(warmup + n):
-        t0 = time.perf_counter()
+
+    def commit() -> None:
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO records (session_id, type, value) VALUES (?, ?, ?)", ("s", "harness.step.result", value))
         db.execute("COMMIT")
-        if i >= warmup:
-            samples.append(time.perf_counter() - t0)
-    db.close()
-    return samples
+
+    return commit
 
 
-def measure_raw_kafka(bootstrap: str, topic: str, n: int, size: int, warmup: int) -> list[float]:
+def kafka_baseline(bootstrap: str, topic: str, size: int) -> Callable[[], None]:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -120,72 +89,145 @@ def measure_raw_kafka(bootstrap: str, topic: str, n: int, size: int, warmup: int
     })
     producer.init_transactions(30)
     value = record_bytes(size)
-    samples = []
-    for i in range(warmup + n):
-        t0 = time.perf_counter()
+
+    def transaction() -> None:
         producer.begin_transaction()
         producer.produce(topic, value=value, key=b"bench-session", partition=0)
         producer.commit_transaction(30)
-        if i >= warmup:
-            samples.append(time.perf_counter() - t0)
-    return samples
+
+    return transaction
+
+
+# -- the harness --------------------------------------------------------------------------
+
+
+def _harness(steps_impl: Any) -> Any:
+    tool = durable_tool(tool_definition(name="steps", description="no-op steps", input_schema=NoArgs), steps_impl)
+    return define_harness(
+        name="bench/steps",
+        model=ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(id="c1", name="steps", arguments={})]), ModelResponse(text="done")]
+        ),
+        tools=[tool],
+    )
+
+
+async def interleaved(
+    log_url: str, baseline: Callable[[], None], n: int, size: int, warmup: int, block: int
+) -> tuple[list[float], list[float]]:
+    """Step latencies and baseline latencies, measured in alternating blocks."""
+    steps: list[float] = []
+    base: list[float] = []
+
+    async def steps_impl(args: NoArgs, ctx: Any) -> dict[str, int]:
+        value = "x" * size
+        i = 0
+        for _ in range(warmup):
+            await ctx.step.do(f"w{i}", lambda: value)
+            baseline()
+            i += 1
+        while len(steps) < n:
+            for _ in range(block):
+                t0 = time.perf_counter()
+                await ctx.step.do(f"s{i}", lambda: value)
+                steps.append(time.perf_counter() - t0)
+                i += 1
+            for _ in range(block):
+                t0 = time.perf_counter()
+                baseline()
+                base.append(time.perf_counter() - t0)
+        return {"steps": len(steps)}
+
+    host = HarnessHost(log=open_log(log_url))
+    try:
+        session = await host.open(_harness(steps_impl), session_id=f"bench-{uuid.uuid4().hex[:8]}")
+        result = await session.send("go")
+        assert result.outcome == "completed", result
+    finally:
+        await host.close()
+    return steps, base
+
+
+async def concurrent_steps(log_url: str, sessions: int, per_session: int, size: int) -> float:
+    """Steps/s of ``sessions`` sessions doing ``per_session`` steps each, at once."""
+
+    async def steps_impl(args: NoArgs, ctx: Any) -> dict[str, int]:
+        value = "x" * size
+        for i in range(per_session):
+            await ctx.step.do(f"s{i}", lambda: value)
+        return {"steps": per_session}
+
+    harness = _harness(steps_impl)
+    host = HarnessHost(log=open_log(log_url))
+    try:
+        handles = [await host.open(harness, session_id=f"bench-{uuid.uuid4().hex[:8]}-{k}") for k in range(sessions)]
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(h.send("go") for h in handles))
+        wall = time.perf_counter() - t0
+        assert all(r.outcome == "completed" for r in results), results
+    finally:
+        await host.close()
+    return sessions * per_session / wall
 
 
 def table(rows: list[tuple[str, list[float]]]) -> str:
-    out = [f"| {'what':<40} | {'p50 (ms)':>9} | {'p99 (ms)':>9} | {'n':>5} |", f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 7}|"]
+    out = [
+        f"| {'what':<42} | {'p50 (ms)':>9} | {'p99 (ms)':>9} | {'n':>5} |",
+        f"|{'-' * 44}|{'-' * 11}|{'-' * 11}|{'-' * 7}|",
+    ]
     for name, s in rows:
-        out.append(f"| {name:<40} | {pct(s, 0.5) * 1000:>9.3f} | {pct(s, 0.99) * 1000:>9.3f} | {len(s):>5} |")
+        out.append(f"| {name:<42} | {pct(s, 0.5) * 1000:>9.3f} | {pct(s, 0.99) * 1000:>9.3f} | {len(s):>5} |")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", required=True, help="sqlite:///<file> or kafka://host:port")
-    parser.add_argument("-n", type=int, default=1000, help="timed steps")
+    parser.add_argument("-n", type=int, default=1000, help="timed steps (and as many baseline operations)")
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--block", type=int, default=25, help="steps, then baseline operations, per block")
     parser.add_argument("--size", type=int, default=100, help="bytes of the step value")
-    parser.add_argument("--concurrency", type=int, default=0, help="also run N concurrent sessions (throughput)")
+    parser.add_argument("--concurrency", type=int, default=0, help="Kafka: also run N sessions at once")
+    parser.add_argument("--partitions", type=int, default=12, help="Kafka: partitions of the sessions topic")
     args = parser.parse_args(argv)
 
     url = urlparse(args.log)
-    rows: list[tuple[str, list[float]]] = []
     if url.scheme == "sqlite":
-        base = Path(args.log[len("sqlite:///"):])
-        for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")):
+        base_path = Path(args.log[len("sqlite:///"):])
+        for p in (base_path, Path(f"{base_path}-wal"), Path(f"{base_path}-shm")):
             p.unlink(missing_ok=True)
-        raw_path = Path(tempfile.mkdtemp(prefix="bench-raw-")) / "raw.db"
-        raw = measure_raw_sqlite(raw_path, args.n, args.size, args.warmup)
-        steps, _ = asyncio.run(measure_steps(args.log, args.n, args.size, args.warmup))
-        raw2 = measure_raw_sqlite(raw_path, args.n, args.size, args.warmup)  # again: drift check
-        raw = raw + raw2
-        rows = [("step.do (durable, sequential)", steps), ("raw sqlite commit (WAL, synchronous=FULL)", raw)]
+        raw_path = base_path.parent / f"{base_path.name}.raw"
+        for p in (raw_path, Path(f"{raw_path}-wal"), Path(f"{raw_path}-shm")):
+            p.unlink(missing_ok=True)
+        baseline = sqlite_baseline(raw_path, args.size)
+        steps, base = asyncio.run(interleaved(args.log, baseline, args.n, args.size, args.warmup, args.block))
+        label = "raw sqlite commit (WAL, synchronous=FULL)"
         print(f"SQLite log, value {args.size} B, record {len(record_bytes(args.size))} B, {os.cpu_count()} cores")
     elif url.scheme == "kafka":
         bootstrap = url.netloc
         prefix = parse_qs(url.query).get("topic_prefix", [f"bench{uuid.uuid4().hex[:6]}"])[0]
-        log_url = f"kafka://{bootstrap}?topic_prefix={prefix}&partitions=12"
-        raw = measure_raw_kafka(bootstrap, f"{prefix}.raw", args.n, args.size, args.warmup)
-        steps, _ = asyncio.run(measure_steps(log_url, args.n, args.size, args.warmup))
-        rows = [("step.do (durable, sequential)", steps), ("bare Kafka transaction (1 record)", raw)]
+        log_url = f"kafka://{bootstrap}?topic_prefix={prefix}&partitions={args.partitions}"
+        baseline = kafka_baseline(bootstrap, f"{prefix}.raw", args.size)
+        steps, base = asyncio.run(interleaved(log_url, baseline, args.n, args.size, args.warmup, args.block))
+        label = "bare Kafka transaction (1 record)"
         print(f"Kafka log, value {args.size} B, record {len(record_bytes(args.size))} B, {os.cpu_count()} cores")
         if args.concurrency:
             c = args.concurrency
-            per = max(20, args.n // c)
-            csteps, wall = asyncio.run(measure_steps(log_url, per, args.size, 5, sessions=c))
-            total = c * (per + 5)
-            raw_rate = 1 / statistics.mean(raw)
+            rate = asyncio.run(concurrent_steps(log_url, c, max(20, args.n // c), args.size))
+            bare_rate = 1 / statistics.mean(base)
             print()
-            print(f"| {'what':<44} | {'ops/s':>9} |")
-            print(f"|{'-' * 46}|{'-' * 11}|")
-            print(f"| {f'step.do, {c} sessions at once (group commit)':<44} | {total / wall:>9.0f} |")
-            print(f"| {'bare Kafka transactions, one after another':<44} | {raw_rate:>9.0f} |")
-            print(f"throughput_ratio={total / wall / raw_rate:.2f}")
+            print(f"| {'what':<46} | {'ops/s':>9} |")
+            print(f"|{'-' * 48}|{'-' * 11}|")
+            what = f"step.do, {c} sessions on {args.partitions} partitions"
+            print(f"| {what:<46} | {rate:>9.0f} |")
+            print(f"| {'bare Kafka transactions, one after another':<46} | {bare_rate:>9.0f} |")
+            print(f"throughput_ratio={rate / bare_rate:.2f}")
             print()
     else:
         print("--log must be sqlite:///... or kafka://...", file=sys.stderr)
         return 2
-    print(table(rows))
-    print(f"ratio={pct(rows[0][1], 0.5) / pct(rows[1][1], 0.5):.2f}")
+    print(table([("step.do (durable, sequential)", steps), (label, base)]))
+    print(f"ratio={pct(steps, 0.5) / pct(base, 0.5):.2f}")
     return 0
 
 
