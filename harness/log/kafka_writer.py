@@ -236,10 +236,11 @@ class PartitionWriter:
            A delivery callback keeps each record's offset. A record the client refuses
            as too large fails ITS append alone with :class:`RecordTooLarge`: abort
            (step 6) and go back to 2 without it.
-        4. ``flush()``: every record acknowledged by the partition leader (acks=all).
-           A delivery report of a too-large record is handled like in 3. Any other
-           delivery error makes the transaction abortable; step 5 reports it.
-        5. ``commit_transaction()``. Only now are the records visible to read_committed
+        4-5. ``commit_transaction()``: it flushes (every record acknowledged by the
+           partition leader, acks=all; the delivery callbacks run meanwhile, so each
+           record's offset is known when it returns), then commits. A delivery report
+           of a too-large record is handled like in 3; any other delivery error makes
+           the commit fail as abortable (step 6). Only now are the records visible to read_committed
            readers, and only now does any append of the batch return, each with its
            records' offsets (contiguous for one append: this producer is the only
            transactional writer of the partition, and it produces them back to back).
@@ -327,25 +328,24 @@ class PartitionWriter:
 
             for record_type, value in append.values:
                 self._produce(producer, append, key, record_type, value, on_delivery, deadline)
+        # No flush() first: commit_transaction flushes, and delivery reports are served
+        # while it does, so the offsets are known when it returns (one wake-up fewer).
         try:
-            remaining = producer.flush(max(0.0, deadline - time.monotonic()))
+            self._call(producer.commit_transaction, deadline)
+        except KafkaException:
+            for i, append in enumerate(pending):
+                for err, _offset in reports[i]:
+                    if err is not None and err.code() in _TOO_LARGE:
+                        raise _Rejected(append, self._too_large(append, err.str())) from None
+            raise
         except SystemError as exc:
-            # confluent-kafka (2.16) sets a fatal error (e.g. _FENCED) as the pending
-            # exception, then runs the delivery callbacks: it surfaces as a SystemError
-            # caused by the KafkaException. Classify the KafkaException, or a fenced
-            # writer would look merely unavailable and a new claim would start a new
-            # producer, fencing the partition's real owner.
+            # confluent-kafka (2.16) surfaces a fatal error (e.g. _FENCED) raised while
+            # serving delivery callbacks as a SystemError caused by the KafkaException.
             if isinstance(exc.__cause__, KafkaException):
                 raise exc.__cause__ from None
             raise
-        if remaining:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out", retriable=True))
-        for i, append in enumerate(pending):
-            for err, _offset in reports[i]:
-                if err is not None and err.code() in _TOO_LARGE:
-                    raise _Rejected(append, self._too_large(append, err.str()))
-            # Any other delivery error leaves the transaction abortable: commit says so.
-        self._call(producer.commit_transaction, deadline)
+        if any(len(r) < len(a.values) for r, a in zip(reports, pending, strict=True)):
+            producer.flush(max(0.1, deadline - time.monotonic()))  # serve any report still queued
         return [[offset for _err, offset in r] for r in reports]
 
     def _produce(
