@@ -62,8 +62,8 @@ from bench._common import (
 async def run(bootstrap: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from harness.client import HarnessClient
     from harness.log.kafka import KafkaLog
-    from harness.runtime.group import SESSION_TIMEOUT_MS
     from harness.records import StepResult, TurnResumed
+    from harness.runtime.group import SESSION_TIMEOUT_MS
 
     partitions = args.partitions
     prefix = new_prefix("fo")

@@ -25,7 +25,6 @@ import os
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable

@@ -10,12 +10,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.testing.kafka_local import LocalKafka
-
-ck = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.kafka
 

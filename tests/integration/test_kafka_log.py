@@ -10,17 +10,16 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
 import pytest_asyncio
+from confluent_kafka.admin import AdminClient, NewTopic
 
-ck = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from harness.codec import default_codec  # noqa: E402
-from harness.errors import FencedError, LogUnavailable  # noqa: E402
-from harness.ids import RECORD_TYPE_HEADER, message_key, owner_transactional_id  # noqa: E402
-from harness.log import open_log  # noqa: E402
-from harness.log.kafka import (  # noqa: E402
+from harness.codec import default_codec
+from harness.errors import FencedError, LogUnavailable
+from harness.ids import RECORD_TYPE_HEADER, message_key, owner_transactional_id
+from harness.log import open_log
+from harness.log.kafka import (
     DLQ_ERROR_HEADER,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
@@ -28,8 +27,8 @@ from harness.log.kafka import (  # noqa: E402
     KafkaLog,
     RecordTooLarge,
 )
-from harness.log.kafka_partitioner import partition_for  # noqa: E402
-from harness.records import InputMessage, StepResult  # noqa: E402
+from harness.log.kafka_partitioner import partition_for
+from harness.records import InputMessage, StepResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]
 

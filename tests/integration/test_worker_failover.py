@@ -22,14 +22,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import confluent_kafka  # noqa: F401 - the dev extra has it; never skipped
 import pytest
 
-pytest.importorskip("confluent_kafka")
-
 from harness.client import HarnessClient
-from harness.runtime.group import SESSION_TIMEOUT_MS
 from harness.log.kafka_partitioner import partition_for
 from harness.records import AskOpened, InputSettled, LogEntry, ToolResult, TurnResumed, TurnStarted
+from harness.runtime.group import SESSION_TIMEOUT_MS
 from harness.testing.kafka_local import LocalKafka
 from harness.testing.payments import FakePaymentProvider
 from tests.integration.fleet_helpers import (
