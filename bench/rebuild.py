@@ -124,7 +124,7 @@ class Direct:
 
 async def direct_rebuild(bootstrap: str, prefix: str) -> Direct:
     """The full-read path of an assignment, by the same library calls, without the group
-    or a checkpoint: ``read_partition(p, 0)``, ``PartitionRuntime.rebuild``, ``go_live``."""
+    or a checkpoint: ``read_partition(p, 0, lazy=True)``, ``PartitionRuntime.rebuild``, ``go_live``."""
     from bench.apps import bench
     from harness.log.kafka import KafkaLog
     from harness.runtime.host import HarnessHost
@@ -135,7 +135,7 @@ async def direct_rebuild(bootstrap: str, prefix: str) -> Direct:
     try:
         rt = PartitionRuntime(host=HarnessHost(log=klog), harnesses={bench.name: bench}, partition=0)
         t0 = time.perf_counter()
-        entries = await klog.read_partition(0, 0)
+        entries = await klog.read_partition(0, 0, lazy=True)  # as the worker reads (group.take)
         t1 = time.perf_counter()
         rt.rebuild(entries)
         t2 = time.perf_counter()

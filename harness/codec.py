@@ -424,13 +424,8 @@ class RecordCodec:
             self._by_id[schema_id] = schema
         return schema
 
-    def decode(self, data: bytes) -> Record:
-        """The record in ``data`` (either framing); ``CodecError`` on any malformed input."""
-        if not isinstance(data, bytes):
-            try:
-                data = bytes(data)
-            except TypeError as exc:
-                raise _error(f"cannot decode {type(data).__name__}; expected bytes") from exc
+    def _locate(self, data: bytes) -> tuple[_Schema, int]:
+        """The schema named by ``data``'s framing and where its body starts."""
         if data[:2] == SINGLE_OBJECT_MAGIC:
             if len(data) < _SO_HEADER:
                 raise _error("truncated single-object header", raw=data)
@@ -439,8 +434,8 @@ class RecordCodec:
             schema = self._by_fingerprint.get(data[2:_SO_HEADER])
             if schema is None:
                 raise _error(f"unknown schema fingerprint {data[2:_SO_HEADER].hex()}", raw=data)
-            start = _SO_HEADER
-        elif data[:1] == REGISTRY_MAGIC:
+            return schema, _SO_HEADER
+        if data[:1] == REGISTRY_MAGIC:
             if len(data) < _REG_HEADER:
                 raise _error("truncated schema registry header", raw=data)
             try:
@@ -448,9 +443,25 @@ class RecordCodec:
             except CodecError as exc:
                 exc.raw = data
                 raise
-            start = _REG_HEADER
-        else:
-            raise _error(f"unknown framing: first bytes {data[:2].hex() or '(empty)'}", raw=data)
+            return schema, _REG_HEADER
+        raise _error(f"unknown framing: first bytes {data[:2].hex() or '(empty)'}", raw=data)
+
+    def peek_type(self, data: bytes) -> str:
+        """The record type ``data`` holds, from its framing alone (the body is not read).
+
+        Raises:
+            CodecError: unknown framing or schema.
+        """
+        return self._locate(bytes(data))[0].record_type
+
+    def decode(self, data: bytes) -> Record:
+        """The record in ``data`` (either framing); ``CodecError`` on any malformed input."""
+        if not isinstance(data, bytes):
+            try:
+                data = bytes(data)
+            except TypeError as exc:
+                raise _error(f"cannot decode {type(data).__name__}; expected bytes") from exc
+        schema, start = self._locate(data)
         try:
             buf = BytesIO(data)
             buf.seek(start)

@@ -78,6 +78,8 @@ class _Codec(Protocol):
 
     def decode(self, data: bytes) -> Record: ...
 
+    def peek_type(self, data: bytes) -> str: ...
+
 
 def _default_codec() -> _Codec:
     from harness.codec import default_codec

@@ -193,14 +193,23 @@ class KafkaLog:
         return await self._skip_corrupt(items)
 
     async def read_partition(
-        self, partition: int, start_offset: int = 0, end_offset: int | None = None
+        self, partition: int, start_offset: int = 0, end_offset: int | None = None, *, lazy: bool = False
     ) -> list[LogEntry]:
         """Every session's committed records with ``start_offset <= offset < end_offset``.
 
         Without ``end_offset``, up to the partition's current end. The next read starts
-        at ``entries[-1].seq``. Poison records are dead-lettered and skipped.
+        at ``entries[-1].seq``. Poison records are dead-lettered and skipped. With
+        ``lazy`` the entries are :class:`~harness.log.kafka_reader.LazyEntry`: only their
+        framing is checked now, their body is decoded on first use (a worker's rebuild
+        never decodes most records of sessions that ended); a body that then fails to
+        decode raises ``CodecError`` and is for the caller to report (``dead_letter``).
         """
-        return await self._skip_corrupt(await self._scan_partition(partition, start_offset, end=end_offset))
+        items = await self._scan_partition(partition, start_offset, end=end_offset, lazy=lazy)
+        return await self._skip_corrupt(items)
+
+    def dead_letter(self, corrupt: CorruptRecord) -> None:
+        """Copy an undecodable record to ``<prefix>.dead-letter`` (once per process)."""
+        self._dead_letter_all([corrupt])
 
     async def tail_partition(self, partition: int, start_offset: int = 0) -> AsyncIterator[LogEntry]:
         """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
@@ -271,6 +280,7 @@ class KafkaLog:
         end: int | None = None,
         key: bytes | None = None,
         limit: int | None = None,
+        lazy: bool = False,
     ) -> list[ReadResult]:
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
@@ -288,6 +298,7 @@ class KafkaLog:
             must_reach=must_reach,
             key=key,
             limit=limit,
+            peek=self._codec.peek_type if lazy else None,
         )
 
     async def _skip_corrupt(self, items: Sequence[ReadResult]) -> list[LogEntry]:

@@ -28,11 +28,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from harness.errors import CorruptRecord, LogUnavailable
+from harness.errors import CodecError, CorruptRecord, LogUnavailable
 from harness.log.base import LogEntry
 from harness.log.kafka_config import READ_TIMEOUT_S, KafkaSettings
 
-__all__ = ["ConsumerPool", "ReadResult", "decode_message", "read_range", "tail"]
+__all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range", "tail"]
 
 ReadResult = LogEntry | CorruptRecord
 Decoder = Callable[[bytes], Any]
@@ -115,6 +115,80 @@ def _collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+class LazyEntry:
+    """A committed record whose body is decoded on first use (``record``).
+
+    Its position, session and type are known without decoding (the key and the
+    framing's schema), so a rebuild can classify a session by its few control
+    records and never decode the rest of a session that has ended. It stands in
+    for a :class:`LogEntry` wherever one is read.
+    """
+
+    __slots__ = ("_decode", "_raw", "_record", "seq", "session_id", "type")
+
+    def __init__(self, seq: int, session_id: str, record_type: str, raw: bytes, decode: Decoder) -> None:
+        self.seq = seq
+        self.session_id = session_id
+        self.type = record_type
+        self._raw = raw
+        self._decode = decode
+        self._record: Any = None
+
+    @property
+    def raw(self) -> bytes:
+        return self._raw
+
+    @property
+    def record(self) -> Any:
+        """The decoded record; ``CodecError`` if the body is malformed."""
+        if self._record is None:
+            record = self._decode(self._raw)
+            if record.session_id != self.session_id:
+                raise CodecError(
+                    f"record at seq {self.seq}: its key names session {self.session_id!r} "
+                    f"but the record belongs to {record.session_id!r}",
+                    raw=self._raw,
+                )
+            self._record = record
+        return self._record
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return LogEntry(self.seq, self.record).data
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (LogEntry, LazyEntry)):
+            return self.seq == other.seq and self.record == other.record
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyEntry(seq={self.seq}, type={self.type!r}, session_id={self.session_id!r})"
+
+
+def lazy_message(peek: Callable[[bytes], str], decode: Decoder, topic: str, partition: int, msg: Any) -> Any:
+    """Like :func:`decode_message`, but only the framing is checked now: a
+    :class:`LazyEntry`, or a ``CorruptRecord`` for an unknown framing/schema/key."""
+    offset: int = msg.offset()
+    raw: bytes = msg.value() or b""
+    key: bytes | None = msg.key()
+    try:
+        if key is None:
+            raise CodecError("no key: a session record's key is its session id")
+        return LazyEntry(offset + 1, key.decode("utf-8"), peek(raw), raw, decode)
+    except Exception as exc:  # noqa: BLE001 - this one record is unreadable
+        return CorruptRecord(
+            f"record at {topic}[{partition}]@{offset} cannot be read: {type(exc).__name__}: {exc}",
+            session_id=key.decode("utf-8", "replace") if key is not None else None,
+            seq=offset + 1,
+            raw=raw,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+
+
 def decode_message(decode: Decoder, topic: str, partition: int, msg: Any) -> ReadResult:
     """A consumed message as a :class:`LogEntry` (seq = offset + 1), or why it is unreadable."""
     offset: int = msg.offset()
@@ -153,8 +227,11 @@ def read_range(
     key: bytes | None = None,
     limit: int | None = None,
     timeout: float = READ_TIMEOUT_S,
+    peek: Callable[[bytes], str] | None = None,
 ) -> list[ReadResult]:
     """Committed records of one partition with ``start <= offset < stop`` (blocking).
+
+    With ``peek`` (the codec's ``peek_type``) records come back as :class:`LazyEntry`.
 
     ``stop`` is the partition's current end (LSO), at least ``must_reach``, at most
     ``end``. Only messages with ``key`` (when given) are decoded and returned.
@@ -175,7 +252,7 @@ def read_range(
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
             with _collector_paused():
-                return _consume(consumer, decode, topic, partition, stop, key, limit, timeout)
+                return _consume(consumer, decode, topic, partition, stop, key, limit, timeout, peek)
         finally:
             consumer.unassign()
     except KafkaException as exc:
@@ -221,6 +298,7 @@ def _consume(
     key: bytes | None,
     limit: int | None,
     timeout: float,
+    peek: Callable[[bytes], str] | None = None,
 ) -> list[ReadResult]:
     out: list[ReadResult] = []
     deadline = time.monotonic() + timeout
@@ -239,7 +317,10 @@ def _consume(
             if offset >= stop:
                 return out
             if key is None or msg.key() == key:
-                out.append(decode_message(decode, topic, partition, msg))
+                if peek is None:
+                    out.append(decode_message(decode, topic, partition, msg))
+                else:
+                    out.append(lazy_message(peek, decode, topic, partition, msg))
                 if limit is not None and len(out) >= limit:
                     return out
             if offset + 1 >= stop:

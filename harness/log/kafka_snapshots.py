@@ -51,6 +51,12 @@ def _topic_config() -> dict[str, str]:
     }
 
 
+def _raw(entry: Any) -> bytes | None:
+    """The bytes a lazily read entry came with (no need to decode and encode again)."""
+    raw = getattr(entry, "raw", None)
+    return raw if isinstance(raw, bytes) else None
+
+
 class SnapshotStore:
     """Writes and reads partition checkpoints (blocking calls run on threads)."""
 
@@ -99,7 +105,8 @@ class SnapshotStore:
         size = 0
         for sid, entries in checkpoint.sessions.items():
             items: list[tuple[int, str]] = [
-                (e.seq, base64.b64encode(self._codec.encode(e.record)).decode("ascii")) for e in entries
+                (e.seq, base64.b64encode(_raw(e) or self._codec.encode(e.record)).decode("ascii"))
+                for e in entries
             ]
             cost = sum(len(text) + 16 for _, text in items) + len(sid) + 8
             if size and size + cost > CHUNK_BYTES:

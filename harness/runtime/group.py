@@ -186,7 +186,8 @@ async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
             log.warning("checkpoint of partition %s unreadable (%s); reading the whole partition", p, exc)
         if checkpoint is not None:
             rt.load_checkpoint(checkpoint)
-        entries = await klog.read_partition(p, rt.position)
+        rt.on_corrupt = lambda corrupt: loop.run_in_executor(None, klog.dead_letter, corrupt)
+        entries = await klog.read_partition(p, rt.position, lazy=True)
         rt.rebuild(entries)
         await rt.go_live()
         if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 
 from harness.definition import Harness
-from harness.errors import FencedError, HarnessError, LogError, SessionBusy
+from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.log.base import Checkpoint
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
@@ -38,6 +38,19 @@ from harness.secrets import secret_values
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
 
 log = logging.getLogger("harness.worker")
+
+CONTROL_TYPES = frozenset(
+    {
+        "harness.input.message",
+        "harness.input.answer",
+        "harness.input.records",
+        "harness.input.settled",
+        "harness.turn.started",
+        "harness.turn.finished",
+    }
+)
+"""The records that decide whether a session ended (no active turn, no pending input):
+folding only these gives the same ``ended`` as folding everything."""
 
 RECENT_ENDED = 1000
 """Ended sessions whose records stay in memory (LRU): a returning chat needs no read."""
@@ -67,6 +80,7 @@ class PartitionRuntime:
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
         self.live = False
+        self.on_corrupt: Callable[[CorruptRecord], object] | None = None
         self.position = 0  # every record <= position was folded
         self.records_since_checkpoint = 0
 
@@ -100,12 +114,46 @@ class PartitionRuntime:
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
-            state = fold(sid, entries)
+            # First the few records that decide it (with lazily read entries, the rest
+            # of an ended session is never decoded), then everything of a live one.
+            probe = self._fold(sid, [e for e in entries if e.type in CONTROL_TYPES])
+            if probe.ended:
+                self._remember_ended(sid, self._entries.pop(sid))
+                continue
+            state = self._fold(sid, entries)
             if state.ended:
                 self._remember_ended(sid, self._entries.pop(sid))
             else:
                 live[sid] = state
         return live
+
+    def _fold(self, sid: str, entries: list[LogEntry]) -> SessionState:
+        """``fold``, dropping (and reporting) records whose body cannot be decoded."""
+        try:
+            return fold(sid, entries)
+        except CodecError:
+            pass
+        good: list[LogEntry] = []
+        for entry in entries:
+            try:
+                entry.record  # noqa: B018 - decodes a lazily read entry
+            except CodecError as exc:
+                self.report_corrupt(
+                    CorruptRecord(str(exc), session_id=sid, seq=entry.seq, raw=exc.raw, partition=self.partition)
+                )
+                continue
+            good.append(entry)
+        if len(good) < len(entries):
+            kept = self._entries.get(sid)
+            if kept is entries:
+                entries[:] = good
+        return fold(sid, good)
+
+    def report_corrupt(self, corrupt: CorruptRecord) -> None:
+        """An undecodable record was skipped (a worker also copies it to its dead-letter topic)."""
+        log.error("skipping an undecodable record: %s", corrupt)
+        if self.on_corrupt is not None:
+            self.on_corrupt(corrupt)
 
     def _remember_ended(self, sid: str, entries: list[LogEntry]) -> None:
         self._ended[sid] = entries[0].seq if entries else 0
