@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import gc
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from harness.errors import CodecError, CorruptRecord, LogUnavailable
+from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
 from harness.log.kafka_config import READ_TIMEOUT_S, KafkaSettings
 
@@ -83,36 +82,6 @@ class ConsumerPool:
             idle, self._idle = self._idle, []
         for consumer in idle:
             consumer.close()
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0  # bulk reads running now, in any thread
-_gc_resume = False  # whether the first of them found the collector enabled
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a bulk read builds its list of entries.
-
-    A read keeps every record it decodes, so the collections its allocations trigger
-    free nothing while their cost grows with the list: about a fifth of the time of a
-    200k-record partition read (bench/rebuild.py). Reference counting still frees the
-    rest. Concurrent reads share one pause; the collector is enabled again when the
-    last ends, and only if it was enabled when the first began.
-    """
-    global _gc_pauses, _gc_resume
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_resume:
-                gc.enable()
 
 
 class LazyEntry:
@@ -251,7 +220,7 @@ def read_range(
             return []
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
-            with _collector_paused():
+            with collector_paused():
                 return _consume(consumer, decode, topic, partition, stop, key, limit, timeout, peek)
         finally:
             consumer.unassign()

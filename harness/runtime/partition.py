@@ -28,6 +28,7 @@ from datetime import timedelta
 
 from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
+from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
@@ -177,7 +178,9 @@ class PartitionRuntime:
 
     async def go_live(self) -> None:
         """Drive every rebuilt session that has work left; remember the ended ones."""
-        for sid, state in (await self.forget_ended()).items():
+        with collector_paused():
+            live = await self.forget_ended()
+        for sid, state in live.items():
             await self._start(sid, state)
         self.live = True
 
