@@ -32,7 +32,7 @@ from harness import ids
 from harness.errors import LogUnavailable
 from harness.log.base import Checkpoint
 from harness.log.kafka_config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
-from harness.log.kafka_reader import _next_messages
+from harness.log.kafka_reader import _next_messages, _watermarks
 from harness.records import LogEntry
 
 __all__ = ["SnapshotStore"]
@@ -199,9 +199,8 @@ class SnapshotStore:
         self._ensure_topic()
         consumer = self._consumer()
         try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=READ_TIMEOUT_S, cached=False
-            )
+            # Retries the transient errors of a topic just created (no leader yet, ...).
+            low, high = _watermarks(consumer, TopicPartition(self.topic, partition), READ_TIMEOUT_S)
             if high <= low:
                 return None
             header_key = f"checkpoint/{partition}".encode()
