@@ -9,6 +9,7 @@ result shown to the model has the values replaced by ``[secret:<name>]``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from harness.jsonvalues import json_path
+from harness.records import Record
 
-__all__ = ["SecretScrubber", "secret_values"]
+__all__ = ["SecretScrubber", "redact_record", "secret_values"]
 
 
 def secret_values(secrets: Mapping[str, str | SecretStr] | None) -> Mapping[str, str]:
@@ -83,3 +85,21 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
                 yield from _strings(item, json_path(path, key))
             else:
                 yield from _strings(item, path)
+
+
+def redact_record(record: Record, scrubber: SecretScrubber) -> Record:
+    """A copy of ``record`` with every secret value replaced in its text and JSON fields."""
+    if not scrubber:
+        return record
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        if f.name == "session_id":
+            continue
+        value = getattr(record, f.name)
+        if isinstance(value, (str, list, dict, tuple)):
+            redacted = scrubber.redact(value)
+            if isinstance(value, tuple):
+                redacted = tuple(redacted)
+            if redacted != value:
+                changes[f.name] = redacted
+    return dataclasses.replace(record, **changes) if changes else record

@@ -1,4 +1,4 @@
-"""Judging an answer to ``step.ask`` against what the log recorded (SPEC 3.2, 3.3).
+"""Settling inputs that arrive through the log, and judging answers (SPEC 3.2, 3.3).
 
 Any server can take an answer, even one without the tool's code: the answer is
 checked against the JSON schema recorded in ``harness.ask.opened``.
@@ -11,9 +11,12 @@ from typing import Any
 
 import jsonschema
 
-from harness.replay.state import SessionState
+from harness.context import check_app_records
+from harness.errors import HarnessError
+from harness.records import AskAnswered, InputAnswer, InputRecords, InputSettled, Record
+from harness.replay.state import InputState, SessionState
 
-__all__ = ["AnswerVerdict", "judge_answer"]
+__all__ = ["AnswerVerdict", "judge_answer", "settle_input"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +48,28 @@ def judge_answer(
     except jsonschema.SchemaError as exc:  # a schema we recorded ourselves: should not happen
         return AnswerVerdict(False, "invalid_answer", f"the ask's recorded schema is invalid: {exc.message}")
     return AnswerVerdict(True)
+
+
+def settle_input(state: SessionState, inp: InputState, now_ms: int) -> list[Record]:
+    """The records that settle an answer or app-records input taken from the log.
+
+    An accepted answer lands as ``harness.ask.answered``; app records land when their
+    input settles ``completed``; anything refused settles ``rejected`` with a code.
+    """
+    r = inp.record
+    sid = state.session_id
+    if isinstance(r, InputAnswer):
+        verdict = judge_answer(state, r.tool_call_id, r.name, r.value, now_ms)
+        if verdict.ok:
+            return [
+                AskAnswered(sid, now_ms, r.tool_call_id, r.name, r.value, r.input_id),
+                InputSettled(sid, now_ms, r.input_id, "completed"),
+            ]
+        return [InputSettled(sid, now_ms, r.input_id, "rejected", verdict.code, verdict.reason)]
+    if isinstance(r, InputRecords):
+        try:
+            check_app_records(r.records)
+        except HarnessError as exc:
+            return [InputSettled(sid, now_ms, r.input_id, "rejected", "invalid_records", str(exc))]
+        return [InputSettled(sid, now_ms, r.input_id, "completed")]
+    return []

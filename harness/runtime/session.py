@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness import ids
@@ -54,44 +52,16 @@ from harness.replay import (
     plan_turn,
 )
 from harness.replay.state import InputState
-from harness.runtime.answers import judge_answer
+from harness.runtime.answers import judge_answer, settle_input
 from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
-from harness.secrets import SecretScrubber
+from harness.runtime.results import OpenAsk, TurnResult, settled_result, waiting_in_log, waiting_live
+from harness.secrets import SecretScrubber, redact_record
 from harness.step import CallScope, DurableStep
 
 if TYPE_CHECKING:
     from harness.runtime.host import HarnessHost
 
 __all__ = ["OpenAsk", "Session", "TurnResult"]
-
-
-@dataclass(frozen=True, slots=True)
-class OpenAsk:
-    """A question a parked tool is waiting on."""
-
-    tool_call_id: str
-    name: str
-    message: str
-    schema: dict[str, Any]
-    expires_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """How an input ended.
-
-    ``outcome`` is ``completed``, ``failed`` or ``aborted`` once the input
-    settled, ``rejected`` for an input the owner refused, or ``waiting`` while
-    the turn is parked on a person's answer (``waiting`` lists the open asks;
-    ``session.answer`` resumes it).
-    """
-
-    input_id: str
-    outcome: str
-    text: str | None = None
-    code: str | None = None
-    error: str | None = None
-    waiting: tuple[OpenAsk, ...] = ()
 
 
 def _ms(seconds: float) -> int:
@@ -360,20 +330,7 @@ class Session:
                 return
 
     def _redact(self, record: Record) -> Record:
-        if not self._scrubber:
-            return record
-        changes: dict[str, Any] = {}
-        for f in dataclasses.fields(record):
-            value = getattr(record, f.name)
-            if f.name in ("session_id",):
-                continue
-            if isinstance(value, (str, list, dict, tuple)):
-                redacted = self._scrubber.redact(value)
-                if isinstance(value, tuple):
-                    redacted = tuple(redacted)
-                if redacted != value:
-                    changes[f.name] = redacted
-        return dataclasses.replace(record, **changes) if changes else record
+        return redact_record(record, self._scrubber)
 
     async def _commit(self, records: list[Record]) -> None:
         writer = await self._ensure_writer()
@@ -408,52 +365,14 @@ class Session:
     # -- waiting for results -------------------------------------------------------------
 
     def _result_of(self, input_id: str) -> TurnResult | None:
-        inp = self._state.inputs.get(input_id)
-        if inp is None:
+        if input_id not in self._state.inputs:
             return None
-        if inp.settled is not None:
-            s = inp.settled
-            turn = self._state.turn_of(input_id)
-            fin = turn.finished if turn is not None else None
-            return TurnResult(
-                input_id=input_id,
-                outcome=s.outcome,
-                text=fin.text if fin is not None else None,
-                code=s.code,
-                error=(fin.error if fin is not None else None) or s.reason,
-            )
+        settled = settled_result(self._state, input_id)
+        if settled is not None:
+            return settled
         if self._writer is None:
-            return self._waiting_elsewhere(input_id)
-        if self._running and self._running <= self._parked:
-            # Parked calls whose answer already committed are about to wake: not waiting.
-            asks = self._open_asks()
-            if self._running <= {a.tool_call_id for a in asks}:
-                return TurnResult(input_id=input_id, outcome="waiting", waiting=asks)
-        return None
-
-    def _waiting_elsewhere(self, input_id: str) -> TurnResult | None:
-        """``waiting`` as the log shows it, for a handle that does not drive the turn."""
-        turn = self._state.turn_of(input_id)
-        last = turn.last_response if turn is not None and turn.finished is None else None
-        if last is None:
-            return None
-        open_calls = [c for c in self._state.batch(last) if c.result is None]
-        if open_calls and all(c.waiting_for_person() for c in open_calls):
-            return TurnResult(input_id=input_id, outcome="waiting", waiting=self._open_asks())
-        return None
-
-    def _open_asks(self) -> tuple[OpenAsk, ...]:
-        out = []
-        for call in self._state.calls.values():
-            if call.result is not None:
-                continue
-            for name, ask in call.asks.items():
-                if ask.answered is None:
-                    o = ask.opened
-                    out.append(
-                        OpenAsk(call.tool_call_id, name, o.message, o.schema, o.expires_at / 1000 if o.expires_at else None)
-                    )
-        return tuple(out)
+            return waiting_in_log(self._state, input_id)
+        return waiting_live(self._state, input_id, self._running, self._parked)
 
     async def _wait_result(self, input_id: str) -> TurnResult:
         while True:
@@ -688,25 +607,6 @@ class Session:
                     await self._settle(inp)
 
     async def _settle(self, inp: InputState) -> None:
-        now = self._now_ms()
-        r = inp.record
-        if isinstance(r, InputAnswer):
-            verdict = judge_answer(self._state, r.tool_call_id, r.name, r.value, now)
-            if verdict.ok:
-                await self._commit(
-                    [
-                        AskAnswered(self.session_id, now, r.tool_call_id, r.name, r.value, r.input_id),
-                        InputSettled(self.session_id, now, r.input_id, "completed"),
-                    ]
-                )
-                return
-            await self._commit([InputSettled(self.session_id, now, r.input_id, "rejected", verdict.code, verdict.reason)])
-        elif isinstance(r, InputRecords):
-            try:
-                check_app_records(r.records)
-            except Exception as exc:  # noqa: BLE001 - a bad input is rejected, never fatal
-                await self._commit(
-                    [InputSettled(self.session_id, now, r.input_id, "rejected", "invalid_records", str(exc))]
-                )
-                return
-            await self._commit([InputSettled(self.session_id, now, r.input_id, "completed")])
+        records = settle_input(self._state, inp, self._now_ms())
+        if records:
+            await self._commit(records)
