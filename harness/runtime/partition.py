@@ -214,6 +214,10 @@ class PartitionRuntime:
                 session = self._sessions.get(sid)
                 if session is not None:
                     await session.ingest(batch)
+                elif any(e.record.IS_INPUT for e in batch) and sid not in self._retry:
+                    state = self._fold(sid, known)  # not driven (stopped, rejected): new work
+                    if not state.ended:
+                        await self._start(sid, state)
                 continue
             if sid in self._ended:
                 if not any(e.record.IS_INPUT for e in batch):
@@ -239,8 +243,9 @@ class PartitionRuntime:
     async def sweep(self) -> None:
         """Restart sessions whose handle failed (busy elsewhere, an I/O failure) from the log.
 
-        A fenced session means this owner lost the partition: it is dropped and the
-        revocation that follows stops the rest.
+        On Kafka a fenced session means this owner lost the partition: it is dropped and
+        the revocation that follows stops the rest. With leases (SQLite) it means another
+        process took the session over for a while: it is retried.
         """
         for sid, session in list(self._sessions.items()):
             error = session.failed
@@ -249,8 +254,9 @@ class PartitionRuntime:
             del self._sessions[sid]
             with contextlib.suppress(Exception):
                 await session.close()
-            if isinstance(error, FencedError):
-                continue
+            if isinstance(error, FencedError) and not getattr(self.host.log, "has_leases", False):
+                continue  # Kafka: the partition was lost; its revocation stops the rest
+            # SQLite / memory: another process holds (or held) the session's lease: retry.
             log.warning("session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error)
             self._retry.add(sid)
         for sid in list(self._retry):

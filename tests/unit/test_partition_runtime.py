@@ -99,3 +99,30 @@ async def test_checkpoint_must_come_first() -> None:
     rt.rebuild([await log.submit(InputMessage("x", 0, "in-1", "hello", "echo"))])
     with pytest.raises(RuntimeError):
         rt.load_checkpoint(rt.checkpoint())
+
+
+async def test_worker_takes_a_session_back_after_another_process_released_it() -> None:
+    from harness.runtime.worker import Worker
+
+    log = CountingLog()
+    app_host = HarnessHost(log=log)
+    handle = await app_host.open(_harness(), session_id="x")
+    assert (await handle.send("one", input_id="in-1")).outcome == "completed"  # the app owns "x"
+    worker = Worker(log=log, harnesses=[_harness()])
+    stop = asyncio.Event()
+    run = asyncio.create_task(worker.run(stop))
+    await worker.ready.wait()
+    await log.submit(InputMessage("x", 0, "in-2", "two", "echo"))  # either owner may take it
+    for _ in range(2000):
+        if await _settled(log, "x", "in-2"):
+            break
+        await asyncio.sleep(0.005)
+    await app_host.close()  # the app lets go of the session
+    await log.submit(InputMessage("x", 0, "in-3", "three", "echo"))
+    for _ in range(2000):
+        if await _settled(log, "x", "in-3"):
+            break
+        await asyncio.sleep(0.005)
+    stop.set()
+    await run
+    assert await _settled(log, "x", "in-2") and await _settled(log, "x", "in-3")
