@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.runtime import OpenAsk as OpenAsk
     from harness.runtime import Session as Session
     from harness.runtime import TurnResult as TurnResult
+    from harness.runtime.agent import agent_tool as agent_tool
     from harness.runtime.chat import chat as chat
     from harness.step import StepInfo as StepInfo
     from harness.tools import Tool as Tool
@@ -60,6 +61,7 @@ _EXPORTS = {
     "ToolDefinition": "harness.tools",
     "ToolOutcome": "harness.definition",
     "TurnResult": "harness.runtime",
+    "agent_tool": "harness.runtime.agent",
     "chat": "harness.runtime",
     "define_harness": "harness.definition",
     "durable_tool": "harness.tools",

@@ -1,0 +1,175 @@
+"""``agent_tool``: a tool that runs another harness, durably, inside its own call.
+
+The sub-agent's whole run lives in the parent tool call's steps (names start with
+``agent:``), so it needs no session, no partition and no owner of its own:
+
+* each model call of the sub-agent is a step (``agent:model:<k>``): after a crash the
+  logged responses come back and the model is not asked again;
+* each of its tool calls runs with a step namespace of its own
+  (``agent:<call id>:<step name>``) and ends in a result step
+  (``agent:<call id>:result``); a call that started on an earlier run and has no
+  result is run again if its tool is ``replay="safe"``, else it gets the cut error;
+* its asks are asks of the parent call, so the parent is "waiting for a person"
+  while the sub-agent is, and after a crash keeps its place (SPEC 5.4); at any other
+  cut the parent call gets the cut error like a ``replay="never"`` tool;
+* records its tools append land with the parent tool's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from harness.context import ToolContext
+from harness.definition import Harness, ToolCallEvent
+from harness.errors import DefinitionError, HarnessError
+from harness.jsonvalues import dumps
+from harness.models.base import ModelResponse
+from harness.runtime.execute import error_outcome, run_tool_call
+from harness.secrets import SecretScrubber
+from harness.tools import Tool, ToolDefinition
+
+__all__ = ["agent_tool"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _PrefixedStep:
+    """The parent call's ``step`` with every name under a prefix (one child call's namespace)."""
+
+    def __init__(self, inner: Any, prefix: str) -> None:
+        self._inner = inner
+        self._prefix = prefix
+
+    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        return await self._inner.do(self._prefix + name, fn)
+
+    async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+        await self._inner.sleep(self._prefix + name, duration, until=until)
+
+    async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
+        result: M = await self._inner.ask(self._prefix + name, message=message, schema=schema, expires_at=expires_at)
+        return result
+
+    def close(self) -> None:
+        """The parent's step stays open: the parent call is still running."""
+
+
+def _response_json(response: ModelResponse) -> dict[str, Any]:
+    if not isinstance(response, ModelResponse):
+        raise TypeError(f"the sub-agent's model returned {type(response).__name__}, not ModelResponse")
+    return {
+        "text": response.text,
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in response.tool_calls],
+    }
+
+
+def agent_tool(
+    definition: ToolDefinition,
+    harness: Harness,
+    *,
+    prompt: Callable[[Any], str] | None = None,
+    max_model_calls: int | None = None,
+) -> Tool:
+    """A tool whose call runs ``harness`` on a prompt made from the call's arguments.
+
+    Args:
+        definition: what the parent model sees (its input schema validates arguments).
+        harness: the sub-agent: its model, tools, system prompt and hooks.
+        prompt: arguments -> the sub-agent's user message (default: the arguments as JSON).
+        max_model_calls: the sub-agent's model calls per call (default: its durability's).
+
+    Returns:
+        a tool whose result is ``{"text": <the sub-agent's final answer>}``.
+    """
+    if not isinstance(definition, ToolDefinition):
+        raise DefinitionError("agent_tool() takes a ToolDefinition made by tool_definition()")
+    if not isinstance(harness, Harness):
+        raise DefinitionError("agent_tool() takes a Harness made by define_harness()")
+    limit = max_model_calls or harness.durability.max_model_calls
+    specs = [t.definition.spec() for t in harness.tools.values()]
+
+    async def execute(args: Any, ctx: ToolContext) -> dict[str, Any]:
+        text = prompt(args) if prompt is not None else json.dumps(args.model_dump(mode="json"))
+        messages: list[dict[str, Any]] = []
+        if harness.system_prompt:
+            messages.append({"role": "system", "content": harness.system_prompt})
+        messages.append({"role": "user", "content": text})
+        scrubber = SecretScrubber(ctx.secrets)
+        for k in range(limit):
+            snapshot = [dict(m) for m in messages]
+
+            async def call_model(snapshot: list[dict[str, Any]] = snapshot) -> dict[str, Any]:
+                return _response_json(await harness.model.complete(snapshot, specs))
+
+            response = await ctx.step.do(f"agent:model:{k}", call_model)
+            calls = response["tool_calls"]
+            assistant: dict[str, Any] = {"role": "assistant", "content": response["text"] or ""}
+            if calls:
+                assistant["tool_calls"] = calls
+            messages.append(assistant)
+            if not calls:
+                return {"text": response["text"]}
+            outcomes = await asyncio.gather(*(_run_child(ctx, harness, call, k, scrubber) for call in calls))
+            for call, outcome in zip(calls, outcomes, strict=True):
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "name": call["name"],
+                        "content": dumps(outcome["content"]),
+                        "is_error": outcome["is_error"],
+                    }
+                )
+        raise HarnessError(f"the sub-agent {harness.name!r} made {limit} model calls without a final answer")
+
+    return Tool(definition=definition, execute=execute, replay="never", durable=True, agent=True)
+
+
+async def _run_child(
+    ctx: ToolContext, harness: Harness, call: dict[str, Any], k: int, scrubber: SecretScrubber
+) -> dict[str, Any]:
+    """One tool call of the sub-agent; its outcome is a step of the parent call."""
+    cid = f"{k}.{call['id']}"
+    prefix = f"agent:{cid}:"
+    started_now: list[int] = []
+
+    def mark(info: Any) -> int:
+        started_now.append(info.attempt)
+        return int(info.attempt)
+
+    async def run() -> dict[str, Any]:
+        await ctx.step.do(prefix + "started", mark)
+        tool = harness.tools.get(call["name"])
+        if not started_now and (tool is None or tool.replay != "safe"):
+            # It started on an earlier run and did not finish: nobody knows what it did.
+            cut = error_outcome("cut", harness.durability.cut_call_error)
+            return {"content": cut.content, "is_error": True, "code": "cut", "records": []}
+        outcome = await run_tool_call(
+            tools=harness.tools,
+            hooks=harness.hooks,
+            event=ToolCallEvent(ctx.session_id, cid, call["name"], call["arguments"], 1),
+            make_step=lambda: _PrefixedStep(ctx.step, prefix),  # type: ignore[arg-type, return-value]
+            secrets=ctx.secrets,
+            scrubber=scrubber,
+            log_id=ctx.log_id,
+            durable=ctx._durable,
+        )
+        keep = not outcome.outcome.is_error or outcome.replaced_by_hook
+        return {
+            "content": scrubber.redact(outcome.outcome.content),
+            "is_error": outcome.outcome.is_error,
+            "code": outcome.outcome.code,
+            "records": outcome.records if keep else [],
+        }
+
+    result: dict[str, Any] = await ctx.step.do(prefix + "result", run)
+    if result.get("records") and ctx._durable:
+        # Staged on every run (the step keeps them): they land once, with the parent's result.
+        ctx.append(result["records"])
+    return result

@@ -1,0 +1,152 @@
+"""agent_tool: a tool that runs another harness inside its own call (SPEC 5.4)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import agent_tool, chat, define_harness, durable_tool, tool_definition
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+from .conftest import LEASE, Died, DyingLog, crash, entries
+
+SID = "s-1"
+
+
+class Topic(BaseModel):
+    topic: str
+
+
+class Ok(BaseModel):
+    ok: bool
+
+
+class Effects:
+    def __init__(self) -> None:
+        self.lookups = 0
+
+
+def sub_agent(effects: Effects, *, ask: bool = False) -> Any:
+    async def lookup(args: Topic, ctx: Any) -> dict[str, Any]:
+        def fetch() -> str:
+            effects.lookups += 1
+            return f"facts about {args.topic}"
+
+        found = await ctx.step.do("fetch", fetch)
+        if ask:
+            answer = await ctx.step.ask("approve", message=f"use {found}?", schema=Ok)
+            if not answer.ok:
+                return {"found": None}
+        ctx.append([{"type": "research.done", "topic": args.topic}])
+        return {"found": found}
+
+    child_model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(id="c1", name="lookup", arguments={"topic": "kafka"})]),
+            ModelResponse(text="kafka is a log"),
+        ]
+    )
+    child = define_harness(
+        name="researcher",
+        model=child_model,
+        tools=[durable_tool(tool_definition(name="lookup", description="look up", input_schema=Topic), lookup)],
+    )
+    research = agent_tool(
+        tool_definition(name="research", description="research a topic", input_schema=Topic),
+        child,
+        prompt=lambda args: f"research {args.topic}",
+    )
+    parent_model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall(id="p1", name="research", arguments={"topic": "kafka"})]),
+            ModelResponse(text="done"),
+        ]
+    )
+    return define_harness(name="boss", model=parent_model, tools=[research]), child_model, parent_model
+
+
+def tool_result(model: ScriptedModel, call_id: str) -> dict[str, Any]:
+    last = model.requests[-1]
+    msg = next(m for m in last if m.get("role") == "tool" and m["tool_call_id"] == call_id)
+    return {"content": json.loads(msg["content"]), "is_error": msg["is_error"]}
+
+
+async def test_agent_tool_runs_the_sub_harness_and_returns_its_answer(host, log) -> None:
+    effects = Effects()
+    parent, child_model, parent_model = sub_agent(effects)
+    session = await host.open(parent, session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed" and result.text == "done"
+    assert tool_result(parent_model, "p1") == {"content": {"text": "kafka is a log"}, "is_error": False}
+    assert child_model.requests[0][-1] == {"role": "user", "content": "research kafka"}
+    assert effects.lookups == 1
+    # The sub-agent's tool records land with the parent tool's result.
+    assert await session.records() == [{"type": "research.done", "topic": "kafka"}]
+    steps = [s["name"] for s in await entries(log, SID, "harness.step.result")]
+    assert steps[0] == "agent:model:0" and "agent:0.c1:fetch" in steps and steps[-1] == "agent:model:1"
+
+
+async def test_s5_4_agent_call_waiting_for_a_person_keeps_its_place_after_a_crash(hosts, log, clock) -> None:
+    effects = Effects()
+    parent, child_model, parent_model = sub_agent(effects, ask=True)
+    first = await hosts(owner_id="first").open(parent, session_id=SID)
+    waiting = await first.send("go", input_id="in-1")
+    assert waiting.outcome == "waiting"
+    [ask] = waiting.waiting
+    assert (ask.tool_call_id, ask.name) == ("p1", "agent:0.c1:approve")
+    await crash(first)
+
+    clock.advance(LEASE.total_seconds() + 1)
+    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    [still] = await second.recover()
+    assert still.outcome == "waiting"  # kept its place: not cut
+    assert len(child_model.requests) == 1  # the logged model response was not asked again
+    done = await second.answer("p1", "agent:0.c1:approve", {"ok": True})
+    assert done is not None and done.outcome == "completed"
+    assert effects.lookups == 1  # the finished step was served from the log
+    assert tool_result(parent_model, "p1")["content"] == {"text": "kafka is a log"}
+    assert await second.records() == [{"type": "research.done", "topic": "kafka"}]
+
+
+async def test_s5_4_agent_call_not_waiting_is_cut(hosts, log, clock) -> None:
+    effects = Effects()
+    parent, _child_model, parent_model = sub_agent(effects)
+    dying = DyingLog(log, lambda records: any(getattr(r, "name", "") == "agent:model:1" for r in records))
+    first = await hosts(log_=dying, owner_id="first").open(parent, session_id=SID)
+    with contextlib.suppress(Died):  # the "process" died before the last model response committed
+        await first.send("go", input_id="in-1")
+    await crash(first)
+    clock.advance(LEASE.total_seconds() + 1)
+    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    cut = tool_result(parent_model, "p1")
+    assert cut["is_error"] and cut["content"]["error"] == "cut"
+    assert effects.lookups == 1  # never run again
+    assert await second.records() == []  # its records never landed
+
+
+async def test_agent_tool_in_plain_chat() -> None:
+    effects = Effects()
+
+    async def lookup(args: Topic, ctx: Any) -> dict[str, Any]:
+        return {"found": await ctx.step.do("fetch", lambda: f"facts about {args.topic}")}
+
+    child = define_harness(
+        name="researcher",
+        model=ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(id="c1", name="lookup", arguments={"topic": "x"})]), ModelResponse(text="x!")]
+        ),
+        tools=[durable_tool(tool_definition(name="lookup", description="d", input_schema=Topic), lookup)],
+    )
+    research = agent_tool(tool_definition(name="research", description="d", input_schema=Topic), child)
+    model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(id="p1", name="research", arguments={"topic": "x"})]), ModelResponse(text="ok")]
+    )
+    messages = await chat(model=model, messages=[{"role": "user", "content": "hi"}], tools=[research])
+    tool_msg = next(m for m in messages if m["role"] == "tool")
+    assert json.loads(tool_msg["content"]) == {"text": "x!"} and not tool_msg["is_error"]
+    assert effects.lookups == 0
