@@ -80,6 +80,8 @@ class _Codec(Protocol):
 
     def peek_type(self, data: bytes) -> str: ...
 
+    def decode_fields(self, data: bytes) -> tuple[str, dict[str, Any]]: ...
+
 
 def _default_codec() -> _Codec:
     from harness.codec import default_codec

@@ -299,6 +299,7 @@ class KafkaLog:
             key=key,
             limit=limit,
             peek=self._codec.peek_type if lazy else None,
+            fields=self._codec.decode_fields if lazy else None,
         )
 
     async def _skip_corrupt(self, items: Sequence[ReadResult]) -> list[LogEntry]:

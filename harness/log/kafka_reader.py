@@ -93,15 +93,30 @@ class LazyEntry:
     for a :class:`LogEntry` wherever one is read.
     """
 
-    __slots__ = ("_decode", "_raw", "_record", "seq", "session_id", "type")
+    __slots__ = ("_decode", "_fields", "_raw", "_record", "seq", "session_id", "type")
 
-    def __init__(self, seq: int, session_id: str, record_type: str, raw: bytes, decode: Decoder) -> None:
+    def __init__(
+        self,
+        seq: int,
+        session_id: str,
+        record_type: str,
+        raw: bytes,
+        decode: Decoder,
+        fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
+    ) -> None:
         self.seq = seq
         self.session_id = session_id
         self.type = record_type
         self._raw = raw
         self._decode = decode
+        self._fields = fields
         self._record: Any = None
+
+    def fields(self) -> dict[str, Any]:
+        """The record's plain fields, read without building it (JSON fields as text)."""
+        if self._record is None and self._fields is not None:
+            return self._fields(self._raw)[1]
+        return LogEntry(self.seq, self.record).data
 
     @property
     def raw(self) -> bytes:
@@ -136,7 +151,14 @@ class LazyEntry:
         return f"LazyEntry(seq={self.seq}, type={self.type!r}, session_id={self.session_id!r})"
 
 
-def lazy_message(peek: Callable[[bytes], str], decode: Decoder, topic: str, partition: int, msg: Any) -> Any:
+def lazy_message(
+    peek: Callable[[bytes], str],
+    decode: Decoder,
+    topic: str,
+    partition: int,
+    msg: Any,
+    fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
+) -> Any:
     """Like :func:`decode_message`, but only the framing is checked now: a
     :class:`LazyEntry`, or a ``CorruptRecord`` for an unknown framing/schema/key."""
     offset: int = msg.offset()
@@ -145,7 +167,7 @@ def lazy_message(peek: Callable[[bytes], str], decode: Decoder, topic: str, part
     try:
         if key is None:
             raise CodecError("no key: a session record's key is its session id")
-        return LazyEntry(offset + 1, key.decode("utf-8"), peek(raw), raw, decode)
+        return LazyEntry(offset + 1, key.decode("utf-8"), peek(raw), raw, decode, fields)
     except Exception as exc:  # noqa: BLE001 - this one record is unreadable
         return CorruptRecord(
             f"record at {topic}[{partition}]@{offset} cannot be read: {type(exc).__name__}: {exc}",
@@ -197,6 +219,7 @@ def read_range(
     limit: int | None = None,
     timeout: float = READ_TIMEOUT_S,
     peek: Callable[[bytes], str] | None = None,
+    fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
 ) -> list[ReadResult]:
     """Committed records of one partition with ``start <= offset < stop`` (blocking).
 
@@ -221,7 +244,7 @@ def read_range(
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
             with collector_paused():
-                return _consume(consumer, decode, topic, partition, stop, key, limit, timeout, peek)
+                return _consume(consumer, decode, topic, partition, stop, key, limit, timeout, peek, fields)
         finally:
             consumer.unassign()
     except KafkaException as exc:
@@ -268,6 +291,7 @@ def _consume(
     limit: int | None,
     timeout: float,
     peek: Callable[[bytes], str] | None = None,
+    fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
 ) -> list[ReadResult]:
     out: list[ReadResult] = []
     deadline = time.monotonic() + timeout
@@ -289,7 +313,7 @@ def _consume(
                 if peek is None:
                     out.append(decode_message(decode, topic, partition, msg))
                 else:
-                    out.append(lazy_message(peek, decode, topic, partition, msg))
+                    out.append(lazy_message(peek, decode, topic, partition, msg, fields))
                 if limit is not None and len(out) >= limit:
                     return out
             if offset + 1 >= stop:

@@ -12,9 +12,11 @@ from harness.replay.planner import (
     decide_call,
     plan_turn,
 )
+from harness.replay.probe import CONTROL_TYPES, ended_from_control
 from harness.replay.state import AppEntry, AskState, CallState, InputState, SessionState, TurnState, fold
 
 __all__ = [
+    "CONTROL_TYPES",
     "AppEntry",
     "AskState",
     "CallDecision",
@@ -30,6 +32,7 @@ __all__ = [
     "TurnState",
     "conversation",
     "decide_call",
+    "ended_from_control",
     "fold",
     "plan_turn",
 ]

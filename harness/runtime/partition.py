@@ -25,13 +25,14 @@ import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
 from harness.records import InputMessage, InputSettled, LogEntry
-from harness.replay import SessionState, fold
+from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
 from harness.runtime.host import HarnessHost
 from harness.runtime.session import Session
 from harness.secrets import secret_values
@@ -39,19 +40,6 @@ from harness.secrets import secret_values
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
 
 log = logging.getLogger("harness.worker")
-
-CONTROL_TYPES = frozenset(
-    {
-        "harness.input.message",
-        "harness.input.answer",
-        "harness.input.records",
-        "harness.input.settled",
-        "harness.turn.started",
-        "harness.turn.finished",
-    }
-)
-"""The records that decide whether a session ended (no active turn, no pending input):
-folding only these gives the same ``ended`` as folding everything."""
 
 RECENT_ENDED = 1000
 """Ended sessions whose records stay in memory (LRU): a returning chat needs no read."""
@@ -115,10 +103,10 @@ class PartitionRuntime:
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
-            # First the few records that decide it (with lazily read entries, the rest
-            # of an ended session is never decoded), then everything of a live one.
-            probe = self._fold(sid, [e for e in entries if e.type in CONTROL_TYPES])
-            if probe.ended:
+            # First the few records that decide it, read as plain fields (with lazily
+            # read entries nothing else of an ended session is decoded), then the
+            # whole fold of a live one.
+            if self._ended_by_control(sid, entries):
                 self._remember_ended(sid, self._entries.pop(sid))
                 continue
             state = self._fold(sid, entries)
@@ -127,6 +115,12 @@ class PartitionRuntime:
             else:
                 live[sid] = state
         return live
+
+    def _ended_by_control(self, sid: str, entries: list[LogEntry]) -> bool:
+        try:
+            return ended_from_control((e.type, _fields(e)) for e in entries if e.type in CONTROL_TYPES)
+        except CodecError:
+            return False  # the whole fold decides, and reports what it cannot read
 
     def _fold(self, sid: str, entries: list[LogEntry]) -> SessionState:
         """``fold``, dropping (and reporting) records whose body cannot be decoded."""
@@ -335,3 +329,9 @@ class PartitionRuntime:
         self._rejected.update(i.input_id for i in pending)
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
+
+
+def _fields(entry: LogEntry) -> Mapping[str, Any]:
+    """A record's plain fields; a lazily read entry gives them without being decoded."""
+    fields = getattr(entry, "fields", None)
+    return fields() if callable(fields) else entry.data
