@@ -21,6 +21,29 @@ from harness.log.base import SessionLog
 
 BACKENDS = ("memory", "sqlite", "kafka")
 
+CAPABILITIES = {
+    "memory": {"leases", "volatile"},
+    "sqlite": {"leases", "persistent"},
+    "kafka": {"persistent"},
+}
+"""What each backend can do; a test marked ``needs(...)`` runs only on the backends that
+can (it is deselected, not skipped, elsewhere: a skip would look like a missing broker)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("needs")
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("log_factory")
+        if marker is not None and backend is not None and not set(marker.args) <= CAPABILITIES[backend]:
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 
 @pytest.fixture

@@ -210,9 +210,8 @@ async def test_s7_1_same_owner_claiming_again_fences_its_previous_writer(log):
     assert records_of(await log.read("s")) == [step("s", 2)]
 
 
+@pytest.mark.needs("leases")
 async def test_session_busy_while_another_owners_lease_is_live(log_factory, log, clock):
-    if not log_factory.has_leases:
-        pytest.skip(f"{log_factory.name} has no leases")
     writer = await log.claim("s", owner="w1", lease=timedelta(seconds=10))
     clock.advance(9)
     with pytest.raises(SessionBusy) as caught:
@@ -225,9 +224,8 @@ async def test_session_busy_while_another_owners_lease_is_live(log_factory, log,
     assert (await log.lease_info("s")).owner == "w1"
 
 
+@pytest.mark.needs("leases")
 async def test_append_renews_the_lease(log_factory, log, clock):
-    if not log_factory.has_leases:
-        pytest.skip(f"{log_factory.name} has no leases")
     writer = await log.claim("s", owner="w1", lease=timedelta(seconds=10))
     clock.advance(8)
     await writer.append([step("s", 1)])
@@ -272,9 +270,8 @@ async def test_claim_refuses_a_non_positive_lease(log):
 # --- the namespace -----------------------------------------------------------------------
 
 
+@pytest.mark.needs("persistent")
 async def test_namespace_is_stable_across_reopen(log_factory, clock):
-    if not log_factory.persistent:
-        pytest.skip(f"{log_factory.name} does not persist")
     first = log_factory(clock=clock)
     writer = await first.claim("s", owner="w1", lease=LEASE)
     entries = await writer.append([step("s", 1)])
@@ -285,17 +282,13 @@ async def test_namespace_is_stable_across_reopen(log_factory, clock):
     assert await again.read("s") == entries
 
 
+@pytest.mark.needs("volatile")  # a persistent factory reopens one store; sqlite's own tests use two files
 async def test_separate_logs_have_separate_namespaces(log_factory, tmp_path):
-    if log_factory.persistent:
-        pytest.skip("a persistent factory reopens one store; the sqlite unit tests cover two files")
     assert log_factory().namespace != log_factory().namespace
 
 
+@pytest.mark.needs("persistent", "leases")  # Kafka fences by claim: tested above
 async def test_s7_1_fencing_holds_across_two_handles_on_one_store(log_factory, clock):
-    if not log_factory.persistent:
-        pytest.skip(f"{log_factory.name} has one handle per store")
-    if not log_factory.has_leases:
-        pytest.skip(f"{log_factory.name} has no leases (fencing by claim is tested above)")
     one, two = log_factory(clock=clock), log_factory(clock=clock)
     old = await one.claim("s", owner="w1", lease=timedelta(seconds=10))
     with pytest.raises(SessionBusy):
