@@ -61,7 +61,7 @@ from bench._common import (
 
 async def run(bootstrap: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from harness.client import HarnessClient
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
     from harness.records import StepResult, TurnResumed
     from harness.runtime.group import SESSION_TIMEOUT_MS
 

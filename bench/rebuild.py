@@ -80,7 +80,7 @@ class _TimedEvent(asyncio.Event):
 async def worker_assignment(bootstrap: str, prefix: str) -> Assignment:
     """Start a Worker on the one-partition log, time its assignment, stop it."""
     from bench.apps import bench
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
     from harness.runtime.worker import Worker
 
     klog = KafkaLog(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
@@ -126,7 +126,7 @@ async def direct_rebuild(bootstrap: str, prefix: str) -> Direct:
     """The full-read path of an assignment, by the same library calls, without the group
     or a checkpoint: ``read_partition(p, 0, lazy=True)``, ``PartitionRuntime.rebuild``, ``go_live``."""
     from bench.apps import bench
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
     from harness.runtime.host import HarnessHost
     from harness.runtime.partition import PartitionRuntime
 
@@ -212,8 +212,8 @@ def profile_rebuild(bootstrap: str, prefix: str, top: int) -> str:
     runs on a thread), ``PartitionRuntime.rebuild`` and the fold of ``go_live``."""
     from bench.apps import bench
     from harness.codec import default_codec
-    from harness.log.kafka_config import KafkaSettings
-    from harness.log.kafka_reader import ConsumerPool, read_range
+    from harness.log.kafka.config import KafkaSettings
+    from harness.log.kafka.reader import ConsumerPool, read_range
     from harness.log.memory import MemoryLog
     from harness.runtime.host import HarnessHost
     from harness.runtime.partition import PartitionRuntime
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _create(bootstrap: str, prefix: str) -> None:
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
 
     klog = KafkaLog(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
     await klog.start()

@@ -49,7 +49,7 @@ from bench._common import (
 async def runs(bootstrap: str, n_workers: int, args: argparse.Namespace) -> list[dict[str, float]]:
     """``args.repeat`` timed rounds on one set of ``n_workers`` workers (fresh sessions each)."""
     from harness.client import HarnessClient
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
 
     partitions = args.partitions
     prefix = new_prefix(f"tp{n_workers}")

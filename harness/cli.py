@@ -10,7 +10,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {
         "demo": "harness.demo:main",
         "kafka-local": "harness.testing.kafka_local:main",
-        "worker": "services.worker.main:main",
+        "worker": "harness.services.worker.main:main",
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print("usage: harness {" + ",".join(commands) + "} [options]", file=sys.stderr)

@@ -51,7 +51,7 @@ class HarnessClient:
         if (bootstrap is None) == (log is None):
             raise ValueError("give bootstrap= (Kafka) or log=, one of them")
         if log is None:
-            from harness.log.kafka import KafkaLog
+            from harness.log.kafka.log import KafkaLog
 
             log = KafkaLog(
                 bootstrap=bootstrap or "", topic_prefix=topic_prefix, partitions=partitions, client_config=client_config

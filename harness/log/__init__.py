@@ -58,7 +58,7 @@ def open_log(url: str, **options: Any) -> SessionLog:
         return SqliteLog(path, **options)
     if url.startswith("kafka://"):
         try:
-            from harness.log.kafka import open_kafka_log  # type: ignore[import-not-found, unused-ignore]
+            from harness.log.kafka.log import open_kafka_log  # type: ignore[import-not-found, unused-ignore]
         except ImportError as exc:
             # Only a missing client library is the user's missing extra; any other
             # import failure is a bug and must surface as itself.

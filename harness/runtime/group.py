@@ -26,20 +26,47 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from harness import ids
 from harness.errors import LogError
+from harness.runtime.partition import PartitionRuntime
 
 if TYPE_CHECKING:
-    from harness.log.kafka import KafkaLog
-    from harness.runtime.partition import PartitionRuntime
-    from harness.runtime.worker import Worker
+    from harness.log.kafka.log import KafkaLog
 
-__all__ = ["GroupMember", "run_group_worker"]
+__all__ = ["GroupMember", "GroupWorker", "run_group_worker"]
+
+
+class _Stats(Protocol):
+    partitions: int
+    sessions: int
+    records_ingested: int
+    rebuilds: int
+
+
+class GroupWorker(Protocol):
+    """What the group membership needs from the worker that runs it (``Worker``)."""
+
+    @property
+    def log(self) -> Any: ...  # a KafkaLog
+
+    @property
+    def runtimes(self) -> MutableMapping[int, PartitionRuntime]: ...
+
+    @property
+    def stats(self) -> _Stats: ...
+
+    @property
+    def ready(self) -> asyncio.Event: ...
+
+    @property
+    def instance_id(self) -> str | None: ...
+
+    def runtime(self, partition: int) -> PartitionRuntime: ...
 
 log = logging.getLogger("harness.worker")
 
@@ -154,9 +181,9 @@ class _Owned:
         self.tail: asyncio.Task[None] | None = None
 
 
-async def run_group_worker(worker: Worker, stop: asyncio.Event) -> None:
+async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
     """Own the partitions the group gives ``worker`` until ``stop``; see the module doc."""
-    klog: KafkaLog = worker.log  # type: ignore[assignment]
+    klog: KafkaLog = worker.log
     await klog.start()
     loop = asyncio.get_running_loop()
     owned: dict[int, _Owned] = {}

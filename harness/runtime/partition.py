@@ -33,8 +33,7 @@ from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
-from harness.runtime.host import HarnessHost
-from harness.runtime.session import Session
+from harness.runtime.session import Session, SessionHost
 from harness.secrets import secret_values
 
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
@@ -52,7 +51,7 @@ class PartitionRuntime:
     def __init__(
         self,
         *,
-        host: HarnessHost,
+        host: SessionHost,
         harnesses: Mapping[str, Harness],
         partition: int | None = None,
         secrets_for: SecretsFor | None = None,

@@ -16,14 +16,16 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any, Protocol
 
 from harness import ids
+from harness.clock import Clock
 from harness.context import check_app_records
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
 from harness.errors import AskExpired, FencedError, InvalidAnswer, SessionBusy
 from harness.jsonvalues import json_copy
-from harness.log.base import SessionWriter
+from harness.log.base import SessionLog, SessionWriter
 from harness.models.base import ModelResponse
 from harness.records import (
     AppRecord,
@@ -58,10 +60,17 @@ from harness.runtime.results import OpenAsk, TurnResult, settled_result, waiting
 from harness.secrets import SecretScrubber, redact_record
 from harness.step import CallScope, DurableStep
 
-if TYPE_CHECKING:
-    from harness.runtime.host import HarnessHost
+__all__ = ["OpenAsk", "Session", "SessionHost", "TurnResult"]
 
-__all__ = ["OpenAsk", "Session", "TurnResult"]
+
+class SessionHost(Protocol):
+    """What a session needs from the host that opened it (``HarnessHost``, a worker's host)."""
+
+    log: SessionLog
+    clock: Clock
+    lease: timedelta
+    owner_id: str
+    poll_interval: float
 
 
 def _ms(seconds: float) -> int:
@@ -74,7 +83,7 @@ class Session:
     def __init__(
         self,
         *,
-        host: HarnessHost,
+        host: SessionHost,
         harness: Harness,
         session_id: str,
         secrets: Mapping[str, str],

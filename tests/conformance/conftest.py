@@ -98,7 +98,7 @@ async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any
         path = tmp_path / f"log-{uuid.uuid4().hex[:8]}.db"
         factory = LogFactory(name, lambda **kw: SqliteLog(path, codec=codec, **kw), persistent=True, has_leases=True)
     elif name == "kafka":
-        from harness.log.kafka import KafkaLog
+        from harness.log.kafka.log import KafkaLog
 
         # One partition: seqs are then comparable across sessions, as the contract's
         # "one log" tests expect. The factory drops clock=: Kafka has no leases.

@@ -11,8 +11,8 @@ import pytest
 from harness import HarnessHost
 from harness.codec import default_codec
 from harness.errors import CorruptRecord
-from harness.log.kafka import KafkaLog
-from harness.log.kafka_reader import LazyEntry
+from harness.log.kafka.log import KafkaLog
+from harness.log.kafka.reader import LazyEntry
 from harness.records import (
     InputMessage,
     InputSettled,

@@ -27,7 +27,7 @@ from harness.log.kafka import (
     KafkaLog,
     RecordTooLarge,
 )
-from harness.log.kafka_partitioner import partition_for
+from harness.log.kafka.partitioner import partition_for
 from harness.records import InputMessage, StepResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
-from harness.log.kafka import KafkaLog
+from harness.log.kafka.log import KafkaLog
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import InputMessage
 from harness.runtime.partition import PartitionRuntime

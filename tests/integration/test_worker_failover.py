@@ -26,7 +26,7 @@ import confluent_kafka  # noqa: F401 - the dev extra has it; never skipped
 import pytest
 
 from harness.client import HarnessClient
-from harness.log.kafka_partitioner import partition_for
+from harness.log.kafka.partitioner import partition_for
 from harness.records import AskOpened, InputSettled, LogEntry, ToolResult, TurnResumed, TurnStarted
 from harness.runtime.group import SESSION_TIMEOUT_MS
 from harness.testing.kafka_local import LocalKafka
@@ -416,7 +416,7 @@ async def test_fenced_owner_never_takes_its_partition_back(kafka_bootstrap: str,
     from a session claim: that would fence the partition's real owner back (found by the
     SIGSTOP test: the real owner's sessions were dropped and never finished)."""
     from harness.errors import FencedError
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
     from harness.records import StepResult
 
     zombie = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
@@ -441,7 +441,7 @@ async def test_fenced_owner_never_takes_its_partition_back(kafka_bootstrap: str,
 async def test_a_cancelled_claim_does_not_break_other_claims(kafka_bootstrap: str, unique_prefix: str) -> None:
     """Claims of one partition share its producer's start; cancelling one of them (a
     session stopped while it claims) must not cancel the start for the others."""
-    from harness.log.kafka import KafkaLog
+    from harness.log.kafka.log import KafkaLog
     from harness.records import StepResult
 
     log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.log.kafka_config import KafkaSettings, parse_kafka_url
+from harness.log.kafka.config import KafkaSettings, parse_kafka_url
 
 
 def test_url_with_every_option() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.log.kafka_partitioner import murmur2, partition_for, to_positive
+from harness.log.kafka.partitioner import murmur2, partition_for, to_positive
 
 JAVA = [
     ("21", -973932308, 0),

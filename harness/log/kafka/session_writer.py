@@ -5,18 +5,30 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from harness.errors import FencedError
-from harness.log import _encode_batch
+from harness.log import _Codec, _encode_batch
 from harness.log.base import LogEntry
-from harness.log.kafka_writer import Append, PartitionWriter
+from harness.log.kafka.writer import Append, PartitionWriter
 from harness.records import Record
 
-if TYPE_CHECKING:
-    from harness.log.kafka import KafkaLog
+__all__ = ["KafkaSessionWriter", "WriterRegistry"]
 
-__all__ = ["KafkaSessionWriter"]
+
+class WriterRegistry(Protocol):
+    """What a session writer needs from the log that made it (``KafkaLog``)."""
+
+    @property
+    def codec(self) -> _Codec: ...
+
+    def check_writer(self, writer: KafkaSessionWriter) -> None:
+        """Raise ``FencedError`` if a newer claim of the session replaced ``writer``."""
+        ...
+
+    async def release_writer(self, writer: KafkaSessionWriter) -> None:
+        """Forget ``writer``; the last session of a partition closes its producer."""
+        ...
 
 
 class KafkaSessionWriter:
@@ -24,7 +36,7 @@ class KafkaSessionWriter:
 
     def __init__(
         self,
-        log: KafkaLog,
+        log: WriterRegistry,
         session_id: str,
         *,
         owner: str,
@@ -51,6 +63,11 @@ class KafkaSessionWriter:
     def owner(self) -> str:
         return self._owner
 
+    @property
+    def shared(self) -> PartitionWriter:
+        """The partition's writer this session's appends go through."""
+        return self._writer
+
     async def append(self, records: Sequence[Record]) -> list[LogEntry]:
         """Append all ``records`` in one transaction or none; returns once committed.
 
@@ -63,8 +80,8 @@ class KafkaSessionWriter:
             RecordTooLarge: a record exceeds the size limit; nothing of this append written.
             LogUnavailable: the cluster failed; nothing of this append is visible.
         """
-        encoded = _encode_batch(self._log._codec, self._session_id, records)
-        self._log._check_writer(self)
+        encoded = _encode_batch(self._log.codec, self._session_id, records)
+        self._log.check_writer(self)
         if not encoded:
             return []
         future: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
@@ -74,7 +91,7 @@ class KafkaSessionWriter:
 
     async def renew(self) -> None:
         """No lease to renew; raises ``FencedError`` if this writer is known to be fenced."""
-        self._log._check_writer(self)
+        self._log.check_writer(self)
         if self._writer.dead:
             raise FencedError(
                 f"session {self._session_id!r}: partition {self.partition} is owned by another writer",
@@ -84,4 +101,4 @@ class KafkaSessionWriter:
 
     async def release(self) -> None:
         """Give the session up; the last session of a partition closes its producer."""
-        await self._log._release(self)
+        await self._log.release_writer(self)

@@ -4,12 +4,12 @@ Layout: topic ``<prefix>.sessions`` (key = session id, so a session lives in one
 partition, in order) and ``<prefix>.dead-letter`` for records nobody can decode.
 
 * Owner writes go through one fenced transactional producer per owned partition
-  (:mod:`harness.log.kafka_writer`), with group commit across the partition's sessions.
+  (:mod:`harness.log.kafka.writer`), with group commit across the partition's sessions.
 * ``submit`` (inputs from anyone) uses a separate idempotent, non-transactional producer.
-* Reads use read_committed consumers without a group (:mod:`harness.log.kafka_reader`),
+* Reads use read_committed consumers without a group (:mod:`harness.log.kafka.reader`),
   so an aborted batch never happened.
 * Partitions are computed by Kafka's keyed murmur2 partitioner
-  (:mod:`harness.log.kafka_partitioner`) and produced explicitly.
+  (:mod:`harness.log.kafka.partitioner`) and produced explicitly.
 
 Positions: ``LogEntry.seq`` is the record's offset PLUS ONE, i.e. Kafka's "next offset to
 consume" convention. So ``read(session, after=seq)`` starts consuming at offset ``seq``,
@@ -39,21 +39,21 @@ from harness.errors import CorruptRecord, FencedError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import LeaseInfo, LogEntry
-from harness.log.kafka_config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
-from harness.log.kafka_inputs import (
+from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
+from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_TOPIC_HEADER,
     InputProducer,
 )
-from harness.log.kafka_partitioner import partition_for
-from harness.log.kafka_reader import ConsumerPool, ReadResult, read_range, tail
-from harness.log.kafka_session import KafkaSessionWriter
-from harness.log.kafka_snapshots import SnapshotStore
-from harness.log.kafka_stats import KafkaLogStats
-from harness.log.kafka_topics import ensure_topics
-from harness.log.kafka_writer import PartitionWriter, RecordTooLarge
+from harness.log.kafka.partitioner import partition_for
+from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range, tail
+from harness.log.kafka.session_writer import KafkaSessionWriter
+from harness.log.kafka.snapshots import SnapshotStore
+from harness.log.kafka.stats import KafkaLogStats
+from harness.log.kafka.topics import ensure_topics
+from harness.log.kafka.writer import PartitionWriter, RecordTooLarge
 from harness.records import Record
 
 __all__ = [
@@ -199,7 +199,7 @@ class KafkaLog:
 
         Without ``end_offset``, up to the partition's current end. The next read starts
         at ``entries[-1].seq``. Poison records are dead-lettered and skipped. With
-        ``lazy`` the entries are :class:`~harness.log.kafka_reader.LazyEntry`: only their
+        ``lazy`` the entries are :class:`~harness.log.kafka.reader.LazyEntry`: only their
         framing is checked now, their body is decoded on first use (a worker's rebuild
         never decodes most records of sessions that ended); a body that then fails to
         decode raises ``CodecError`` and is for the caller to report (``dead_letter``).
@@ -489,7 +489,11 @@ class KafkaLog:
             if end > self._committed.get(partition, 0):
                 self._committed[partition] = end
 
-    def _check_writer(self, writer: KafkaSessionWriter) -> None:
+    @property
+    def codec(self) -> _Codec:
+        return self._codec
+
+    def check_writer(self, writer: KafkaSessionWriter) -> None:
         self._check_open()
         if not self._is_current(writer.session_id, writer.epoch):
             raise FencedError(
@@ -499,7 +503,7 @@ class KafkaLog:
                 epoch=writer.epoch,
             )
 
-    async def _release(self, writer: KafkaSessionWriter) -> None:
+    async def release_writer(self, writer: KafkaSessionWriter) -> None:
         closing = None
         with self._lock:
             own = self._owners.get(writer.session_id)
@@ -507,7 +511,7 @@ class KafkaLog:
                 return  # already lost: releasing changes nothing
             own.owner = None
             own.writer = None
-            shared = writer._writer
+            shared = writer.shared
             shared.sessions.discard(writer.session_id)
             if (
                 not shared.sessions

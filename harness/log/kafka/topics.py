@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from harness.errors import LogUnavailable
-from harness.log.kafka_config import ADMIN_TIMEOUT_S, KafkaSettings
+from harness.log.kafka.config import ADMIN_TIMEOUT_S, KafkaSettings
 
 __all__ = ["ensure_topics"]
 

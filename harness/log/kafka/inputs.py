@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from harness.errors import LogUnavailable
-from harness.log.kafka_config import KafkaSettings
+from harness.log.kafka.config import KafkaSettings
 
 __all__ = [
     "DLQ_ERROR_HEADER",

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from harness.errors import CodecError, CorruptRecord, LogUnavailable
 from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
-from harness.log.kafka_config import READ_TIMEOUT_S, KafkaSettings
+from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
 
 __all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range", "tail"]
 

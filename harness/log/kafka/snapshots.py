@@ -31,8 +31,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from harness import ids
 from harness.errors import LogUnavailable
 from harness.log.base import Checkpoint
-from harness.log.kafka_config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
-from harness.log.kafka_reader import _next_messages, _watermarks
+from harness.log.kafka.config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
+from harness.log.kafka.reader import _next_messages, _watermarks
 from harness.records import LogEntry
 
 __all__ = ["SnapshotStore"]

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from harness.errors import FencedError, LogError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
-from harness.log.kafka_config import (
+from harness.log.kafka.config import (
     COMMIT_DEADLINE_S,
     INIT_TIMEOUT_S,
     MAX_ABORT_RETRIES,
@@ -36,7 +36,7 @@ from harness.log.kafka_config import (
     Verdict,
     classify,
 )
-from harness.log.kafka_stats import KafkaLogStats
+from harness.log.kafka.stats import KafkaLogStats
 
 __all__ = ["Append", "PartitionWriter", "RecordTooLarge"]
 
@@ -244,7 +244,7 @@ class PartitionWriter:
            readers, and only now does any append of the batch return, each with its
            records' offsets (contiguous for one append: this producer is the only
            transactional writer of the partition, and it produces them back to back).
-        6. On a ``KafkaError`` at any step, by :func:`~harness.log.kafka_config.classify`:
+        6. On a ``KafkaError`` at any step, by :func:`~harness.log.kafka.config.classify`:
 
            - FENCED (another owner's ``init_transactions`` bumped the epoch, or a fatal
              error): every append of the batch fails with ``FencedError`` and this writer

@@ -1,0 +1,1 @@
+"""The worker service: ``harness worker`` (see ``harness.services.worker.main``)."""

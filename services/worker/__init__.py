@@ -1,1 +1,0 @@
-"""The worker service: ``harness worker`` (see ``services.worker.main``)."""
