@@ -128,6 +128,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self._sink: MetricsSink | None = None
+        self._reset_caps()
+
+    def _reset_caps(self) -> None:
         self._harness = _Bounded()
         self._tool = _Bounded()
         self._code = _Bounded()
@@ -138,7 +141,11 @@ class Metrics:
         return self._sink is not None
 
     def plug(self, sink: MetricsSink | None) -> None:
-        """Send events to ``sink`` from now on (``None``: metrics off again)."""
+        """Send events to ``sink`` from now on (``None``: metrics off again).
+
+        A new sink starts with empty series, so each label's cap starts afresh too.
+        """
+        self._reset_caps()
         self._sink = sink
 
     # -- steps, tools, turns, models: the session runtime's call sites ----------------
