@@ -54,7 +54,7 @@ def enable_metrics() -> PrometheusSink:
 
     from harness.observability.prometheus import PrometheusSink
 
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
     sink = PrometheusSink()
     metrics.plug(sink)
