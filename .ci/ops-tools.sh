@@ -95,6 +95,7 @@ kwok_bin() {
     fi
     : >"$stage.tmp"
     for f in "$src"/node/fast/*.yaml "$src"/node/heartbeat/*.yaml "$src"/pod/fast/*.yaml; do
+      [[ "$(basename "$f")" == kustomization.yaml ]] && continue
       { echo "---"; cat "$f"; } >>"$stage.tmp"
     done
     mv "$stage.tmp" "$stage"
