@@ -147,3 +147,33 @@ app.kubernetes.io/component: {{ .component }}
   readOnly: true
 {{- end }}
 {{- end -}}
+
+{{/* The worker container's env entries (may be none). */}}
+{{- define "harness.workerEnv" -}}
+{{- if $.Values.worker.staticMembership }}
+- name: HARNESS_INSTANCE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+{{- if gt (int $.Values.worker.maxSessions) 0 }}
+- name: HARNESS_MAX_SESSIONS
+  value: {{ $.Values.worker.maxSessions | quote }}
+{{- end }}
+{{- if .Values.appSecrets.existingSecret }}
+- name: HARNESS_SECRETS_DIR
+  value: /var/run/harness/secrets
+{{- end }}
+{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with $.Values.worker.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end -}}
+
+{{/* The gateway container's env entries (may be none). */}}
+{{- define "harness.gatewayEnv" -}}
+{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with .Values.gateway.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end -}}
