@@ -53,3 +53,44 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
 def container(workload: dict[str, Any]) -> dict[str, Any]:
     (c,) = workload["spec"]["template"]["spec"]["containers"]
     return dict(c)
+
+
+def entrypoint() -> list[str]:
+    """The image's ENTRYPOINT, read from the Containerfile (exec form)."""
+    import json as _json
+
+    from ops_tools import REPO
+
+    lines = [ln for ln in (REPO / "Containerfile").read_text().splitlines() if ln.startswith("ENTRYPOINT ")]
+    assert len(lines) == 1, "one exec-form ENTRYPOINT in the Containerfile"
+    return list(_json.loads(lines[0][len("ENTRYPOINT "):]))
+
+
+def process_of(
+    docs: list[dict[str, Any]], workload: dict[str, Any], *, pod_name: str, secrets: Mapping[str, Mapping[str, str]]
+) -> tuple[list[str], dict[str, str]]:
+    """What a pod of ``workload`` would run: (argv, environment), resolved the way the
+    kubelet does it: ENTRYPOINT + args, envFrom ConfigMaps, then env (values, the pod's
+    name, Secret keys from ``secrets`` {secret: {key: value}})."""
+    c = container(workload)
+    argv = list(c.get("command") or entrypoint()) + list(c.get("args") or [])
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in c.get("envFrom", []):
+        name = source["configMapRef"]["name"]
+        assert name in configmaps, f"envFrom names a ConfigMap the chart does not render: {name}"
+        env.update(configmaps[name])
+    for item in c.get("env", []):
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+            continue
+        ref = item["valueFrom"]
+        if "fieldRef" in ref:
+            assert ref["fieldRef"]["fieldPath"] == "metadata.name", ref
+            env[item["name"]] = pod_name
+        elif "secretKeyRef" in ref:
+            key = ref["secretKeyRef"]
+            env[item["name"]] = secrets[key["name"]][key["key"]]
+        else:
+            raise AssertionError(f"unexpected valueFrom {ref}")
+    return argv, env
