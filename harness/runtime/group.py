@@ -95,6 +95,7 @@ class GroupMember:
         # Log ends are asked by a consumer of their own: asking the group consumer while
         # its thread polls blocks until the query times out.
         self._probe = Consumer(settings.reader_config())
+        self._probe_lock = threading.Lock()  # a probe in flight finishes before the close
         self._topic = settings.sessions_topic
         self._loop = loop
         self._on_assigned = on_assigned
@@ -149,7 +150,7 @@ class GroupMember:
             # the group move them at once instead of after the session timeout.
             with contextlib.suppress(Exception):
                 self._consumer.close()
-            with contextlib.suppress(Exception):
+            with self._probe_lock, contextlib.suppress(Exception):
                 self._probe.close()
 
     def log_ends(self, partitions: list[int], timeout: float) -> dict[int, int]:
@@ -158,16 +159,19 @@ class GroupMember:
         With no partition, asks for the topic's metadata instead: either way a return
         means the broker answered. Raises ``KafkaException`` when it does not.
         """
-        if not partitions:
-            self._probe.list_topics(self._topic, timeout=timeout)
-            return {}
-        ends: dict[int, int] = {}
-        for p in partitions:
-            _low, high = self._probe.get_watermark_offsets(
-                TopicPartition(self._topic, p), timeout=timeout, cached=False
-            )
-            ends[p] = int(high)
-        return ends
+        with self._probe_lock:
+            if self._stop.is_set():
+                raise LogError("the group member is stopping")
+            if not partitions:
+                self._probe.list_topics(self._topic, timeout=timeout)
+                return {}
+            ends: dict[int, int] = {}
+            for p in partitions:
+                _low, high = self._probe.get_watermark_offsets(
+                    TopicPartition(self._topic, p), timeout=timeout, cached=False
+                )
+                ends[p] = int(high)
+            return ends
 
     def stop(self) -> None:
         self._stop.set()
