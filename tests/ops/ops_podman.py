@@ -28,6 +28,9 @@ def build_image(tag: str = IMAGE) -> str:
     if HOST_CA.exists():  # a TLS-intercepting proxy's CA for pip during the build; not kept in the image
         argv += ["--volume", f"{HOST_CA}:{HOST_CA}:ro"]
     run([*argv, str(REPO)], timeout=900)
+    # Each change of the code leaves the previous build's layers untagged: drop old ones
+    # (a day's worth stays, as the build cache of the next runs).
+    run([exe, "image", "prune", "-f", "--filter", "until=24h"], check=False, timeout=300)
     return tag
 
 
