@@ -5,8 +5,9 @@
 
 Settings come from the command line or, once at start, from the environment:
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
-HARNESS_LEASE_SECONDS. SIGTERM/SIGINT stop the sessions recoverably, leave the
-consumer group (so partitions move at once) and exit 0.
+HARNESS_LEASE_SECONDS, HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
+SIGTERM/SIGINT stop the sessions recoverably, leave the consumer group (so partitions
+move at once) and exit 0.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--lease", type=float, default=float(env.get("HARNESS_LEASE_SECONDS", "30")),
                         help="session lease seconds (SQLite)")
     parser.add_argument("--log-level", default=env.get("HARNESS_LOG_LEVEL", "INFO"))
+    parser.add_argument("--metrics-port", type=int, default=env.get("HARNESS_METRICS_PORT") or None,
+                        help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
     args = parser.parse_args(argv)
     if args.app is None:
         args.app = [a for a in env.get("HARNESS_APPS", "").split(",") if a]
@@ -70,6 +73,14 @@ async def serve(args: argparse.Namespace) -> int:
     harnesses = load_harnesses(args.app)
     log = open_log(args.log)
     worker = Worker(log=log, harnesses=harnesses, lease=timedelta(seconds=args.lease), instance_id=args.instance_id)
+    server = None
+    if args.metrics_port is not None:
+        from harness.observability import MetricsServer, enable_metrics
+
+        sink = enable_metrics()
+        server = MetricsServer(port=args.metrics_port, registry=sink.registry,
+                               alive=worker.health.alive, ready=worker.health.ready).start()
+        print(f"metrics port={server.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,6 +97,8 @@ async def serve(args: argparse.Namespace) -> int:
     finally:
         announcer.cancel()
         await log.close()
+        if server is not None:
+            server.close()
     return 0
 
 
