@@ -163,6 +163,7 @@ class Process:
     proc: subprocess.Popen[str]
     url: str = ""
     lines: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -172,6 +173,11 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.reader is not None:
+            self.reader.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
         return self.proc.returncode
 
 
@@ -187,7 +193,8 @@ def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, t
         for line in proc.stdout:
             lines.append(line.rstrip("\n"))
 
-    threading.Thread(target=read, daemon=True).start()
+    out.reader = threading.Thread(target=read, daemon=True)
+    out.reader.start()
 
     def is_ready() -> bool:
         if proc.poll() is not None:
