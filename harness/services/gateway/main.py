@@ -19,10 +19,12 @@ HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -86,11 +88,18 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     loop = asyncio.get_running_loop()
 
     class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            loop.call_soon_threadsafe(gw.close_streams)  # open SSE streams end, so shutdown is quick
-            super().handle_exit(sig, frame)
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # our own handlers below: a clean SIGTERM exits 0, as the worker does
 
     server = Server(config)
+
+    def on_signal() -> None:
+        gw.close_streams()  # open SSE streams end, so shutdown is quick
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
 
     async def announce() -> None:
         while not server.started:

@@ -7,6 +7,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.security import APIKeyHeader
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -162,7 +163,15 @@ class _TooLarge(Exception):
     pass
 
 
-def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+_bearer = APIKeyHeader(
+    name="Authorization",
+    scheme_name="bearer",
+    description="'Bearer <token>': a JWT or an API key (none needed under --open-access)",
+    auto_error=False,
+)
+
+
+def _principal(request: Request, authorization: Annotated[str | None, Depends(_bearer)] = None) -> Principal:
     gw: GatewayState = request.app.state.gateway
     return gw.auth.authenticate(authorization)
 
