@@ -114,7 +114,7 @@ def test_tenants_are_isolated_on_every_endpoint(secured: ServerThread, tmp_path:
                  timeout=30, what="globex's turn")
         mine = http.get("/v1/sessions/shared", headers=acme).json()
         assert mine["summary"]["state"] == "waiting"
-        assert all("hello" != m["content"] for m in mine["transcript"])
+        assert all(m["content"] != "hello" for m in mine["transcript"])
         assert [s["session_id"] for s in http.get("/v1/sessions", headers=acme).json()["sessions"]] == ["shared"]
 
     async def ids() -> list[str]:

@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingExtra("the HTTP gateway", "gateway") from exc
 
-from harness.services.gateway.routes import install_routes  # noqa: E402 - needs fastapi first
+from harness.services.gateway.routes import install_routes
 
 
 def _now_ms() -> int:

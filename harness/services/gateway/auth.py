@@ -139,16 +139,10 @@ class Authenticator:
                 raise AuthError("invalid token: no key of the JWKS file has its kid")
         else:
             raise AuthError(f"invalid token: algorithm {alg!r} is not accepted here")
-        options: dict[str, Any] = {"require": ["exp"]}
+        options: Any = {"require": ["exp"]} if self.audience else {"require": ["exp"], "verify_aud": False}
         try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=[alg],
-                issuer=self.issuer,
-                audience=self.audience,
-                options=options if self.audience else {**options, "verify_aud": False},
-            )
+            claims = jwt.decode(token, key, algorithms=[alg], issuer=self.issuer, audience=self.audience,
+                                options=options)
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
         tenant = claims.get(self.tenant_claim)

@@ -130,7 +130,7 @@ def _preview(value: Any) -> str:
     return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
 
 
-def _item(entry: LogEntry) -> TimelineItem | None:  # noqa: PLR0911 - one branch per record type
+def _item(entry: LogEntry) -> TimelineItem | None:
     r = entry.record
     seq, ts = entry.seq, r.ts
     if isinstance(r, InputMessage):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.records import InputAnswer, InputMessage, InputRecords, LogEntry, Record, record_data
+from harness.records import InputMessage, LogEntry, Record, record_data
 
 __all__ = ["Receipt", "find_input", "receipt_for", "same_payload"]
 

@@ -7,8 +7,8 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
-from fastapi.security import APIKeyHeader
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,10 +16,10 @@ from harness.errors import LogError
 from harness.records import LogEntry
 from harness.replay.conversation import conversation
 from harness.replay.state import fold
-from harness.services.gateway.state import GatewayState, console_dir
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.interim_views import summarize, timeline
 from harness.services.gateway.sse import session_stream
+from harness.services.gateway.state import GatewayState, console_dir
 
 __all__ = ["install_routes"]
 
@@ -179,7 +179,7 @@ def _principal(request: Request, authorization: Annotated[str | None, Depends(_b
 Caller = Annotated[Principal, Depends(_principal)]
 
 
-def install_routes(app: FastAPI, gw: GatewayState) -> None:  # noqa: C901 - the route table
+def install_routes(app: FastAPI, gw: GatewayState) -> None:
     app.add_middleware(BodyLimit, limit=gw.settings.max_body_bytes)
 
     @app.middleware("http")
