@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -40,6 +41,11 @@ from tests.gateway.helpers import start_process  # noqa: E402
 
 HARNESS = "bench/app"
 TURN = "steps=3"
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -117,11 +123,13 @@ async def fan_out(url: str, pid: int, subscribers: int, messages: int) -> dict[s
         tasks = [asyncio.create_task(subscriber(k)) for k in range(subscribers)]
         await asyncio.wait_for(hello.wait(), 300)
         rss_connected = rss_kib(pid)
+        server_cpu0, client_cpu0 = cpu_s(pid), time.process_time()
         t0 = time.perf_counter()
         for i in range(messages):
             await http.post("/v1/sessions/fan/messages", json={"text": TURN, "harness": HARNESS, "input_id": f"m{i}"})
         await asyncio.wait_for(asyncio.gather(*tasks), 600)
         elapsed = max(done_at) - t0
+        server_cpu, client_cpu = cpu_s(pid) - server_cpu0, time.process_time() - client_cpu0
         per_stream = received[0]
         assert all(n == per_stream for n in received), "a stream missed or repeated an event"
     return {
@@ -133,6 +141,8 @@ async def fan_out(url: str, pid: int, subscribers: int, messages: int) -> dict[s
         "rss_before_kib": rss_before,
         "rss_connected_kib": rss_connected,
         "kib_per_stream": (rss_connected - rss_before) / subscribers,
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
     }
 
 
@@ -164,6 +174,8 @@ def main() -> int:
         fan["subscribers"], fan["events_per_stream"], fan["events"], f"{fan['seconds']:.2f}",
         f"{fan['events_per_s']:,.0f}", f"{fan['rss_before_kib'] / 1024:.1f}",
         f"{fan['rss_connected_kib'] / 1024:.1f}", f"{fan['kib_per_stream']:.1f}"]]))
+    print(f"\nCPU while fanning out: gateway+worker process {fan['server_cpu_s']:.1f} s, "
+          f"the subscribers' process {fan['client_cpu_s']:.1f} s (both on the same 2 cores)")
     ratio = pct(http_ms, 0.5) / pct(direct_ms, 0.5)
     print(f"\nratio={ratio:.2f} http_p50_ms={pct(http_ms, 0.5):.1f} direct_p50_ms={pct(direct_ms, 0.5):.1f} "
           f"fanout_events_per_s={fan['events_per_s']:.0f} kib_per_stream={fan['kib_per_stream']:.1f}")

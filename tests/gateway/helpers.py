@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +66,7 @@ class ServerThread:
         self.harnesses = list(harnesses)
         self.worker = worker
         self.given_log = log
+        self.events: Any = None  # an EventSource instead of the default one
         self.url = ""
         self.state: GatewayState | None = None
         self._server: Any = None
@@ -97,7 +99,7 @@ class ServerThread:
         def run() -> None:
             try:
                 log = self.given_log or open_log(self.settings.log)
-                app = create_app(self.settings, log=log, harnesses=self.harnesses,
+                app = create_app(self.settings, log=log, harnesses=self.harnesses, events=self.events,
                                  on_startup=on_startup, on_shutdown=on_shutdown)
                 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                         lifespan="on", timeout_graceful_shutdown=2)
@@ -164,6 +166,14 @@ class Process:
     url: str = ""
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
+    err: Any = None
+
+    def stderr(self) -> str:
+        if self.err is None or self.err.closed:
+            return ""
+        self.err.seek(0)
+        text: str = self.err.read()
+        return text
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -175,7 +185,7 @@ class Process:
                 self.proc.wait()
         if self.reader is not None:
             self.reader.join(timeout=10)
-        for pipe in (self.proc.stdout, self.proc.stderr):
+        for pipe in (self.proc.stdout, self.err):
             if pipe is not None:
                 pipe.close()
         return self.proc.returncode
@@ -183,9 +193,11 @@ class Process:
 
 def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, timeout: float = 90) -> Process:
     """Start ``harness ARGS``; wait for the stdout line starting with ``ready`` (its url= is kept)."""
-    proc = subprocess.Popen(harness_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # stderr goes to a file, never a pipe nobody reads (a full pipe would stall the server)
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(harness_command(*args), stdout=subprocess.PIPE, stderr=err, text=True,
                             env=child_env(), cwd=str(cwd or REPO))
-    out = Process(proc)
+    out = Process(proc, err=err)
     lines: list[str] = []
 
     def read() -> None:
@@ -198,8 +210,7 @@ def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, t
 
     def is_ready() -> bool:
         if proc.poll() is not None:
-            err = proc.stderr.read() if proc.stderr else ""
-            raise AssertionError(f"harness {' '.join(args)} exited {proc.returncode}: {err}")
+            raise AssertionError(f"harness {' '.join(args)} exited {proc.returncode}: {out.stderr()}")
         return any(line.startswith(ready) for line in lines)
 
     wait_for(is_ready, timeout=timeout, what=f"'{ready}' from harness {args[0]}")

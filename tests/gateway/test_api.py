@@ -154,3 +154,22 @@ def test_validation_errors_are_422_and_big_bodies_413(http: httpx.Client) -> Non
     assert http.get("/v1/sessions/never").status_code == 404
     assert http.post("/v1/sessions/never/answers", json={"tool_call_id": "a", "name": "b", "value": 1}
                      ).status_code == 404
+
+
+def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> None:
+    message(http, "s-6", "please approve")
+    d = wait_state(http, "s-6", "waiting")
+    call = d["open_asks"][0]["tool_call_id"]
+    raw = {"content-type": "application/json"}
+    r = http.post("/v1/sessions/s-6/messages", content='{"text": "\\ud800", "harness": "tests/approvals"}', headers=raw)
+    assert r.status_code == 422 and "\\ud800" in r.text  # echoed escaped, never a broken response
+    r = http.post("/v1/sessions/s-6/answers", headers=raw,
+                  content='{"tool_call_id": "%s", "name": "approval", "value": {"approved": true, "note": "\\udc00"}}'
+                  % call)
+    assert r.status_code == 200
+    assert r.json()["status"] == "rejected" and r.json()["code"] in ("invalid_input", "invalid_answer")
+    r = http.post("/v1/sessions/s-6/records", headers=raw, content='{"records": [{"type": "a.b", "x": "\\ud800"}]}')
+    assert r.status_code == 200 and r.json()["status"] == "rejected"
+    assert detail(http, "s-6")["summary"]["state"] == "waiting"  # nothing broke the session
+    receipt = http.post("/v1/sessions/s-6/records", json={"records": [{"type": "a.b"}]}).json()
+    assert set(receipt) == {"input_id", "status", "position"}  # no nulls in a receipt

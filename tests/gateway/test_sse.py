@@ -5,14 +5,16 @@ and a stream cut mid-way resumed with Last-Event-ID: no gap, no duplicate. SQLit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from harness.ids import tenant_session_id
 from harness.log import open_log
+from harness.services.gateway.sources import LogEventSource
 from tests.apps.approvals import approvals
 from tests.gateway.helpers import (
     APP,
@@ -116,3 +118,45 @@ def test_sse_cut_and_resume_kafka(kafka_gateway: tuple[str, str, Process]) -> No
         cut_and_resume(http, url, "k-1", use_header=True)
         # a second session in the same process shares the partition readers
         cut_and_resume(http, url, "k-2", use_header=False)
+
+
+class LiveFeed(LogEventSource):
+    """The log's records plus live events pushed by the test (a stand-in for the live
+    channel of streaming models, which publishes text deltas that are never logged)."""
+
+    def __init__(self, log: Any) -> None:
+        super().__init__(log)
+        self.queue: asyncio.Queue[dict[str, Any]] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def live(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
+        self.loop = asyncio.get_running_loop()
+        self.queue = asyncio.Queue()
+        while True:
+            yield await self.queue.get()
+
+    def push(self, event: dict[str, Any]) -> None:
+        assert self.loop is not None and self.queue is not None
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+
+def test_live_events_are_forwarded_without_an_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    log = open_log(url)
+    feed = LiveFeed(log)
+    server = ServerThread(open_settings(url), harnesses=[approvals], worker=True, log=log)
+    server.events = feed
+    with server, httpx.Client(base_url=server.url, timeout=30) as http:
+        http.post("/v1/sessions/lv/messages", json={"text": "hello", "harness": HARNESS, "input_id": "x"})
+        with http.stream("GET", "/v1/sessions/lv/events") as response:
+            def until(evs: list[Event]) -> bool:
+                if settled(evs, "x") and feed.queue is not None and not any(e.event == "model.text.delta" for e in evs):
+                    feed.push({"type": "model.text.delta", "session_id": "t/x/lv", "turn": 2, "index": 0,
+                               "position": 0, "text": "Hel"})
+                return any(e.event == "model.text.delta" for e in evs)
+
+            events = read_events(response, until=until)
+    delta = events[-1]
+    assert delta.id is None and delta.data["text"] == "Hel" and delta.data["session_id"] == "lv"
+    assert all(e.id is not None for e in events[1:-1])
+    asyncio.run(log.close())

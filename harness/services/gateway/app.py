@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingExtra("the HTTP gateway", "gateway") from exc
 
-from harness.services.gateway.routes import install_routes
+from harness.services.gateway.routes import SafeJSONResponse, install_routes
 
 
 def _now_ms() -> int:
@@ -103,6 +103,7 @@ def create_app(
         version="1",
         description="Sessions of durable agents over HTTP: send inputs, read state, stream events.",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.gateway = state
     install_routes(app, state)

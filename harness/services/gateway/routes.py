@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -103,6 +106,13 @@ class SessionDetail(BaseModel):
     last_position: int | None
 
 
+class SafeJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 class Problem(BaseModel):
     detail: str
 
@@ -195,6 +205,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             template = getattr(route, "path", "other")
             gw.metrics.http_request(template, request.method, status, time.perf_counter() - started)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return SafeJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+
     @app.exception_handler(AuthError)
     async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
@@ -240,27 +254,31 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     # -- inputs ----------------------------------------------------------------------------------
 
-    @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, tags=["inputs"], responses=_ERRORS)
+    @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
     async def send_message(session_id: SessionId, body: MessageIn, who: Caller) -> dict[str, Any]:
         """Send a user message (starts a turn, or waits behind the running one)."""
         input_id = body.input_id or f"in-{uuid.uuid4().hex}"
         return receipt(await gw.inputs.message(gw.log_id(who, session_id), body.text, body.harness, input_id))
 
-    @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, tags=["inputs"], responses=_ERRORS)
+    @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
     async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first."""
         log_sid, entries = await existing(who, session_id)
         input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
         return receipt(await gw.inputs.answer(log_sid, entries, body.tool_call_id, body.name, body.value, input_id))
 
-    @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, tags=["inputs"], responses=_ERRORS)
+    @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
     async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
         """Append app records to the session (once per input_id)."""
         log_sid, entries = await existing(who, session_id)
         input_id = body.input_id or f"rec-{uuid.uuid4().hex}"
         return receipt(await gw.inputs.records(log_sid, entries, list(body.records), input_id))
 
-    @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, tags=["inputs"], responses=_ERRORS)
+    @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
     async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
         """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
         log_sid, entries = await existing(who, session_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -28,14 +29,22 @@ __all__ = ["entry_json", "event_frame", "session_stream"]
 RETRY_MS = 1000
 
 
-def event_frame(event: str, data: Any, *, id: int | None = None) -> bytes:  # noqa: A002 - the SSE field name
+def event_frame(event: str, data: Any, *, id: int | None = None,  # noqa: A002 - the SSE field name
+                ascii_only: bool = False) -> bytes:
+    if ascii_only:
+        text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str)
+        head = (f"id: {id}\n" if id is not None else "") + f"event: {event}\n"
+        return (head + f"data: {text}\n\n").encode("ascii")
     lines = []
     if id is not None:
         lines.append(f"id: {id}")
     lines.append(f"event: {event}")
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     lines.extend(f"data: {line}" for line in text.split("\n"))
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
+    try:
+        return ("\n".join(lines) + "\n\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON escapes keep the frame valid UTF-8
+        return event_frame(event, json.loads(json.dumps(data, default=str)), id=id, ascii_only=True)
 
 
 def entry_json(entry: LogEntry, public_session_id: str) -> dict[str, Any]:
@@ -44,7 +53,25 @@ def entry_json(entry: LogEntry, public_session_id: str) -> dict[str, Any]:
     return {"seq": entry.seq, "type": entry.type, "ts": entry.record.ts, "data": data}
 
 
-_END = object()
+FRAME_CACHE = 4096
+"""Encoded frames kept: the streams of one session send the very same bytes per record."""
+_frames: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+
+def record_frame(entry: LogEntry, public_session_id: str) -> bytes:
+    """The frame of a committed record, encoded once for every stream of its session.
+
+    Keyed by the LOG's session id (tenant included) and position: a position is unique
+    within a session, and the public id is a function of the log's id.
+    """
+    key = (entry.session_id, entry.seq)
+    frame = _frames.get(key)
+    if frame is None:
+        frame = event_frame(entry.type, entry_json(entry, public_session_id), id=entry.seq)
+        _frames[key] = frame
+        if len(_frames) > FRAME_CACHE:
+            _frames.popitem(last=False)
+    return frame
 
 
 async def session_stream(
@@ -90,7 +117,7 @@ async def session_stream(
                 yield b": heartbeat\n\n"
                 continue
             if kind == "entry":
-                yield event_frame(item.type, entry_json(item, public_session_id), id=item.seq)
+                yield record_frame(item, public_session_id)
             elif kind == "live":
                 data = item.to_json() if hasattr(item, "to_json") else dict(item)
                 data["session_id"] = public_session_id
