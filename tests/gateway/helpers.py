@@ -194,7 +194,7 @@ class Process:
 def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, timeout: float = 90) -> Process:
     """Start ``harness ARGS``; wait for the stdout line starting with ``ready`` (its url= is kept)."""
     # stderr goes to a file, never a pipe nobody reads (a full pipe would stall the server)
-    err = tempfile.TemporaryFile(mode="w+")
+    err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by Process.stop
     proc = subprocess.Popen(harness_command(*args), stdout=subprocess.PIPE, stderr=err, text=True,
                             env=child_env(), cwd=str(cwd or REPO))
     out = Process(proc, err=err)

@@ -164,8 +164,8 @@ def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> N
     r = http.post("/v1/sessions/s-6/messages", content='{"text": "\\ud800", "harness": "tests/approvals"}', headers=raw)
     assert r.status_code == 422 and "\\ud800" in r.text  # echoed escaped, never a broken response
     r = http.post("/v1/sessions/s-6/answers", headers=raw,
-                  content='{"tool_call_id": "%s", "name": "approval", "value": {"approved": true, "note": "\\udc00"}}'
-                  % call)
+                  content='{"tool_call_id": "' + call + '", "name": "approval", '
+                          '"value": {"approved": true, "note": "\\udc00"}}')
     assert r.status_code == 200
     assert r.json()["status"] == "rejected" and r.json()["code"] in ("invalid_input", "invalid_answer")
     r = http.post("/v1/sessions/s-6/records", headers=raw, content='{"records": [{"type": "a.b", "x": "\\ud800"}]}')
