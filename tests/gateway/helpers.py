@@ -67,6 +67,7 @@ class ServerThread:
         self.worker = worker
         self.given_log = log
         self.events: Any = None  # an EventSource instead of the default one
+        self.metrics: Any = None  # a metrics sink instead of the default one
         self.url = ""
         self.state: GatewayState | None = None
         self._server: Any = None
@@ -99,7 +100,7 @@ class ServerThread:
         def run() -> None:
             try:
                 log = self.given_log or open_log(self.settings.log)
-                app = create_app(self.settings, log=log, harnesses=self.harnesses, events=self.events,
+                app = create_app(self.settings, log=log, harnesses=self.harnesses, events=self.events, metrics=self.metrics,
                                  on_startup=on_startup, on_shutdown=on_shutdown)
                 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                         lifespan="on", timeout_graceful_shutdown=2)

@@ -24,7 +24,7 @@ from harness.errors import MissingExtra
 from harness.log import open_log
 from harness.log.base import SessionLog
 from harness.services.gateway.auth import Authenticator
-from harness.services.gateway.metrics import gateway_metrics
+from harness.services.gateway.metrics import GatewayMetrics, gateway_metrics
 from harness.services.gateway.settings import GatewaySettings
 from harness.services.gateway.sources import EventSource, SessionCatalog, default_sources
 from harness.services.gateway.state import GatewayState
@@ -51,6 +51,7 @@ def create_app(
     events: EventSource | None = None,
     catalog: SessionCatalog | None = None,
     now_ms: Callable[[], int] | None = None,
+    metrics: GatewayMetrics | None = None,
     on_startup: Callable[[GatewayState], Awaitable[None]] | None = None,
     on_shutdown: Callable[[GatewayState], Awaitable[None]] | None = None,
 ) -> FastAPI:
@@ -61,6 +62,8 @@ def create_app(
         log: the session log (default: ``open_log(settings.log)``, closed with the app).
         harnesses: harnesses known here (names and ask schemas; never driven by the gateway).
         events / catalog: the readers (default: :func:`sources.default_sources`).
+        metrics: where HTTP requests and SSE subscribers are counted (default: the
+            library's metrics facade when it is there).
         on_startup / on_shutdown: run inside the app's lifespan (``harness serve`` starts
             and stops its worker there).
 
@@ -79,7 +82,7 @@ def create_app(
         catalog=catalog or default_catalog,
         harnesses=harnesses,
         auth=auth,
-        metrics=gateway_metrics(),
+        metrics=metrics or gateway_metrics(),
         now_ms=now_ms or _now_ms,
     )
 

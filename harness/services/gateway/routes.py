@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -173,6 +173,33 @@ class _TooLarge(Exception):
     pass
 
 
+class RequestMetrics:
+    """Counts each request by its route template (pure ASGI: streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: Any) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            template = getattr(scope.get("route"), "path", "other")
+            self.metrics.http_request(template, scope.get("method", "GET"), status, time.perf_counter() - started)
+
+
 _bearer = APIKeyHeader(
     name="Authorization",
     scheme_name="bearer",
@@ -192,18 +219,7 @@ Caller = Annotated[Principal, Depends(_principal)]
 def install_routes(app: FastAPI, gw: GatewayState) -> None:
     app.add_middleware(BodyLimit, limit=gw.settings.max_body_bytes)
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response: Response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            template = getattr(route, "path", "other")
-            gw.metrics.http_request(template, request.method, status, time.perf_counter() - started)
+    app.add_middleware(RequestMetrics, metrics=gw.metrics)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
