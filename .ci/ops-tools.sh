@@ -2,7 +2,7 @@
 # The real operations tools the ops tests (tests/ops) run, installed or built from the
 # project's own files and cached under $HOME, so a warm run only checks they are there:
 #
-#   apt:   etcd-server prometheus (promtool) podman buildah skopeo umoci debootstrap runc
+#   apt:   etcd-server prometheus (promtool) podman buildah skopeo umoci debootstrap runc chromium (the console browser test)
 #   go:    helm (go install), kube-apiserver / kube-controller-manager / kube-scheduler
 #          (the wrapper module tools/kube), kwok (go install) + its stage file
 #   image: localhost/debian-py:bookworm, an offline Debian base for podman (debootstrap,
@@ -33,7 +33,7 @@ step() {  # step NAME COMMAND...: run it, print its time
 }
 
 apt_packages() {
-  local want=(etcd-server prometheus podman buildah skopeo umoci debootstrap runc)
+  local want=(etcd-server prometheus podman buildah skopeo umoci debootstrap runc chromium)
   local missing=()
   for p in "${want[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,8 @@ def main(argv: list[str] | None = None) -> int:
         "demo": "harness.demo:main",
         "kafka-local": "harness.testing.kafka_local:main",
         "worker": "harness.services.worker.main:main",
+        "gateway": "harness.services.gateway.main:main",
+        "serve": "harness.services.gateway.main:serve_main",
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in commands:
         print("usage: harness {" + ",".join(commands) + "} [options]", file=sys.stderr)
