@@ -10,8 +10,10 @@ providers echo back) from every message they raise.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import importlib
+import inspect
 import json
 import re
 from collections.abc import Mapping
@@ -139,6 +141,7 @@ class ProviderModel:
         self._client_options = client_options
         self._api_key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
         self._clients: dict[str | None, Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sdk: ModuleType | None = None
         _ = self.sdk  # a missing extra fails here, when the harness is defined, with the pip command
 
@@ -171,8 +174,12 @@ class ProviderModel:
         raise NotImplementedError
 
     def client(self, secrets: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
-        """The SDK client for the key in use (one per key), and that key."""
+        """The SDK client for the key in use (one per key and event loop), and that key."""
         key = self._key(secrets)
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # an HTTP connection pool belongs to one event loop
+            self._clients.clear()
+            self._loop = loop
         client = self._clients.get(key)
         if client is None:
             try:
@@ -183,6 +190,27 @@ class ProviderModel:
                 ) from None
             self._clients[key] = client
         return client, key
+
+    def split_options(self, create: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as keyword arguments of the SDK's ``create``: options this SDK version
+        does not name go into ``extra_body``, so every option reaches the provider as given."""
+        try:
+            params = inspect.signature(create).parameters
+        except (TypeError, ValueError):
+            return body
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return body
+        known = {k: v for k, v in body.items() if k in params}
+        unknown = {k: v for k, v in body.items() if k not in params}
+        if unknown:
+            known["extra_body"] = {**unknown, **(known.get("extra_body") or {})}
+        return known
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients (their connection pools); the adapter makes new ones if used again."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
 
     # -- errors ---------------------------------------------------------------------------
 

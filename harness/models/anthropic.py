@@ -132,7 +132,7 @@ class AnthropicMessages(ProviderModel):
         secrets: Mapping[str, str] | None = None,
     ) -> ModelResponse:
         client, key = self.client(secrets)
-        body = self.request_body(messages, tools)
+        body = self.split_options(client.messages.create, self.request_body(messages, tools))
         try:
             if not self.streaming:
                 return self._parse(await client.messages.create(**body))

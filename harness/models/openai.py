@@ -128,7 +128,7 @@ class OpenAIChat(ProviderModel):
         secrets: Mapping[str, str] | None = None,
     ) -> ModelResponse:
         client, key = self.client(secrets)
-        body = self.request_body(messages, tools)
+        body = self.split_options(client.chat.completions.create, self.request_body(messages, tools))
         try:
             if not self.streaming:
                 return self._parse(await client.chat.completions.create(**body))
