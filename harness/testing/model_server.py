@@ -165,7 +165,7 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Iterator[tuple[str | N
         return kind, json.dumps({"type": kind, **body})
 
     i, o = reply.usage
-    message = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": reply.model or model, "content": [],
+    message: dict[str, Any] = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": reply.model or model, "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": i, "output_tokens": 1}}
     yield event("message_start", {"message": message})
     index = 0
