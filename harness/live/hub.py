@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.live.events import LiveEvent
@@ -57,14 +57,31 @@ class _End:
         self.error = error
 
 
-async def merge_live(committed: AsyncIterator[T], hub: LiveHub) -> AsyncIterator[T | LiveEvent]:
-    """Committed items from ``committed`` interleaved with ``hub``'s live events as they come.
+async def merge_live(
+    committed: AsyncIterator[T], live: LiveHub | AsyncIterator[LiveEvent]
+) -> AsyncIterator[T | LiveEvent]:
+    """Committed items from ``committed`` interleaved with live events as they come.
 
-    Subscribed before the first item is read, so no event published after the call
-    starts is missed (unless the consumer falls ``QUEUE_SIZE`` behind). Ends when
-    ``committed`` ends; its error is raised here.
+    ``live`` is an in-process hub (subscribed before the first item is read, so no
+    event published after that is missed unless the consumer falls ``QUEUE_SIZE``
+    behind) or another process' events (e.g. the Kafka live topic). Ends when
+    ``committed`` ends; its error (or the live source's) is raised here.
     """
     queue: asyncio.Queue[object] = asyncio.Queue(QUEUE_SIZE)
+    if isinstance(live, LiveHub):
+        with live.subscribe(queue):
+            async with contextlib.aclosing(_merged(committed, queue, None)) as merged:
+                async for item in merged:
+                    yield item
+    else:
+        async with contextlib.aclosing(_merged(committed, queue, live)) as merged:
+            async for item in merged:
+                yield item
+
+
+async def _merged(
+    committed: AsyncIterator[T], queue: asyncio.Queue[object], live: AsyncIterator[LiveEvent] | None
+) -> AsyncGenerator[T | LiveEvent, None]:
 
     async def pump() -> None:
         try:
@@ -77,21 +94,34 @@ async def merge_live(committed: AsyncIterator[T], hub: LiveHub) -> AsyncIterator
             return
         await queue.put(_End())
 
-    with hub.subscribe(queue):
-        task = asyncio.create_task(pump())
+    async def pump_live(source: AsyncIterator[LiveEvent]) -> None:
         try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, _End):
-                    if item.error is not None:
-                        raise item.error
-                    return
-                yield item  # type: ignore[misc]
-        finally:
+            async for event in source:
+                with contextlib.suppress(asyncio.QueueFull):  # a slow consumer misses deltas, never records
+                    queue.put_nowait(event)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            await queue.put(_End(exc))
+
+    tasks = [asyncio.create_task(pump())]
+    if live is not None:
+        tasks.append(asyncio.create_task(pump_live(live)))
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-            aclose = getattr(committed, "aclose", None)
+        for source in (committed, live):
+            aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(BaseException):
                     await aclose()

@@ -56,6 +56,8 @@ class Worker:
         lease: ownership lease of a session (SQLite/memory).
         instance_id: Kafka static membership (``group.instance.id``).
         secrets_for: gives a session's secrets from (session id, harness name).
+        live: on Kafka, publish text deltas of streamed model answers to ``<prefix>.live``
+            for other processes (``HarnessClient.events(sid, live=True)``); default True.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=100),
         instance_id: str | None = None,
         secrets_for: SecretsFor | None = None,
+        live: bool = True,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -86,6 +89,7 @@ class Worker:
         self.stats = WorkerStats()
         self.runtimes: dict[int, PartitionRuntime] = {}
         self.ready = asyncio.Event()  # set once the first rebuild went live
+        self._live = live
 
     def runtime(self, partition: int) -> PartitionRuntime:
         rt = self.runtimes.get(partition)
@@ -97,6 +101,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
+        publisher = await self._start_live()
         try:
             if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
                 from harness.runtime.group import run_group_worker
@@ -108,6 +113,24 @@ class Worker:
             for rt in list(self.runtimes.values()):
                 await rt.stop()
             self.runtimes.clear()
+            if publisher is not None:
+                self.host.live = None
+                await asyncio.to_thread(publisher.close)
+
+    async def _start_live(self) -> Any:
+        """On Kafka: the publisher of live text deltas (best effort: a failure only logs)."""
+        if not self._live or not hasattr(self.log, "own_partition") or not hasattr(self.log, "settings"):
+            return None
+        from harness.live.kafka import KafkaLivePublisher
+
+        publisher = KafkaLivePublisher.for_log(self.log)
+        try:
+            await asyncio.to_thread(publisher.start)
+        except Exception as exc:  # noqa: BLE001 - live deltas are optional; sessions run without them
+            log.warning("live events are off: %s", exc)
+            return None
+        self.host.live = publisher
+        return publisher
 
     # -- SQLite / memory: one partition, polled -------------------------------------------
 

@@ -349,6 +349,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        try:
+            self._events(request, reply, events)
+        except OSError:  # the client went away (killed, timed out): nothing to answer
+            self.close_connection = True
+
+    def _events(self, request: Request, reply: Reply, events: list[tuple[str | None, str]]) -> None:
         for count, (kind, data) in enumerate(events):
             if count == reply.cut_after:
                 self._cut()
