@@ -399,3 +399,17 @@ async def test_a_model_taking_secrets_gets_the_sessions_secrets(host):
     session = await host.open(define_harness(name="t/models", model=KeyFromSecrets()), session_id=SID, secrets={"k": "v"})
     assert (await session.send("go")).text == "ok"
     assert seen == {"k": "v"}
+
+
+async def test_client_events_live_on_a_log_without_a_live_topic_yield_records_only(host, log):
+    from harness.client import HarnessClient
+
+    session = await host.open(define_harness(name="t/models", model=Streaming(["a", "b"])), session_id=SID)
+    await session.send("hi", input_id="in-1")
+    client = HarnessClient(log=log)
+    got = []
+    async for item in client.events(SID, live=True):
+        got.append(item)
+        if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+            break
+    assert got and all(isinstance(i, LogEntry) for i in got)
