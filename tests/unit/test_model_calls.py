@@ -413,3 +413,51 @@ async def test_client_events_live_on_a_log_without_a_live_topic_yield_records_on
         if isinstance(item, LogEntry) and item.type == "harness.input.settled":
             break
     assert got and all(isinstance(i, LogEntry) for i in got)
+
+
+# -- plain mode and agent tools follow the same truncation rule ---------------------------------
+
+
+async def test_chat_plain_mode_streams_and_never_runs_truncated_calls():
+    from harness import chat
+
+    runs: list[str] = []
+
+    class Cut(Streaming):
+        def __init__(self) -> None:
+            super().__init__(["pa", "rt"])
+            self.calls = 0
+
+        async def complete(self, messages: Any, tools: Any, *, stream: StreamSink | None = None) -> ModelResponse:
+            self.calls += 1
+            if self.calls == 1:
+                await super().complete(messages, tools, stream=stream)
+                return ModelResponse(text="part", tool_calls=[ToolCall("c1", "work", {})], finish_reason="length")
+            return ModelResponse(text="done")
+
+    cut = Cut()
+    deltas: list[str] = []
+    out = await chat(model=cut, messages=[{"role": "user", "content": "go"}], tools=[counting_tool(runs)], stream=deltas.append)
+    assert runs == [] and deltas == ["pa", "rt"] and out[-1]["content"] == "done"
+    tool_msg = next(m for m in out if m["role"] == "tool")
+    assert tool_msg["is_error"] and json.loads(tool_msg["content"])["error"] == "truncated"
+
+
+async def test_agent_tool_sub_agent_truncated_calls_never_run(host, log):
+    from harness import agent_tool
+
+    runs: list[str] = []
+    child_model = ScriptedModel(
+        [
+            ModelResponse(tool_calls=[ToolCall("k1", "work", {"order_id": "1"})], finish_reason="length"),
+            ModelResponse(text="child done"),
+        ]
+    )
+    child = define_harness(name="child", model=child_model, tools=[counting_tool(runs)])
+    research = agent_tool(tool_definition(name="research", description="d", input_schema=Args), child)
+    parent = ScriptedModel([ModelResponse(tool_calls=[ToolCall("p1", "research", {})]), ModelResponse(text="parent done")])
+    session = await host.open(define_harness(name="t/models", model=parent, tools=[research]), session_id=SID)
+    assert (await session.send("go")).text == "parent done"
+    assert runs == []
+    child_tool_msg = next(m for m in child_model.requests[1] if m["role"] == "tool")
+    assert json.loads(child_tool_msg["content"])["error"] == "truncated"
