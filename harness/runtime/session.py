@@ -501,7 +501,7 @@ class Session:
 
     def _publish_live(self, event: LiveEvent) -> None:
         self._live.publish(event)
-        publisher = getattr(self._host, "live", None)
+        publisher = self._host.live  # other processes: the Kafka live topic, on workers
         if publisher is not None:
             publisher.publish(event)
 

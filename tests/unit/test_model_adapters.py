@@ -4,6 +4,7 @@ exact request bodies, parsed answers, streaming, errors and their classification
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -416,3 +417,16 @@ def test_from_uri_refuses_unknown_forms(uri):
 def test_tool_spec_parameters_are_the_pydantic_schema():
     assert ToolSpec("lookup", "Look something up", Lookup.model_json_schema()) == SPEC
     assert json.loads(json.dumps(SPEC.parameters)) == SPEC.parameters
+
+
+def test_the_sdks_are_imported_only_when_an_adapter_is_made():
+    import subprocess
+
+    code = (
+        "import sys, harness, harness.models, harness.runtime.session\n"
+        "from harness.models import from_uri\n"
+        "assert 'openai' not in sys.modules and 'anthropic' not in sys.modules, 'an SDK was imported'\n"
+        "from_uri('openai:gpt-x', api_key='k')\n"
+        "assert 'openai' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
