@@ -226,3 +226,25 @@ async def test_api_key_from_the_sessions_secrets_never_in_the_log(host, log, log
     other = await host.open(define_harness(name="t/real", model=model), session_id="s-2")  # no secret
     failed = await other.send("go")
     assert (failed.outcome, failed.code) == ("failed", "model_error") and "'openai'" in (failed.error or "")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_500_and_a_timeout_are_retried_with_backoff_then_succeed(host, log, clock, server, models, provider):
+    from harness.testing.model_server import Hang
+
+    model = from_uri(provider_uri(server, provider), api_key=KEY, timeout=0.3)
+    models.append(model)
+    server.script(Fail(500, "internal error"), Hang(), Reply(text="third time"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    for n in (1, 2):
+        await until(lambda n=n: clock.sleepers == 1 and len(server.requests) == n)
+        retries = await entries(log, SID, "harness.model.retry")
+        assert len(retries) == n
+        wait = retries[-1]["wait_until"] / 1000 - clock.now()
+        assert 2 ** (n - 1) / 2 <= wait <= 2 ** (n - 1)  # 1 s, then 2 s, jittered in [half, all]
+        clock.advance(wait)
+    server.release()
+    assert (await task).text == "third time"
+    retries = await entries(log, SID, "harness.model.retry")
+    assert [(r["retry"], r["status"], r["kind"]) for r in retries] == [(1, 500, "server_error"), (2, None, "timeout")]
