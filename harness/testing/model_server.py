@@ -15,7 +15,8 @@ Each request takes the next scripted answer (or ``server.handler(request)`` when
   endpoint's JSON, or as its SSE stream when the request asks to stream; its faults:
   ``cut_after=n`` closes the connection after n events (a stream cut half-way),
   ``pause_after=n`` stops after n events until :meth:`ModelServer.release`;
-  ``error_after=n`` sends an error event after n events;
+  ``error_after=n`` sends an error event after n events; ``end_after=n`` ends the body
+  cleanly after n events (the answer's last events never come);
 * :class:`Fail`: an HTTP error status with the provider's error body and headers;
 * :class:`Hang`: no answer at all until released (for client timeouts).
 """
@@ -51,6 +52,7 @@ class Reply:
     pause_after: int | None = None
     error_after: int | None = None
     error_type: str = "overloaded_error"
+    end_after: int | None = None  # end the body cleanly after n events: an answer without its end
 
     @property
     def finish_reason(self) -> str:
@@ -361,6 +363,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if count == reply.error_after:
                 self._error_event(request, reply)
+                break
+            if count == reply.end_after:
                 break
             if count == reply.pause_after:
                 self.owner.paused.set()

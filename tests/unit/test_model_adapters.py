@@ -327,6 +327,13 @@ async def test_a_stream_cut_half_way_is_transient(server, make):
     assert deltas  # some text had arrived before the cut
 
 
+async def test_a_stream_that_ends_before_the_answer_does_is_transient(server, make):
+    server.script(Reply(text="an answer without its end", end_after=3))
+    with pytest.raises(ModelError) as info:
+        await make(server).complete([{"role": "user", "content": "go"}], [])
+    assert info.value.transient and info.value.kind == "stream_cut"
+
+
 async def test_an_error_event_in_the_stream_is_transient(server, make):
     server.script(Reply(text="partial answer", error_after=3))
     with pytest.raises(ModelError) as info:
