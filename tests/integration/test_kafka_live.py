@@ -52,7 +52,8 @@ async def test_publisher_and_reader_on_the_live_topic(kafka_bootstrap: str, uniq
         await asyncio.to_thread(publisher.close)
         await asyncio.to_thread(publisher.start)
         since = int(time.time() * 1000) + 1
-        await asyncio.sleep(0.01)  # the next events get later timestamps than `since`
+        while int(time.time() * 1000) < since:  # the next events get timestamps >= since
+            await asyncio.sleep(0)
         reader = kafka_live_events(
             bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partition=log.partition_for(a),
             session_id=a, since_ms=since,
