@@ -96,17 +96,50 @@ def model_messages(harness: Harness, state: SessionState) -> list[dict[str, Any]
 
 
 class _Deltas:
-    """The stream sink given to the model: numbers each delta and publishes it live."""
+    """The stream sink given to the model: redacts, numbers and publishes each delta live.
 
-    def __init__(self, session_id: str, action: CallModel, clock: Clock, publish: Publish | None) -> None:
+    The session's secrets are redacted as in the log. A secret may arrive split over
+    two deltas, so the end of the text that could still grow into one is held back
+    until the next delta (or the end) shows it cannot; the deltas joined are exactly
+    the text the log keeps.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        action: CallModel,
+        clock: Clock,
+        publish: Publish | None,
+        scrubber: SecretScrubber,
+        secrets: Mapping[str, str],
+    ) -> None:
         self._session_id = session_id
         self._action = action
         self._clock = clock
         self._publish = publish
+        self._scrubber = scrubber
+        self._secrets = [v for v in secrets.values() if v]
+        self._pending = ""
         self.position = 0
 
     def __call__(self, text: str) -> None:
         if not isinstance(text, str) or not text:
+            return
+        if not self._secrets:
+            self._emit(text)
+            return
+        redacted = self._scrubber.redact_text(self._pending + text)
+        hold = max((k for s in self._secrets for k in range(1, len(s)) if redacted.endswith(s[:k])), default=0)
+        self._pending = redacted[len(redacted) - hold:] if hold else ""
+        self._emit(redacted[: len(redacted) - hold])
+
+    def flush(self) -> None:
+        """The answer is complete: what was held back cannot become a secret any more."""
+        pending, self._pending = self._pending, ""
+        self._emit(self._scrubber.redact_text(pending))
+
+    def _emit(self, text: str) -> None:
+        if not text:
             return
         position, self.position = self.position, self.position + len(text)
         if self._publish is None:
@@ -178,12 +211,13 @@ async def call_model(
         await clock.sleep_until(action.not_before / 1000)  # the logged backoff, even after a crash
     messages = model_messages(harness, state)
     specs = [t.definition.spec() for t in harness.tools.values()]
-    sink = _Deltas(session_id, action, clock, publish)
+    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
     try:
         response = await call_complete(
             harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
         )
         records = _response_records(session_id, state, action, response, round(clock.now() * 1000))
+        sink.flush()
     except Exception as exc:  # noqa: BLE001 - a model failure is retried or fails the turn, never the owner
         await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
         return

@@ -461,3 +461,26 @@ async def test_agent_tool_sub_agent_truncated_calls_never_run(host, log):
     assert runs == []
     child_tool_msg = next(m for m in child_model.requests[1] if m["role"] == "tool")
     assert json.loads(child_tool_msg["content"])["error"] == "truncated"
+
+
+async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host, log):
+    secret = "sk-SECRET-123"
+    model = Streaming(["my key is sk-SEC", "RET-123", " and s", "k-S is not it"])
+    session = await host.open(define_harness(name="t/models", model=model), session_id=SID, secrets={"openai": secret})
+    seen: list[LiveEvent] = []
+
+    async def watch() -> None:
+        async for item in session.events(live=True):
+            if isinstance(item, LiveEvent):
+                seen.append(item)
+            elif item.type == "harness.input.settled":
+                return
+
+    watcher = asyncio.create_task(watch())
+    await eventually(lambda: session._live.subscribers == 1)
+    result = await session.send("go", input_id="in-1")
+    await watcher
+    assert result.text == "my key is [secret:openai] and sk-S is not it"
+    assert all("SEC" not in e.text and "RET-1" not in e.text for e in seen)
+    assert "".join(e.text for e in seen) == result.text  # exactly the logged text
+    assert [e.position for e in seen] == [sum(len(x.text) for x in seen[:i]) for i in range(len(seen))]
