@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.context import check_app_records
 from harness.jsonvalues import json_copy
+from harness.live import LiveEvent, merge_live
 from harness.log.base import SessionLog
 from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry
 
@@ -89,11 +90,34 @@ class HarnessClient:
         await self.log.submit(InputRecords(session_id, self._now(), input_id, checked))
         return input_id
 
-    async def events(self, session_id: str, after: int | None = None) -> AsyncIterator[LogEntry]:
+    def events(
+        self, session_id: str, after: int | None = None, *, live: bool = False
+    ) -> AsyncIterator[LogEntry] | AsyncIterator[LogEntry | LiveEvent]:
         """The session's committed records from position ``after`` on (all if None), live.
 
         Each entry's ``seq`` is its position: pass the last one seen as ``after`` to resume.
+        With ``live=True`` (Kafka), the text deltas of model answers streamed from now on
+        come too, as ``LiveEvent`` objects between the records, from the ``<prefix>.live``
+        topic the workers publish to (best effort, never in the log; see ``harness.live``).
+        Other logs have no live topic: there only the records come.
         """
+        committed = self._committed_events(session_id, after)
+        settings = getattr(self.log, "settings", None)
+        if not live or settings is None or not hasattr(self.log, "partition_for"):
+            return committed
+        from harness.live.kafka import kafka_live_events
+
+        deltas = kafka_live_events(
+            bootstrap=settings.bootstrap,
+            topic_prefix=settings.topic_prefix,
+            partition=self.log.partition_for(session_id),
+            session_id=session_id,
+            since_ms=self._now(),  # taken now: deltas of an answer to a message sent next are all seen
+            client_config=settings.client_config,
+        )
+        return merge_live(committed, deltas)
+
+    async def _committed_events(self, session_id: str, after: int | None = None) -> AsyncIterator[LogEntry]:
         position = 0 if after is None else after
         tail = getattr(self.log, "tail_partition", None)
         if tail is not None:
@@ -117,7 +141,7 @@ class HarnessClient:
             TimeoutError: not settled within ``timeout`` seconds.
         """
         async with asyncio.timeout(timeout):
-            async for entry in self.events(session_id):
+            async for entry in self._committed_events(session_id):
                 record = entry.record
                 if isinstance(record, InputSettled) and record.input_id == input_id:
                     return record

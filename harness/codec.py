@@ -18,6 +18,7 @@ the ``arguments`` of each tool call of a model response.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import json
 import threading
@@ -136,6 +137,7 @@ class _Schema:
     json_fields: tuple[str, ...]
     get_plain: attrgetter[Any]
     has_tool_calls: bool
+    writer: Any = None  # an earlier version's parsed schema, for records written with it
 
 
 _schemas_lock = threading.Lock()
@@ -188,6 +190,40 @@ def _build_schema(cls: type[Record], root: Path) -> _Schema:
         get_plain=attrgetter(*plain),
         has_tool_calls=has_tool_calls,
     )
+
+
+_history_lock = threading.Lock()
+_history: dict[bytes, _Schema] | None = None
+
+
+def _history_schemas() -> dict[bytes, _Schema]:
+    """Earlier versions of the schemas, by fingerprint (``schemas/history/<type>.<n>.avsc``).
+
+    A record written with an earlier version still decodes: Avro schema resolution
+    reads it with its writer schema into today's fields (a field added since gets its
+    default). Every schema change adds the previous version here.
+    """
+    global _history
+    if _history is not None:
+        return _history
+    with _history_lock:
+        if _history is None:
+            current = _load_schemas()
+            found: dict[bytes, _Schema] = {}
+            for path in sorted((schema_dir() / "history").glob("*.avsc")):
+                record_type = path.name.rsplit(".", 2)[0]
+                if record_type not in current:
+                    raise _error(f"schema history file {path} names no known record type")
+                try:
+                    writer = parse_schema(json.loads(path.read_text(encoding="utf-8")))
+                except (OSError, ValueError, TypeError, KeyError) as exc:
+                    raise _error(f"cannot load schema {path}: {exc}", record_type=record_type) from exc
+                fingerprint = crc64_avro(to_parsing_canonical_form(writer).encode("utf-8"))
+                found[fingerprint] = dataclasses.replace(
+                    current[record_type], writer=writer, fingerprint=fingerprint
+                )
+            _history = found
+    return _history
 
 
 def _record_type_for_name(full_name: str) -> str | None:
@@ -259,6 +295,7 @@ class ConfluentRegistryClient:
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}
         self._types: dict[int, str] = {}
+        self._fingerprints: dict[int, bytes] = {}
 
     def subject(self, record_type: str) -> str:
         schema = _load_schemas().get(record_type)
@@ -293,9 +330,19 @@ class ConfluentRegistryClient:
         record_type = _record_type_for_name(name)
         if record_type is None:
             raise _error(f"schema id {schema_id} names {name!r}, not a harness record")
+        try:
+            canonical = to_parsing_canonical_form(parse_schema(raw))
+        except Exception as exc:
+            raise _error(f"schema id {schema_id} is not a valid Avro schema: {exc}") from exc
         with self._lock:
             self._types[schema_id] = record_type
+            self._fingerprints[schema_id] = crc64_avro(canonical.encode("utf-8"))
         return record_type
+
+    def fingerprint_for(self, schema_id: int) -> bytes | None:
+        """The CRC-64-AVRO fingerprint of the schema registered as ``schema_id`` (once read)."""
+        with self._lock:
+            return self._fingerprints.get(schema_id)
 
     def _call(self, method: str, path: str, body: Any) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -420,6 +467,9 @@ class RecordCodec:
             )
         record_type = self._schema_ids.schema_for(schema_id)
         schema = self._schema(record_type)
+        fingerprint_for = getattr(self._schema_ids, "fingerprint_for", None)
+        if fingerprint_for is not None:  # a registry knows the writer schema: maybe an earlier version
+            schema = _history_schemas().get(fingerprint_for(schema_id) or b"", schema)
         with self._lock:
             self._by_id[schema_id] = schema
         return schema
@@ -430,7 +480,8 @@ class RecordCodec:
             if len(data) < _SO_HEADER:
                 raise _error("truncated single-object header", raw=data)
             if not self._by_fingerprint:
-                self._by_fingerprint = {s.fingerprint: s for s in _load_schemas().values()}
+                known = {**_history_schemas(), **{s.fingerprint: s for s in _load_schemas().values()}}
+                self._by_fingerprint = known
             schema = self._by_fingerprint.get(data[2:_SO_HEADER])
             if schema is None:
                 raise _error(f"unknown schema fingerprint {data[2:_SO_HEADER].hex()}", raw=data)
@@ -457,7 +508,10 @@ class RecordCodec:
     def _datum(self, data: bytes, schema: _Schema, start: int) -> dict[str, Any]:
         buf = BytesIO(data)
         buf.seek(start)
-        datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.parsed, None))
+        if schema.writer is None:
+            datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.parsed, None))
+        else:  # written with an earlier version: resolve into today's fields
+            datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.writer, schema.parsed))
         if buf.tell() != len(data):
             raise _error(
                 f"{len(data) - buf.tell()} trailing bytes after a {schema.record_type} record",

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
 from harness.errors import DefinitionError
-from harness.models.base import Model
+from harness.models.base import Model, model_keywords
 from harness.replay.planner import ToolPolicy
 from harness.tools import Tool
 
 __all__ = [
     "DEFAULT_CUT_CALL_ERROR",
+    "DEFAULT_TRUNCATED_CALL_ERROR",
     "Durability",
     "Harness",
     "Hooks",
@@ -21,6 +23,11 @@ __all__ = [
     "ToolOutcome",
     "define_harness",
 ]
+
+DEFAULT_TRUNCATED_CALL_ERROR = (
+    "This tool call was not run: the response that asked for it was cut off at the model's "
+    "output limit, so its arguments may be incomplete. Ask for it again, with shorter output."
+)
 
 DEFAULT_CUT_CALL_ERROR = (
     "This tool call was cut off by a crash and was not run again: nobody knows whether "
@@ -79,10 +86,28 @@ class Durability:
     """The text of the tool error a cut, non-replayable call gets (SPEC 5.3)."""
     max_model_calls: int = 50
     """Model calls in one turn before it fails with ``too_many_model_calls``."""
+    truncated_call_error: str = DEFAULT_TRUNCATED_CALL_ERROR
+    """The text of the tool error each call of a response cut at the model's output limit
+    gets instead of running (like TanStack's ``truncatedToolResult``)."""
+    model_retries: int = 6
+    """Retries of one model call after transient errors (429, 5xx, timeouts, connection
+    resets, a stream cut half-way) before the turn fails with ``model_error``; 0: none."""
+    model_backoff: timedelta = timedelta(seconds=1)
+    """The wait before the first retry; each retry doubles it (with jitter: a wait is
+    drawn between half and all of it), up to ``model_backoff_max``."""
+    model_backoff_max: timedelta = timedelta(seconds=60)
+    """The longest wait between two tries of a model call, ``Retry-After`` included (a
+    provider asking for a longer wait gets this long, then the next try)."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.step_value_limit < 1 or self.max_model_calls < 1:
             raise DefinitionError("durability limits must be positive")
+        if self.model_retries < 0:
+            raise DefinitionError("durability.model_retries must be 0 or more")
+        if not isinstance(self.model_backoff, timedelta) or not isinstance(self.model_backoff_max, timedelta):
+            raise DefinitionError("durability.model_backoff and model_backoff_max are timedeltas")
+        if self.model_backoff <= timedelta(0) or self.model_backoff_max < self.model_backoff:
+            raise DefinitionError("durability.model_backoff must be positive and at most model_backoff_max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +118,9 @@ class Harness:
     system_prompt: str | None = None
     hooks: Hooks = field(default_factory=Hooks)
     durability: Durability = field(default_factory=Durability)
+    model_keywords: frozenset[str] = frozenset()
+    """The optional keywords (``stream``, ``secrets``) the model's ``complete`` takes:
+    read once, when the harness is defined."""
 
     @property
     def policies(self) -> Mapping[str, ToolPolicy]:
@@ -135,4 +163,5 @@ def define_harness(
         system_prompt=system_prompt,
         hooks=hooks or Hooks(),
         durability=durability or Durability(),
+        model_keywords=model_keywords(model),
     )

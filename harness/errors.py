@@ -23,6 +23,7 @@
     │   └── LogUnavailable         the backend cannot be reached / configured
     ├── CodecError                 encoding/decoding a record failed
     ├── UnknownHarness             a session names a harness this host does not run
+    ├── ModelError                 a model call failed: ``transient`` (retried) or not
     └── MissingExtra               an optional dependency is not installed
 
 Errors carry structured fields (session id, tool call id, step name, position)
@@ -47,6 +48,7 @@ __all__ = [
     "LogError",
     "LogUnavailable",
     "MissingExtra",
+    "ModelError",
     "NoToolCallError",
     "NotDurableError",
     "ReservedRecordType",
@@ -235,6 +237,35 @@ class UnknownHarness(HarnessError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no harness named {name!r} is loaded here")
         self.name = name
+
+
+class ModelError(HarnessError):
+    """A model call failed.
+
+    ``transient`` errors (429, 5xx, timeouts, connection resets, a stream cut
+    half-way) are retried with backoff, honouring ``retry_after`` (seconds); any
+    other error fails the turn at once with code ``model_error``. The message is
+    the provider's, with credentials removed. A model adapter of your own raises
+    this to get the same treatment; any other exception counts as permanent.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+        kind: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.transient = transient
+        self.status = status
+        self.retry_after = retry_after
+        self.kind = kind
+        """A short class: rate_limited, server_error, timeout, connection, bad_request,
+        auth, forbidden, not_found, stream_cut, config ..."""
 
 
 class MissingExtra(HarnessError, ImportError):

@@ -37,6 +37,11 @@ def snapshots_topic(prefix: str) -> str:
     return f"{prefix}.snapshots"
 
 
+def live_topic(prefix: str) -> str:
+    """``<prefix>.live``: text deltas of streamed model answers (short retention, not the log)."""
+    return f"{prefix}.live"
+
+
 def workers_group(prefix: str) -> str:
     return f"{prefix}.workers"
 

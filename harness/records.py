@@ -124,6 +124,8 @@ class ModelResponseRecord(Record):
     """A model response, logged BEFORE its tool calls run (SPEC 5.7).
 
     ``tool_calls`` is a tuple of dicts ``{"id": str, "name": str, "arguments": dict}``.
+    ``finish_reason`` ``"length"`` marks a response cut at the model's output limit:
+    its tool calls never run (the planner decides so from this field).
     """
 
     TYPE: ClassVar[str] = "harness.model.response"
@@ -132,6 +134,43 @@ class ModelResponseRecord(Record):
     index: int
     text: str | None = None
     tool_calls: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelUsage(Record):
+    """What one completed model call used; appended with its ``ModelResponseRecord``."""
+
+    TYPE: ClassVar[str] = "harness.model.usage"
+
+    turn: int
+    index: int
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRetry(Record):
+    """A model call failed transiently; retry number ``retry`` comes at ``wait_until``.
+
+    Logged before the backoff wait, so a new owner resumes with the same count.
+    """
+
+    TYPE: ClassVar[str] = "harness.model.retry"
+
+    turn: int
+    index: int
+    retry: int
+    wait_until: int
+    error: str
+    status: int | None = None
+    kind: str | None = None
 
 
 # --- tool calls ------------------------------------------------------------------------
@@ -235,6 +274,8 @@ RECORD_CLASSES: tuple[type[Record], ...] = (
     TurnResumed,
     TurnFinished,
     ModelResponseRecord,
+    ModelUsage,
+    ModelRetry,
     ToolStarted,
     StepResult,
     SleepScheduled,

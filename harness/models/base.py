@@ -1,29 +1,103 @@
-"""The model adapter contract and the shapes a model returns."""
+"""The model adapter contract and the shapes a model returns.
+
+A model is any object with ``async complete(messages, tools) -> ModelResponse``.
+It may also take, as keyword-only parameters, any of:
+
+* ``stream``: a :data:`StreamSink` or None; the model calls it with each piece of the
+  answer's text as it arrives (it must not block). Durable sessions always pass a
+  sink (deltas go to live subscribers, never to the log); plain ``chat()`` passes
+  None unless given one.
+* ``secrets``: the session's secrets (name -> value), e.g. to take an API key from them.
+
+Which of these a model takes is read once from its ``complete`` signature when the
+harness is defined (:func:`model_keywords`); a model without them keeps working.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Model", "ModelResponse", "ToolCall", "ToolSpec"]
+__all__ = [
+    "FINISH_REASONS",
+    "Model",
+    "ModelResponse",
+    "Pricing",
+    "StreamSink",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "call_complete",
+    "model_keywords",
+]
+
+StreamSink = Callable[[str], None]
+"""Takes one text delta of a streamed answer. Called on the event loop; must not block."""
+
+FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
+"""Normalised finish reasons (a provider's other reasons pass through as they are).
+``length`` means the answer was cut at the output limit: its tool calls never run."""
+
+OPTIONAL_KEYWORDS = ("stream", "secrets")
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool call the model asks for."""
+    """One tool call the model asks for.
+
+    ``arguments`` is the JSON object the model produced. When a provider sent
+    arguments that are not a JSON object (a weak model, or an answer cut at the
+    output limit), adapters keep the raw text as a ``str``: the tool is then not
+    run and the model gets an ``invalid_arguments`` tool error.
+    """
 
     id: str
     name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What one model call cost: tokens, the model that answered, and money when known."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+    cost: float | None = None
+    """In US dollars; None when unknown (no ``pricing`` given, none reported by the provider)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """Prices of a model in US dollars per million tokens (to compute ``Usage.cost``)."""
+
+    input_per_million: float
+    output_per_million: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_million + output_tokens * self.output_per_million) / 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """What a model answers: text, tool calls, or both."""
+    """What a model answers: text, tool calls, or both; why it stopped; what it cost.
+
+    ``finish_reason`` is normalised (:data:`FINISH_REASONS`); ``"length"`` (the
+    provider stopped at its output limit) marks the response truncated: its tool
+    calls are logged but never run (each gets a tool error), and the model is
+    called again. ``usage`` is None when the model does not report it.
+    """
 
     text: str | None = None
     tool_calls: Sequence[ToolCall] = ()
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +116,48 @@ class Model(Protocol):
     async def complete(
         self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]
     ) -> ModelResponse: ...
+
+
+def model_keywords(model: object) -> frozenset[str]:
+    """The optional keywords (``stream``, ``secrets``) that ``model.complete`` names.
+
+    Only named parameters count: a ``**kwargs`` catch-all is not taken as a promise.
+    """
+    complete = getattr(model, "complete", None)
+    if complete is None:
+        return frozenset()
+    try:
+        params = inspect.signature(complete).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: no introspection
+        return frozenset()
+    return frozenset(
+        name
+        for name in OPTIONAL_KEYWORDS
+        if name in params
+        and params[name].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    )
+
+
+async def call_complete(
+    model: Any,
+    messages: list[dict[str, Any]],
+    tools: Sequence[ToolSpec],
+    *,
+    keywords: frozenset[str],
+    stream: StreamSink | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> ModelResponse:
+    """Call ``model.complete`` with the optional keywords it takes (``keywords``).
+
+    Raises:
+        TypeError: the model returned something other than a ``ModelResponse``.
+    """
+    extra: dict[str, Any] = {}
+    if "stream" in keywords:
+        extra["stream"] = stream
+    if "secrets" in keywords:
+        extra["secrets"] = dict(secrets or {})
+    response = await model.complete(messages, tools, **extra)
+    if not isinstance(response, ModelResponse):
+        raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
+    return response

@@ -13,7 +13,16 @@ from harness.replay.planner import (
     plan_turn,
 )
 from harness.replay.probe import CONTROL_TYPES, ended_from_control
-from harness.replay.state import AppEntry, AskState, CallState, InputState, SessionState, TurnState, fold
+from harness.replay.state import (
+    AppEntry,
+    AskState,
+    CallState,
+    InputState,
+    SessionState,
+    TurnState,
+    UsageTotals,
+    fold,
+)
 
 __all__ = [
     "CONTROL_TYPES",
@@ -30,6 +39,7 @@ __all__ = [
     "ToolPolicy",
     "TurnAction",
     "TurnState",
+    "UsageTotals",
     "conversation",
     "decide_call",
     "ended_from_control",

@@ -43,12 +43,15 @@ class CallDecision:
       * ``keep``  - it has its result (SPEC 5.1);
       * ``run``   - it never started: run it as a first run;
       * ``rerun`` - run it again; finished steps return stored values (SPEC 5.2, 5.4);
-      * ``cut``   - do not run; the model gets the cut-call tool error (SPEC 5.3, 5.4).
+      * ``cut``   - do not run; the model gets the cut-call tool error (SPEC 5.3, 5.4);
+      * ``truncated`` - never run: its response was cut at the model's output limit
+        (``finish_reason="length"``), so its arguments may be cut too; the model gets
+        a tool error saying so and is called again, whatever the tool's replay policy.
     """
 
     tool_call_id: str
     name: str
-    action: Literal["keep", "run", "rerun", "cut"]
+    action: Literal["keep", "run", "rerun", "cut", "truncated"]
     attempt: int  # the attempt number a run would get (1 for a first run)
 
 
@@ -56,6 +59,8 @@ class CallDecision:
 class CallModel:
     turn: int
     index: int  # the index the next model response will have in the turn
+    retries: int = 0  # transient failures of this call so far (its harness.model.retry records)
+    not_before: int | None = None  # ms since the epoch: the logged backoff runs until then
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +92,13 @@ class FailTurn:
 TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn
 
 
-def decide_call(call: CallState, policy: ToolPolicy | None) -> CallDecision:
-    """SPEC 5.1-5.4 for one call of a batch."""
+def decide_call(call: CallState, policy: ToolPolicy | None, *, truncated: bool = False) -> CallDecision:
+    """SPEC 5.1-5.4 for one call of a batch; ``truncated``: its response was cut at the output limit."""
     attempt = call.attempts + 1
     if call.result is not None:
-        action: Literal["keep", "run", "rerun", "cut"] = "keep"
+        action: Literal["keep", "run", "rerun", "cut", "truncated"] = "keep"
+    elif truncated:
+        action = "truncated"  # never run, not even a first run of a replay="safe" tool
     elif call.attempts == 0:
         # Its harness.tool.started never committed, so it never ran: a first run
         # is safe whatever its policy.
@@ -132,14 +139,21 @@ def _plan_active(
 ) -> TurnAction:
     last = turn.last_response
     if last is None:
-        return CallModel(turn.turn, 0)
+        return _call_model(turn, 0)
     if not last.tool_calls:
         return CompleteTurn(turn.turn, last.text)
     batch = state.batch(last)
     if all(c.result is not None for c in batch):
-        return CallModel(turn.turn, last.index + 1)
+        return _call_model(turn, last.index + 1)
     return RunBatch(
         turn.turn,
         last.index,
-        tuple(decide_call(c, policies.get(c.name)) for c in batch),
+        tuple(decide_call(c, policies.get(c.name), truncated=last.truncated) for c in batch),
     )
+
+
+def _call_model(turn: TurnState, index: int) -> CallModel:
+    retry = turn.retries.get(index)
+    if retry is None:
+        return CallModel(turn.turn, index)
+    return CallModel(turn.turn, index, retries=retry.retry, not_before=retry.wait_until)

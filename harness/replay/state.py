@@ -26,6 +26,8 @@ from harness.records import (
     InputSettled,
     LogEntry,
     ModelResponseRecord,
+    ModelRetry,
+    ModelUsage,
     Record,
     SleepScheduled,
     StepResult,
@@ -36,7 +38,16 @@ from harness.records import (
     TurnStarted,
 )
 
-__all__ = ["AppEntry", "AskState", "CallState", "InputState", "SessionState", "TurnState", "fold"]
+__all__ = [
+    "AppEntry",
+    "AskState",
+    "CallState",
+    "InputState",
+    "SessionState",
+    "TurnState",
+    "UsageTotals",
+    "fold",
+]
 
 
 @dataclass(slots=True)
@@ -100,12 +111,30 @@ class CallState:
 
 
 @dataclass(slots=True)
+class UsageTotals:
+    """What a session's completed model calls used (the sum of its harness.model.usage)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None  # the sum of the known costs; None if no call reported one
+
+    def add(self, r: ModelUsage) -> None:
+        self.calls += 1
+        self.input_tokens += r.input_tokens
+        self.output_tokens += r.output_tokens
+        if r.cost is not None:
+            self.cost = (self.cost or 0.0) + r.cost
+
+
+@dataclass(slots=True)
 class TurnState:
     input_id: str
     turn: int
     attempts: int = 1  # 1 + harness.turn.resumed records
     responses: list[ModelResponseRecord] = field(default_factory=list)
     finished: TurnFinished | None = None
+    retries: dict[int, ModelRetry] = field(default_factory=dict)  # model call index -> its latest retry
 
     @property
     def last_response(self) -> ModelResponseRecord | None:
@@ -123,6 +152,7 @@ class SessionState:
     turns: list[TurnState] = field(default_factory=list)
     calls: dict[str, CallState] = field(default_factory=dict)
     app_records: list[AppEntry] = field(default_factory=list)
+    usage: UsageTotals = field(default_factory=UsageTotals)
     anomalies: int = 0
     read_upto: int = field(default=-1, compare=False)
     _ahead: set[int] = field(default_factory=set, repr=False, compare=False)
@@ -266,6 +296,20 @@ def _model_response(state: SessionState, seq: int, r: ModelResponseRecord) -> No
         )
 
 
+def _model_usage(state: SessionState, seq: int, r: ModelUsage) -> None:
+    state.usage.add(r)  # every completed call cost what it cost, in whichever turn
+
+
+def _model_retry(state: SessionState, seq: int, r: ModelRetry) -> None:
+    turn = _turn(state, r.turn)
+    if turn is None or turn.finished is not None or r.index != len(turn.responses):
+        state.anomalies += 1  # a retry of a call that already has its response
+        return
+    last = turn.retries.get(r.index)
+    if last is None or r.retry > last.retry:
+        turn.retries[r.index] = r
+
+
 def _call(state: SessionState, tool_call_id: str) -> CallState | None:
     call = state.calls.get(tool_call_id)
     if call is None:
@@ -355,6 +399,8 @@ _HANDLERS: dict[type, Any] = {
     TurnResumed: _turn_resumed,
     TurnFinished: _turn_finished,
     ModelResponseRecord: _model_response,
+    ModelUsage: _model_usage,
+    ModelRetry: _model_retry,
     ToolStarted: _tool_started,
     StepResult: _step_result,
     SleepScheduled: _sleep,

@@ -29,7 +29,7 @@ from harness.context import ToolContext
 from harness.definition import Harness, ToolCallEvent
 from harness.errors import DefinitionError, HarnessError
 from harness.jsonvalues import dumps
-from harness.models.base import ModelResponse
+from harness.models.base import ModelResponse, call_complete
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.secrets import SecretScrubber
 from harness.tools import Tool, ToolDefinition
@@ -63,10 +63,16 @@ class _PrefixedStep:
 def _response_json(response: ModelResponse) -> dict[str, Any]:
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the sub-agent's model returned {type(response).__name__}, not ModelResponse")
-    return {
+    out: dict[str, Any] = {
         "text": response.text,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in response.tool_calls],
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else dict(c.arguments)}
+            for c in response.tool_calls
+        ],
     }
+    if response.truncated:  # cut at the output limit: its calls never run (as at the top level)
+        out["finish_reason"] = response.finish_reason
+    return out
 
 
 def agent_tool(
@@ -105,7 +111,10 @@ def agent_tool(
             snapshot = [dict(m) for m in messages]
 
             async def call_model(snapshot: list[dict[str, Any]] = snapshot) -> dict[str, Any]:
-                return _response_json(await harness.model.complete(snapshot, specs))
+                response = await call_complete(
+                    harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
+                )
+                return _response_json(response)
 
             response = await ctx.step.do(f"agent:model:{k}", call_model)
             calls = response["tool_calls"]
@@ -115,7 +124,11 @@ def agent_tool(
             messages.append(assistant)
             if not calls:
                 return {"text": response["text"]}
-            outcomes = await asyncio.gather(*(_run_child(ctx, harness, call, k, scrubber) for call in calls))
+            if response.get("finish_reason") == "length":
+                cut = error_outcome("truncated", harness.durability.truncated_call_error)
+                outcomes = [{"content": cut.content, "is_error": True} for _ in calls]
+            else:
+                outcomes = await asyncio.gather(*(_run_child(ctx, harness, call, k, scrubber) for call in calls))
             for call, outcome in zip(calls, outcomes, strict=True):
                 messages.append(
                     {

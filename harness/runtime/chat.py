@@ -12,11 +12,11 @@ from typing import Any
 from pydantic import SecretStr
 
 from harness.clock import Clock
-from harness.definition import Hooks, ToolCallEvent
+from harness.definition import DEFAULT_TRUNCATED_CALL_ERROR, Hooks, ToolCallEvent
 from harness.errors import HarnessError
 from harness.jsonvalues import dumps, json_copy
-from harness.models.base import Model, ModelResponse
-from harness.runtime.execute import run_tool_call
+from harness.models.base import Model, StreamSink, call_complete, model_keywords
+from harness.runtime.execute import error_outcome, run_tool_call
 from harness.secrets import SecretScrubber, secret_values
 from harness.step import PlainStep
 from harness.tools import Tool
@@ -34,6 +34,7 @@ async def chat(
     secrets: Mapping[str, str | SecretStr] | None = None,
     max_model_calls: int = 50,
     clock: Clock | None = None,
+    stream: StreamSink | None = None,
 ) -> list[dict[str, Any]]:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
@@ -41,6 +42,9 @@ async def chat(
     Tools run as in a durable session, but ``step.do`` runs ``fn`` every time,
     ``step.sleep`` waits its full time, ``step.ask`` and ``ctx.append`` raise
     ``NotDurableError``. ``clock`` times the sleeps (a ``FakeClock`` in tests).
+    ``stream`` gets the text deltas of models that stream. A response cut at the
+    model's output limit (``finish_reason="length"``) runs none of its tool calls:
+    each gets a ``truncated`` tool error. Failed model calls are not retried here.
     """
     out: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
     if system_prompt and not (out and out[0].get("role") == "system"):
@@ -50,10 +54,9 @@ async def chat(
     plain_secrets = secret_values(secrets)
     scrubber = SecretScrubber(plain_secrets)
     hooks = hooks or Hooks()
+    keywords = model_keywords(model)
     for _ in range(max_model_calls):
-        response = await model.complete(out, specs)
-        if not isinstance(response, ModelResponse):
-            raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
+        response = await call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
         calls = [
             {"id": c.id or f"call-{uuid.uuid4().hex[:12]}", "name": c.name, "arguments": json_copy(c.arguments)}
             for c in response.tool_calls
@@ -64,6 +67,14 @@ async def chat(
         out.append(assistant)
         if not calls:
             return out
+        if response.truncated:
+            for call in calls:
+                cut = error_outcome("truncated", DEFAULT_TRUNCATED_CALL_ERROR)
+                out.append(
+                    {"role": "tool", "tool_call_id": call["id"], "name": call["name"],
+                     "content": dumps(cut.content), "is_error": True}
+                )
+            continue
         runs = await asyncio.gather(
             *(
                 run_tool_call(

@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from harness.clock import Clock, SystemClock
 from harness.definition import Harness
+from harness.live import LivePublisher
 from harness.log import open_log
 from harness.log.base import SessionLog
 from harness.replay import fold
@@ -32,6 +33,9 @@ class HarnessHost:
         owner_id: this host's name in ownership records (default host:pid:random).
         poll_interval: how often an owned session looks for inputs that other
             processes put in the log (answers, records, messages).
+        live: where text deltas of streamed model answers go for other processes
+            (a ``KafkaLivePublisher``; workers on Kafka set one). In-process
+            subscribers (``session.events(live=True)``) get them in any case.
     """
 
     def __init__(
@@ -42,6 +46,7 @@ class HarnessHost:
         clock: Clock | None = None,
         owner_id: str | None = None,
         poll_interval: timedelta = timedelta(milliseconds=200),
+        live: LivePublisher | None = None,
     ) -> None:
         self.log: SessionLog = open_log(log) if isinstance(log, str) else log
         self._owns_log = isinstance(log, str)
@@ -49,6 +54,7 @@ class HarnessHost:
         self.clock: Clock = clock or SystemClock()
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.poll_interval = poll_interval.total_seconds()
+        self.live = live
         self._sessions: list[Session] = []
 
     async def open(

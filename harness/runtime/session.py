@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
@@ -25,8 +26,8 @@ from harness.context import check_app_records
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
 from harness.errors import AskExpired, FencedError, InvalidAnswer, SessionBusy
 from harness.jsonvalues import json_copy
+from harness.live import LiveEvent, LiveHub, LivePublisher, merge_live
 from harness.log.base import SessionLog, SessionWriter
-from harness.models.base import ModelResponse
 from harness.records import (
     AppRecord,
     AskAnswered,
@@ -35,7 +36,6 @@ from harness.records import (
     InputRecords,
     InputSettled,
     LogEntry,
-    ModelResponseRecord,
     Record,
     ToolResult,
     ToolStarted,
@@ -50,12 +50,13 @@ from harness.replay import (
     FailTurn,
     RunBatch,
     SessionState,
-    conversation,
+    UsageTotals,
     plan_turn,
 )
 from harness.replay.state import InputState
 from harness.runtime.answers import judge_answer, settle_input
 from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
+from harness.runtime.model_call import call_model
 from harness.runtime.results import OpenAsk, TurnResult, settled_result, waiting_in_log, waiting_live
 from harness.secrets import SecretScrubber, redact_record
 from harness.step import CallScope, DurableStep
@@ -71,6 +72,7 @@ class SessionHost(Protocol):
     lease: timedelta
     owner_id: str
     poll_interval: float
+    live: LivePublisher | None
 
 
 def _ms(seconds: float) -> int:
@@ -113,6 +115,7 @@ class Session:
         self._input_lock = asyncio.Lock()
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._live = LiveHub()  # text deltas of streamed model answers, for events(live=True)
 
     # -- public API ---------------------------------------------------------------------
 
@@ -204,8 +207,20 @@ class Session:
         await self._refresh()
         return [json_copy(e.body) for e in self._state.app_records if type is None or e.type == type]
 
-    async def events(self, after: int | None = None) -> AsyncIterator[LogEntry]:
-        """Committed records of the session, from position ``after`` on, live until close."""
+    def events(
+        self, after: int | None = None, *, live: bool = False
+    ) -> AsyncIterator[LogEntry] | AsyncIterator[LogEntry | LiveEvent]:
+        """Committed records of the session, from position ``after`` on, live until close.
+
+        With ``live=True`` the text deltas of model answers this handle streams come too,
+        as ``LiveEvent`` objects between the records, as they arrive (never in the log;
+        best effort: see ``harness.live``).
+        """
+        if live:
+            return merge_live(self._committed_events(after), self._live)
+        return self._committed_events(after)
+
+    async def _committed_events(self, after: int | None = None) -> AsyncIterator[LogEntry]:
         position = -1 if after is None else after
         while not self._closed:
             entries = await self._log.read(self.session_id, after=position)
@@ -481,41 +496,35 @@ class Session:
         )
 
     async def _call_model(self, action: CallModel, now: int) -> None:
-        messages: list[dict[str, Any]] = []
-        if self.harness.system_prompt:
-            messages.append({"role": "system", "content": self.harness.system_prompt})
-        messages.extend(conversation(self._state))
-        specs = [t.definition.spec() for t in self.harness.tools.values()]
-        try:
-            response = await self.harness.model.complete(messages, specs)
-            if not isinstance(response, ModelResponse):
-                raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
-            calls = self._call_records(response, action)
-        except Exception as exc:  # noqa: BLE001 - a model failure fails the turn, not the owner
-            turn = self._state.active_turn
-            assert turn is not None
-            await self._finish(turn.turn, turn.input_id, "failed", code="model_error", error=f"{type(exc).__name__}: {exc}")
-            return
-        await self._commit(
-            [ModelResponseRecord(self.session_id, self._now_ms(), action.turn, action.index, response.text, calls)]
+        """One try of the model call, logged (streaming, retries, usage: runtime/model_call.py)."""
+        turn = self._state.active_turn
+        assert turn is not None
+
+        async def fail(code: str, error: str) -> None:
+            await self._finish(turn.turn, turn.input_id, "failed", code=code, error=error)
+
+        await call_model(
+            action, harness=self.harness, state=self._state, session_id=self.session_id,
+            secrets=self.secrets, scrubber=self._scrubber, clock=self._clock,
+            commit=self._commit, fail=fail, publish=self._publish_live,
         )
 
-    def _call_records(self, response: ModelResponse, action: CallModel) -> tuple[dict[str, Any], ...]:
-        seen = set(self._state.calls)
-        out = []
-        for pos, call in enumerate(response.tool_calls):
-            call_id = call.id or f"call-{action.turn}.{action.index}.{pos}"
-            if call_id in seen:  # ids must be unique in a session: make a repeated one so
-                call_id = f"{call_id}~{action.turn}.{action.index}.{pos}"
-            seen.add(call_id)
-            out.append({"id": call_id, "name": call.name, "arguments": json_copy(call.arguments, what="tool arguments")})
-        return tuple(out)
+    def _publish_live(self, event: LiveEvent) -> None:
+        self._live.publish(event)
+        publisher = self._host.live  # other processes: the Kafka live topic, on workers
+        if publisher is not None:
+            publisher.publish(event)
+
+    @property
+    def usage(self) -> UsageTotals:
+        """What the session's completed model calls used, from the log (tokens, cost when known)."""
+        return dataclasses.replace(self._state.usage)
 
     async def _run_batch(self, action: RunBatch) -> None:
         now = self._now_ms()
         head: list[Record] = []
         for decision in action.calls:
-            if decision.action == "cut":
+            if decision.action in ("cut", "truncated"):
                 head.append(await self._cut_result(decision, now))
         head.extend(
             ToolStarted(self.session_id, now, d.tool_call_id, d.name, d.attempt) for d in action.to_start
@@ -538,7 +547,10 @@ class Session:
         return ToolCallEvent(self.session_id, call.tool_call_id, call.name, call.arguments, decision.attempt)
 
     async def _cut_result(self, decision: CallDecision, now: int) -> ToolResult:
-        outcome = error_outcome("cut", self.harness.durability.cut_call_error)
+        if decision.action == "truncated":  # its response was cut at the output limit: never run
+            outcome = error_outcome("truncated", self.harness.durability.truncated_call_error)
+        else:
+            outcome = error_outcome("cut", self.harness.durability.cut_call_error)
         outcome, replaced = await apply_after_hook(self.harness.hooks, self._event(decision), outcome)
         return self._tool_result(decision, outcome, replaced, now)
 

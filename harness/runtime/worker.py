@@ -61,6 +61,8 @@ class Worker:
         lease: ownership lease of a session (SQLite/memory).
         instance_id: Kafka static membership (``group.instance.id``).
         secrets_for: gives a session's secrets from (session id, harness name).
+        live: on Kafka, publish text deltas of streamed model answers to ``<prefix>.live``
+            for other processes (``HarnessClient.events(sid, live=True)``); default True.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=100),
         instance_id: str | None = None,
         secrets_for: SecretsFor | None = None,
+        live: bool = True,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -93,6 +96,7 @@ class Worker:
         self.ready = asyncio.Event()  # set once the first rebuild went live
         self.health = WorkerHealth(needs_broker=hasattr(log, "own_partition"))
         self.observation = Observation()  # published by the loop, read by the metrics thread
+        self._live = live
 
     def observe(self) -> Observation:
         """The latest published snapshot (``ObservationSource`` of the metrics facade)."""
@@ -124,6 +128,7 @@ class Worker:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
         metrics.add_source(self)
         beat = asyncio.create_task(self._beat(), name="worker-beat")
+        publisher = await self._start_live()
         try:
             if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
                 from harness.runtime.group import run_group_worker
@@ -141,6 +146,24 @@ class Worker:
             for rt in list(self.runtimes.values()):
                 await rt.stop()
             self.runtimes.clear()
+            if publisher is not None:
+                self.host.live = None
+                await asyncio.to_thread(publisher.close)
+
+    async def _start_live(self) -> Any:
+        """On Kafka: the publisher of live text deltas (best effort: a failure only logs)."""
+        if not self._live or not hasattr(self.log, "own_partition") or not hasattr(self.log, "settings"):
+            return None
+        from harness.live.kafka import KafkaLivePublisher
+
+        publisher = KafkaLivePublisher.for_log(self.log)
+        try:
+            await asyncio.to_thread(publisher.start)
+        except Exception as exc:  # noqa: BLE001 - live deltas are optional; sessions run without them
+            log.warning("live events are off: %s", exc)
+            return None
+        self.host.live = publisher
+        return publisher
 
     async def _beat(self) -> None:
         while True:

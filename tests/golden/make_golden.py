@@ -35,6 +35,8 @@ from harness.records import (  # noqa: E402
     InputRecords,
     InputSettled,
     ModelResponseRecord,
+    ModelRetry,
+    ModelUsage,
     Record,
     SleepScheduled,
     StepResult,
@@ -134,12 +136,46 @@ def examples() -> list[Record]:
             replaced_by_hook=True,
             code="tool_failed",
         ),
+        ModelUsage(S, TS + 15, 1, 0, model="gpt-ü-mini", input_tokens=1234, output_tokens=56, cost=0.00123),
+        ModelRetry(
+            S,
+            TS + 16,
+            1,
+            1,
+            retry=2,
+            wait_until=TS + 4_000,
+            error="Rate limit reached — retry later ✗",
+            status=429,
+            kind="rate_limited",
+        ),
         AppRecord(
             S,
             TS + 14,
             "app.note",
             {"type": "app.note", "text": "note ✎", "tags": ["x"]},
             tool_call_id="call-1",
+        ),
+    ]
+
+
+def later_versions() -> list[tuple[int, Record]]:
+    """Records of schema versions after the first: ``(version, record)`` -> ``<type>.v<version>.bin``.
+
+    When a schema gains a field, add an example that sets it here (the first file of
+    the type stays as it was: it proves records of the earlier version still decode).
+    """
+    return [
+        (
+            2,
+            ModelResponseRecord(
+                S,
+                TS + 17,
+                1,
+                1,
+                text="Cut here…",
+                tool_calls=({"id": "call-3", "name": "search", "arguments": {"q": "ü"}},),
+                finish_reason="length",
+            ),
         ),
     ]
 
@@ -164,9 +200,10 @@ def main() -> None:
     missing = {cls.TYPE for cls in RECORD_CLASSES} - {r.TYPE for r in records}
     if missing:
         raise SystemExit(f"add an example to examples() for: {sorted(missing)}")
-    for record in records:
-        bin_path = HERE / f"{record.TYPE}.bin"
-        json_path = HERE / f"{record.TYPE}.json"
+    named = [(f"{r.TYPE}", r) for r in records] + [(f"{r.TYPE}.v{v}", r) for v, r in later_versions()]
+    for stem, record in named:
+        bin_path = HERE / f"{stem}.bin"
+        json_path = HERE / f"{stem}.json"
         if bin_path.exists() and not args.force:
             print(f"keep  {bin_path.name}")
             continue

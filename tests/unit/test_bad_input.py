@@ -81,13 +81,15 @@ async def test_model_that_raises_fails_the_turn_with_model_error(host, log):
     def flaky(messages: list[dict[str, Any]]) -> ModelResponse:
         calls.append(1)
         if len(calls) == 1:
-            raise ConnectionError("model endpoint down")
+            # Not a ModelError, a timeout or a connection error: permanent, no retry (issue 9).
+            raise RuntimeError("model endpoint down")
         return ModelResponse(text="back")
 
     session = await host.open(define_harness(name="t/bad", model=ScriptedModel(flaky)), session_id=SID)
     result = await session.send("go", input_id="in-1")
     assert result.outcome == "failed" and result.code == "model_error"
-    assert "ConnectionError" in (result.error or "") and "model endpoint down" in (result.error or "")
+    assert "RuntimeError" in (result.error or "") and "model endpoint down" in (result.error or "")
+    assert calls == [1]
     [finished] = await entries(log, SID, "harness.turn.finished")
     assert finished["outcome"] == "failed" and finished["code"] == "model_error"
     # The session is not stalled: the next input runs.

@@ -9,7 +9,9 @@ import json
 import math
 import threading
 import typing
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import fastavro.schema
@@ -60,6 +62,7 @@ _PRIMITIVES: dict[Any, st.SearchStrategy[Any]] = {
     str: texts,
     int: longs,
     bool: st.booleans(),
+    float: st.floats(allow_nan=False, allow_infinity=False),
 }
 
 
@@ -98,7 +101,7 @@ def example(cls: type[Record]) -> Record:
         else:
             hint = hints[f.name]
             base = typing.get_args(hint)[0] if typing.get_args(hint) else hint
-            values[f.name] = {str: f"{f.name}-é", int: 1234567, bool: True}[base]
+            values[f.name] = {str: f"{f.name}-é", int: 1234567, bool: True, float: 0.25}[base]
     return cls(**values)
 
 
@@ -317,6 +320,30 @@ def test_confluent_registry_client(fake_registry: str) -> None:
     assert _FakeRegistry.requests[1:] == [f"GET /schemas/ids/{int.from_bytes(data[1:5], 'big')}"]
     with pytest.raises(CodecError):
         reader.decode(b"\x00\x00\x00\x03\x09" + data[5:])  # id the registry does not know
+
+
+def test_records_of_an_earlier_schema_version_decode_in_both_framings(fake_registry: str) -> None:
+    """A field added to a schema (model.response's finish_reason) keeps old records readable:
+    the earlier version is kept in schemas/history and Avro resolution fills the default."""
+    golden = Path(__file__).resolve().parents[1] / "golden"
+    old = (golden / "harness.model.response.bin").read_bytes()
+    current = default_codec().fingerprint("harness.model.response")
+    assert old[2:10] != current  # written with the first version
+    record = default_codec().decode(old)
+    assert isinstance(record, ModelResponseRecord) and record.finish_reason is None
+    assert default_codec().decode(default_codec().encode(record)) == record
+
+    old_schema = (schema_dir() / "history" / "harness.model.response.1.avsc").read_text(encoding="utf-8")
+    request = urllib.request.Request(
+        f"{fake_registry}/subjects/x-harness.v1.ModelResponse/versions",
+        data=json.dumps({"schema": old_schema}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as reply:
+        schema_id = json.loads(reply.read())["id"]
+    framed = b"\x00" + schema_id.to_bytes(4, "big") + old[10:]
+    assert RecordCodec(schema_ids=ConfluentRegistryClient(fake_registry)).decode(framed) == record
 
 
 # --- encode errors -----------------------------------------------------------------------------

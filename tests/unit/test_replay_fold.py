@@ -557,3 +557,19 @@ def test_conversation_answers_every_call_of_a_finished_turn() -> None:
     asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", ())]
     answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
     assert answered == asked
+
+
+def test_usage_records_sum_into_the_session_totals() -> None:
+    from harness.records import ModelUsage
+    from harness.replay import UsageTotals
+
+    state = fold(
+        S,
+        [
+            LogEntry(0, ModelUsage(S, 0, 1, 0, "m-1", 100, 20, None)),
+            LogEntry(1, ModelUsage(S, 0, 1, 1, "m-1", 150, 5, 0.5)),
+            LogEntry(2, ModelUsage(S, 0, 2, 0, "m-2", 10, 1, 0.25)),
+        ],
+    )
+    assert state.usage == UsageTotals(calls=3, input_tokens=260, output_tokens=26, cost=0.75)
+    assert fold(S, []).usage == UsageTotals(calls=0, input_tokens=0, output_tokens=0, cost=None)

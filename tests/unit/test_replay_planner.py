@@ -303,3 +303,63 @@ def test_actions_are_frozen() -> None:
     action = CallModel(1, 0)
     with pytest.raises(AttributeError):
         action.index = 2  # type: ignore[misc]
+
+
+# -- real models (issue 9): truncated responses, logged retries -------------------------------
+
+
+def truncated_head(*calls: dict[str, Any]) -> list[Record]:
+    return [
+        InputMessage(S, 0, "in-1", "go", "h"),
+        TurnStarted(S, 0, "in-1", 1),
+        ModelResponseRecord(S, 0, 1, 0, "cut", tuple(calls), finish_reason="length"),
+    ]
+
+
+def test_truncated_response_calls_never_run_whatever_their_policy() -> None:
+    """finish_reason=length: no call of the response runs, not even a first run of replay='safe'."""
+    state = state_of(*truncated_head(call("c1", "safe"), call("c2", "never"), call("c3", "gone")))
+    action = plan(state)
+    assert decisions(action) == {"c1": ("truncated", 1), "c2": ("truncated", 1), "c3": ("truncated", 1)}
+    assert action.to_start == ()
+    assert decide_call(state.calls["c1"], SAFE, truncated=True).action == "truncated"
+
+
+def test_truncated_response_then_the_model_is_called_again() -> None:
+    state = state_of(
+        *truncated_head(call("c1", "safe")),
+        tool_result("c1", "safe", {"error": "truncated"}, is_error=True, code="truncated"),
+    )
+    assert plan(state) == CallModel(1, 1)
+
+
+def test_a_response_stopped_for_another_reason_runs_its_calls() -> None:
+    for reason in ("stop", "tool_calls", None, "content_filter"):
+        records = head(call("c1", "never"))
+        records[-1] = ModelResponseRecord(S, 0, 1, 0, None, (call("c1", "never"),), finish_reason=reason)
+        assert decisions(plan(state_of(*records))) == {"c1": ("run", 1)}
+
+
+def test_call_model_carries_the_logged_retry_count_and_deadline() -> None:
+    from harness.records import ModelRetry
+
+    base = [InputMessage(S, 0, "in-1", "go", "h"), TurnStarted(S, 0, "in-1", 1)]
+    assert plan(state_of(*base)) == CallModel(1, 0)
+    state = state_of(
+        *base,
+        ModelRetry(S, 0, 1, 0, 1, 5_000, "429"),
+        ModelRetry(S, 0, 1, 0, 2, 9_000, "500", status=500),
+    )
+    assert plan(state) == CallModel(1, 0, retries=2, not_before=9_000)
+    # Once the call has its response, its retries no longer matter; the next call starts at 0.
+    state = state_of(
+        *base,
+        ModelRetry(S, 0, 1, 0, 1, 5_000, "429"),
+        ModelResponseRecord(S, 0, 1, 0, None, (call("c1", "safe"),)),
+        tool_started("c1", "safe"),
+        tool_result("c1", "safe"),
+    )
+    assert plan(state) == CallModel(1, 1)
+    # A retry record for a call that already has its response is an anomaly, ignored.
+    late = state_of(*base, ModelResponseRecord(S, 0, 1, 0, "x", ()), ModelRetry(S, 0, 1, 0, 1, 5_000, "late"))
+    assert late.anomalies == 1 and plan(late) == CompleteTurn(1, "x")

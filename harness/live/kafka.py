@@ -1,0 +1,248 @@
+"""The live topic on Kafka: ``<prefix>.live``, text deltas for other processes.
+
+Workers publish each :class:`~harness.live.LiveEvent` of the sessions they drive with a
+plain producer (not transactional, not idempotent, ``acks=1``: a lost delta costs
+nothing, the committed response holds the whole text), keyed by session id, to the
+same partition number the session has in ``<prefix>.sessions`` (the live topic is
+created with the same partition count). Readers assign that one partition from its
+end at the moment they subscribe and keep the events of their session.
+
+The topic is short-lived: ``retention.ms`` one hour, segments of ten minutes. It is
+not part of the published record contract (values are compact JSON, see
+``LiveEvent.encode``); never rely on it for anything but showing progress.
+
+Needs the ``[kafka]`` extra (confluent-kafka), like the Kafka log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from harness.ids import live_topic, message_key
+from harness.live.events import LiveEvent
+
+__all__ = ["LIVE_RETENTION_MS", "LIVE_SEGMENT_MS", "KafkaLivePublisher", "kafka_live_events"]
+
+log = logging.getLogger("harness.live")
+
+LIVE_RETENTION_MS = 3_600_000
+"""``retention.ms`` of the live topic: deltas matter for seconds; an hour bounds the disk."""
+LIVE_SEGMENT_MS = 600_000
+"""``segment.ms``: retention deletes whole segments, so they must roll often."""
+ADMIN_TIMEOUT_S = 30.0
+POLL_S = 0.1
+"""How long one consumer poll blocks (in the reader's own thread)."""
+
+
+def _base_config(bootstrap: str, client_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "logger": logging.getLogger("harness.live.client"), **(client_config or {})}
+
+
+def ensure_live_topic(
+    bootstrap: str,
+    topic_prefix: str,
+    partitions: int,
+    *,
+    replication_factor: int = 1,
+    client_config: Mapping[str, Any] | None = None,
+) -> int:
+    """Create ``<prefix>.live`` if missing; returns its partition count. Blocking."""
+    admin = AdminClient(_base_config(bootstrap, client_config))
+    topic = live_topic(topic_prefix)
+    metadata = admin.list_topics(timeout=ADMIN_TIMEOUT_S)
+    existing = metadata.topics.get(topic)
+    if existing is not None and existing.error is None:
+        return len(existing.partitions)
+    config = {"cleanup.policy": "delete", "retention.ms": str(LIVE_RETENTION_MS), "segment.ms": str(LIVE_SEGMENT_MS)}
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=config)
+    future = admin.create_topics([new], operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)[topic]
+    try:
+        future.result(timeout=ADMIN_TIMEOUT_S)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    return partitions
+
+
+class KafkaLivePublisher:
+    """Publishes live events of the sessions this process drives (never blocks a caller).
+
+    Args:
+        bootstrap, topic_prefix, client_config: as the session log's.
+        partitions: of the sessions topic; the live topic gets as many.
+        partition_for: session id -> its partition in the sessions topic.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic_prefix: str,
+        partitions: int,
+        partition_for: Callable[[str], int],
+        replication_factor: int = 1,
+        client_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic = live_topic(topic_prefix)
+        self._bootstrap = bootstrap
+        self._prefix = topic_prefix
+        self._partitions = partitions
+        self._partition_for = partition_for
+        self._replication_factor = replication_factor
+        self._client_config = dict(client_config or {})
+        self._producer: Producer | None = None
+        self.published = 0
+        self.dropped = 0
+
+    @classmethod
+    def for_log(cls, kafka_log: Any) -> KafkaLivePublisher:
+        """The publisher next to a Kafka session log (same cluster, prefix, partitions)."""
+        settings = kafka_log.settings
+        return cls(
+            bootstrap=settings.bootstrap,
+            topic_prefix=settings.topic_prefix,
+            partitions=settings.partitions,
+            partition_for=kafka_log.partition_for,
+            replication_factor=settings.replication_factor,
+            client_config=settings.client_config,
+        )
+
+    def start(self) -> None:
+        """Create the topic if missing and the producer. Blocking: call it from a thread.
+
+        A live topic of another partition count than the sessions topic is not used
+        (readers would look in the wrong partition): the publisher stays off, and says so.
+        """
+        count = ensure_live_topic(
+            self._bootstrap, self._prefix, self._partitions,
+            replication_factor=self._replication_factor, client_config=self._client_config,
+        )
+        if count != self._partitions:
+            log.error(
+                "%s has %d partitions, not %d like the sessions topic: live events are off "
+                "(delete the topic; workers make it again)", self.topic, count, self._partitions,
+            )
+            return
+        self._producer = Producer(
+            {
+                **_base_config(self._bootstrap, self._client_config),
+                "acks": 1,
+                "enable.idempotence": False,
+                "linger.ms": 5,
+                "message.timeout.ms": 10_000,
+                "queue.buffering.max.messages": 100_000,
+            }
+        )
+
+    def publish(self, event: LiveEvent) -> None:
+        producer = self._producer
+        if producer is None:
+            return
+        try:
+            producer.produce(
+                self.topic, value=event.encode(), key=message_key(event.session_id),
+                partition=self._partition_for(event.session_id),
+            )
+            self.published += 1
+        except (BufferError, KafkaException):
+            self.dropped += 1  # best effort: the committed response holds the whole text
+        producer.poll(0)  # serve delivery callbacks without waiting
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Send what is queued (bounded), then drop the producer. Blocking."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(timeout)
+
+
+async def kafka_live_events(
+    *,
+    bootstrap: str,
+    topic_prefix: str,
+    partition: int,
+    session_id: str,
+    since_ms: int,
+    client_config: Mapping[str, Any] | None = None,
+) -> AsyncIterator[LiveEvent]:
+    """The live events of one session published at or after ``since_ms`` (ms since the epoch).
+
+    Anchored to a time, not to the moment the consumer is ready, so a caller that takes
+    ``since_ms`` before it sends a message misses none of its answer's deltas. If the
+    topic does not exist yet (no worker ever published), reading starts at its
+    beginning once it appears. Runs one consumer in a thread of its own; closing the
+    iterator stops it.
+    """
+    topic = live_topic(topic_prefix)
+    key = message_key(session_id)
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[LiveEvent | BaseException] = asyncio.Queue(1024)
+    stop = threading.Event()
+    consumer = Consumer(
+        {
+            **_base_config(bootstrap, client_config),
+            "group.id": f"{topic_prefix}.live-readers",  # assign() only: never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "latest",
+        }
+    )
+
+    def start_offset() -> int:
+        try:
+            [found] = consumer.offsets_for_times([TopicPartition(topic, partition, since_ms)], timeout=ADMIN_TIMEOUT_S)
+            if found.error is None and found.offset >= 0:
+                return int(found.offset)
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=ADMIN_TIMEOUT_S)
+            return int(high)  # nothing that recent yet: from the end
+        except KafkaException:
+            return OFFSET_BEGINNING  # no topic yet: everything it will hold is new
+
+    def put(item: LiveEvent | BaseException) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(item)  # a reader far behind misses deltas
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                message = consumer.poll(POLL_S)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                        continue
+                    if error.fatal():
+                        loop.call_soon_threadsafe(put, KafkaException(error))
+                        return
+                    continue
+                if message.key() != key:
+                    continue
+                try:
+                    event = LiveEvent.decode(message.value() or b"")
+                except ValueError:
+                    continue  # not ours to judge: skip it
+                loop.call_soon_threadsafe(put, event)
+        finally:
+            consumer.close()
+
+    offset = await asyncio.to_thread(start_offset)
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    thread = threading.Thread(target=run, name=f"live:{session_id}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 5.0)

@@ -1,0 +1,298 @@
+"""What the provider adapters share: credentials, options, error classification.
+
+Credentials: ``api_key=`` (a literal), ``api_key_secret=`` (the name of a session
+secret holding it, read on each call), or neither: then the provider's SDK finds
+it where it always does (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY`` ...). The harness
+itself never reads the environment. A key never reaches a record, an error
+message or a log line: adapters remove it (and masked fragments of keys that
+providers echo back) from every message they raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import importlib
+import inspect
+import json
+import re
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+from pydantic import SecretStr
+
+from harness.errors import DefinitionError, MissingExtra, ModelError
+from harness.models.base import Pricing
+
+__all__ = ["ProviderModel", "load_sdk", "parse_arguments", "retry_after_seconds"]
+
+_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
+"""Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
+
+_KINDS = {
+    400: "bad_request", 401: "auth", 402: "payment_required", 403: "forbidden", 404: "not_found",
+    408: "timeout", 409: "conflict", 413: "too_large", 422: "unprocessable", 425: "too_early",
+    429: "rate_limited", 529: "overloaded",
+}
+_TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+
+
+def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
+    """Import a provider SDK, or fail with the install command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(feature, extra) from None
+
+
+def parse_arguments(raw: str | None) -> dict[str, Any] | str:
+    """A tool call's arguments text as a JSON object; the raw text if it is not one."""
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """``retry-after-ms``, else ``retry-after`` (seconds, or an HTTP date read against the
+    response's own ``date`` header); None when absent or unreadable."""
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value)
+            date = headers.get("date")
+            if date is None:
+                return None
+            return max(0.0, (when - email.utils.parsedate_to_datetime(date)).total_seconds())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's transport errors that can escape an SDK's stream iteration."""
+    out: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr in ("TransportError", "TimeoutException", "StreamError"):
+            cls = getattr(module, attr, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                out.append(cls)
+    return tuple(out)
+
+
+class ProviderModel:
+    """Base of the provider adapters: options, credentials, clients, errors."""
+
+    provider: ClassVar[str] = ""
+    extra: ClassVar[str] = ""
+    sdk_module: ClassVar[str] = ""
+    reserved_options: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        api_key_secret: str | None = None,
+        pricing: Pricing | None = None,
+        streaming: bool = True,
+        client_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        name = type(self).__name__
+        if not isinstance(model, str) or not model.strip():
+            raise DefinitionError(f"{name} needs model= (the provider's model name)")
+        if api_key is not None and api_key_secret is not None:
+            raise DefinitionError(f"{name}: give api_key= or api_key_secret=, not both")
+        if api_key_secret is not None and (not isinstance(api_key_secret, str) or not api_key_secret):
+            raise DefinitionError(f"{name}: api_key_secret names a session secret (a non-empty str)")
+        if pricing is not None and not isinstance(pricing, Pricing):
+            raise DefinitionError(f"{name}: pricing= takes a harness.models.Pricing")
+        reserved = sorted(self.reserved_options & set(options))
+        if reserved:
+            raise DefinitionError(f"{name}: the harness sets {', '.join(reserved)} itself; leave them out")
+        client_options = dict(client_options or {})
+        for key in ("api_key", "base_url", "max_retries"):
+            if key in client_options:
+                raise DefinitionError(f"{name}: client_options may not set {key} (use the keyword, retries are the harness')")
+        self.model = model
+        self.base_url = base_url
+        self.api_key_secret = api_key_secret
+        self.pricing = pricing
+        self.streaming = streaming
+        self.options: dict[str, Any] = dict(options)
+        self._client_options = client_options
+        self._api_key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        self._clients: dict[str | None, Any] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sdk: ModuleType | None = None
+        _ = self.sdk  # a missing extra fails here, when the harness is defined, with the pip command
+
+    def __repr__(self) -> str:  # never the key
+        base = f", base_url={self.base_url!r}" if self.base_url else ""
+        return f"{type(self).__name__}(model={self.model!r}{base})"
+
+    # -- SDK and clients ------------------------------------------------------------------
+
+    @property
+    def sdk(self) -> ModuleType:
+        if self._sdk is None:
+            self._sdk = load_sdk(self.sdk_module, f"{type(self).__name__}", self.extra)
+        return self._sdk
+
+    def _key(self, secrets: Mapping[str, str] | None) -> str | None:
+        if self.api_key_secret is None:
+            return self._api_key
+        key = (secrets or {}).get(self.api_key_secret)
+        if not key:
+            raise ModelError(
+                f"{self.provider}: the session has no secret {self.api_key_secret!r} holding the API key "
+                f"(pass it in host.open(..., secrets={{{self.api_key_secret!r}: ...}}))",
+                transient=False,
+                kind="config",
+            )
+        return key
+
+    def _make_client(self, api_key: str | None) -> Any:
+        raise NotImplementedError
+
+    def client(self, secrets: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
+        """The SDK client for the key in use (one per key and event loop), and that key."""
+        key = self._key(secrets)
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # an HTTP connection pool belongs to one event loop
+            self._clients.clear()
+            self._loop = loop
+        client = self._clients.get(key)
+        if client is None:
+            try:
+                client = self._make_client(key)
+            except Exception as exc:  # noqa: BLE001 - e.g. no key anywhere: a clear, permanent error
+                raise ModelError(
+                    self.scrub(f"{self.provider}: cannot make a client: {exc}", key), transient=False, kind="config"
+                ) from None
+            self._clients[key] = client
+        return client, key
+
+    def split_options(self, create: Any, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as keyword arguments of the SDK's ``create``: options this SDK version
+        does not name go into ``extra_body``, so every option reaches the provider as given."""
+        try:
+            params = inspect.signature(create).parameters
+        except (TypeError, ValueError):
+            return body
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return body
+        known = {k: v for k, v in body.items() if k in params}
+        unknown = {k: v for k, v in body.items() if k not in params}
+        if unknown:
+            known["extra_body"] = {**unknown, **(known.get("extra_body") or {})}
+        return known
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients (their connection pools); the adapter makes new ones if used again."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def scrub(self, text: str, key: str | None) -> str:
+        """``text`` without the key in use (nor anything shaped like an API key)."""
+        for secret in (key, self._api_key):
+            if secret:
+                text = text.replace(secret, "[api key]")
+        return _KEY_LIKE.sub("[api key]", text)
+
+    def cost(self, input_tokens: int, output_tokens: int, reported: Any) -> float | None:
+        if self.pricing is not None:
+            return self.pricing.cost(input_tokens, output_tokens)
+        if isinstance(reported, (int, float)) and not isinstance(reported, bool):
+            return float(reported)
+        return None
+
+    def model_error(self, exc: BaseException, key: str | None) -> ModelError:
+        """The SDK's exception as a classified ``ModelError`` (credentials removed)."""
+        if isinstance(exc, ModelError):
+            return exc
+        sdk = self.sdk
+        status: int | None = None
+        retry_after: float | None = None
+        if isinstance(exc, sdk.APIStatusError) and int(exc.status_code) < 400:
+            # An error event inside a stream that began 200 OK: its type says what happened.
+            body = getattr(exc, "body", None)
+            message = _provider_message(body) or str(getattr(exc, "message", exc))
+            like = _ERROR_TYPES.get(_error_type(body) or "", 500)
+            transient = like in _TRANSIENT_STATUS or like >= 500
+            kind = _KINDS.get(like, "server_error" if like >= 500 else "client_error")
+            text = f"{self.provider}: error during the stream ({kind}): {message}"
+        elif isinstance(exc, sdk.APIStatusError):
+            status = int(exc.status_code)
+            response = getattr(exc, "response", None)
+            retry_after = retry_after_seconds(getattr(response, "headers", None))
+            message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
+            transient = status in _TRANSIENT_STATUS or status >= 500
+            kind = _KINDS.get(status, "server_error" if status >= 500 else "client_error")
+            text = f"{self.provider}: HTTP {status} {kind}: {message}"
+        elif isinstance(exc, sdk.APITimeoutError):
+            transient, kind, text = True, "timeout", f"{self.provider}: the request timed out"
+        elif isinstance(exc, sdk.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+            transient, kind, text = True, "connection", f"{self.provider}: connection failed{detail}"
+        elif isinstance(exc, sdk.APIError):  # an error event in the middle of a stream
+            message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
+            transient, kind, text = True, "stream_error", f"{self.provider}: error during the stream: {message}"
+        elif isinstance(exc, _transport_errors()):
+            transient, kind, text = True, "connection", f"{self.provider}: connection failed ({type(exc).__name__}: {exc})"
+        elif isinstance(exc, (TimeoutError, ConnectionError)):
+            transient, kind, text = True, "connection", f"{self.provider}: {type(exc).__name__}: {exc}"
+        else:
+            transient, kind, text = False, "unexpected", f"{self.provider}: {type(exc).__name__}: {exc}"
+        return ModelError(self.scrub(text, key), transient=transient, status=status, retry_after=retry_after, kind=kind)
+
+
+_ERROR_TYPES = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+    "timeout_error": 504, "overloaded_error": 529,
+}
+"""Error types of an error event in a stream -> the HTTP status they stand for."""
+
+
+def _error_type(body: Any) -> str | None:
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and isinstance(error.get("type"), str):
+            return str(error["type"])
+    return None
+
+
+def _provider_message(body: Any) -> str | None:
+    """``error.message`` of a provider's error body (OpenAI and Anthropic shapes)."""
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    if isinstance(body, str) and body:
+        return body
+    return None

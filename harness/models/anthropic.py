@@ -1,0 +1,213 @@
+"""``AnthropicMessages``: the Anthropic Messages API with tool use, on the official ``anthropic`` SDK.
+
+Extra ``[anthropic]``; the SDK is imported when the adapter is made.
+
+Mapping (the harness' chat-completions-shaped messages -> the request body):
+
+* system messages -> the top-level ``system`` string (several are joined by a blank line);
+* user text -> ``{"type": "text"}`` blocks; an assistant message -> its text block (if any)
+  then one ``{"type": "tool_use", "id", "name", "input"}`` block per tool call;
+* tool results -> ``{"type": "tool_result", "tool_use_id", "content", "is_error": true}``
+  blocks (``is_error`` only on errors) in the user message that follows the assistant's;
+* consecutive messages of one role are merged into one message (the API alternates
+  user and assistant), tool results first;
+* tools -> ``{"name", "description", "input_schema": <the pydantic model's JSON schema>}``;
+* ``max_tokens`` defaults to 4096; every other ``**options`` entry (temperature, top_p,
+  top_k, stop_sequences, tool_choice, metadata, thinking, extra_headers, extra_body,
+  timeout ...) goes to ``messages.create`` as it is.
+
+The answer: text, every ``tool_use`` block, ``stop_reason`` normalised (``end_turn`` and
+``stop_sequence`` -> ``stop``, ``tool_use`` -> ``tool_calls``, ``max_tokens`` and
+``model_context_window_exceeded`` -> ``length``, ``refusal`` -> ``content_filter``), usage
+(input tokens, cache reads and writes included; output tokens; the model) and cost from
+``pricing=``. Thinking blocks are not kept: extended thinking with tool use is not
+supported by this adapter.
+
+The SDK's own retries are off (``max_retries=0``): the harness retries, durably.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from harness.errors import ModelError
+from harness.models._provider import ProviderModel, parse_arguments
+from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage
+
+__all__ = ["AnthropicMessages", "to_anthropic_messages", "to_anthropic_tools"]
+
+DEFAULT_MAX_TOKENS = 4096
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+           "model_context_window_exceeded": "length", "refusal": "content_filter"}
+
+
+def to_anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """The harness' messages as (``system``, ``messages``) of a Messages API request."""
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            merged = out[-1]["content"] + blocks
+            # In a user message, tool results come before any text.
+            merged.sort(key=lambda b: 0 if b["type"] == "tool_result" else 1)
+            out[-1]["content"] = merged
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for m in messages:
+        role = m.get("role")
+        content = m.get("content") or ""
+        if role == "system":
+            if content:
+                system.append(content)
+        elif role == "user":
+            add("user", [{"type": "text", "text": content}] if content else [])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+            for c in m.get("tool_calls") or []:
+                arguments = c.get("arguments")
+                # The API takes only an object: arguments the model sent as broken text go as {}.
+                blocks.append(
+                    {"type": "tool_use", "id": c["id"], "name": c["name"], "input": arguments if isinstance(arguments, dict) else {}}
+                )
+            add("assistant", blocks)
+        elif role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": content}
+            if m.get("is_error"):
+                block["is_error"] = True
+            add("user", [block])
+        else:
+            raise ModelError(f"anthropic: a message with role {role!r} cannot be sent", transient=False, kind="bad_request")
+    return ("\n\n".join(system) if system else None), out
+
+
+def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools]
+
+
+class AnthropicMessages(ProviderModel):
+    """A model served by the Anthropic Messages API.
+
+    Args:
+        model: the model name (``claude-sonnet-4-5`` ...).
+        base_url: another API root (a proxy, a gateway); default Anthropic's.
+        api_key: the key; or ``api_key_secret``: the name of the session secret holding it;
+            neither: the SDK reads ``ANTHROPIC_API_KEY``.
+        pricing: US dollars per million tokens, for ``Usage.cost``.
+        streaming: stream answers (text deltas reach live subscribers); default True.
+        client_options: more ``AsyncAnthropic`` settings (``default_headers``, ``timeout`` ...).
+        **options: passed to ``messages.create`` as they are (``max_tokens`` defaults to 4096).
+    """
+
+    provider: ClassVar[str] = "anthropic"
+    extra: ClassVar[str] = "anthropic"
+    sdk_module: ClassVar[str] = "anthropic"
+    reserved_options: ClassVar[frozenset[str]] = frozenset({"model", "messages", "tools", "system", "stream"})
+
+    def _make_client(self, api_key: str | None) -> Any:
+        return self.sdk.AsyncAnthropic(api_key=api_key, base_url=self.base_url, max_retries=0, **self._client_options)
+
+    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` (without ``stream``)."""
+        system, converted = to_anthropic_messages(messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": DEFAULT_MAX_TOKENS, "messages": converted}
+        if system is not None:
+            body["system"] = system
+        if tools:
+            body["tools"] = to_anthropic_tools(tools)
+        body.update(self.options)
+        return body
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[ToolSpec],
+        *,
+        stream: StreamSink | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> ModelResponse:
+        client, key = self.client(secrets)
+        body = self.split_options(client.messages.create, self.request_body(messages, tools))
+        try:
+            if not self.streaming:
+                return self._parse(await client.messages.create(**body))
+            events = await client.messages.create(**body, stream=True)
+            try:
+                return await self._read_stream(events, stream)
+            finally:
+                await events.close()
+        except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
+            raise self.model_error(exc, key) from None
+
+    def _usage(self, usage: Any, model: str | None, output_tokens: int | None = None) -> Usage | None:
+        if usage is None:
+            return None
+        tokens_in = sum(
+            int(getattr(usage, name, 0) or 0)
+            for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        tokens_out = output_tokens if output_tokens is not None else int(getattr(usage, "output_tokens", 0) or 0)
+        return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, None))
+
+    def _parse(self, message: Any) -> ModelResponse:
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in message.content or ():
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                calls.append(ToolCall(id=block.id, name=block.name, arguments=block.input if isinstance(block.input, dict) else {}))
+        reason = message.stop_reason
+        return ModelResponse(
+            text="".join(texts) if texts else None,
+            tool_calls=calls,
+            finish_reason=_FINISH.get(reason, reason) if reason is not None else None,
+            usage=self._usage(message.usage, message.model),
+        )
+
+    async def _read_stream(self, events: Any, sink: StreamSink | None) -> ModelResponse:
+        texts: list[str] = []
+        blocks: dict[int, dict[str, Any]] = {}
+        start_usage: Any = None
+        model: str | None = None
+        reason: str | None = None
+        output_tokens: int | None = None
+        stopped = False
+        async for event in events:
+            kind = event.type
+            if kind == "message_start":
+                start_usage, model = event.message.usage, event.message.model
+            elif kind == "content_block_start":
+                block = event.content_block
+                if block.type == "tool_use":
+                    blocks[event.index] = {"id": block.id, "name": block.name, "json": ""}
+            elif kind == "content_block_delta":
+                delta = event.delta
+                if delta.type == "text_delta":
+                    texts.append(delta.text)
+                    if sink is not None:
+                        sink(delta.text)
+                elif delta.type == "input_json_delta" and event.index in blocks:
+                    blocks[event.index]["json"] += delta.partial_json
+            elif kind == "message_delta":
+                reason = event.delta.stop_reason or reason
+                if event.usage is not None and event.usage.output_tokens is not None:
+                    output_tokens = int(event.usage.output_tokens)
+            elif kind == "message_stop":
+                stopped = True
+        if not stopped:
+            raise ModelError("anthropic: the stream ended before the answer was complete", transient=True, kind="stream_cut")
+        return ModelResponse(
+            text="".join(texts) if texts else None,
+            tool_calls=[
+                ToolCall(id=b["id"], name=b["name"], arguments=parse_arguments(b["json"]))
+                for _, b in sorted(blocks.items())
+            ],
+            finish_reason=_FINISH.get(reason, reason) if reason is not None else None,
+            usage=self._usage(start_usage, model, output_tokens),
+        )

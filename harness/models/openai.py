@@ -1,0 +1,205 @@
+"""``OpenAIChat``: OpenAI Chat Completions with tools, on the official ``openai`` SDK.
+
+Also every OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp server,
+Together, Groq ...) through ``base_url``. Extra ``[openai]``; the SDK is imported
+when the first call is made.
+
+Mapping (the harness' chat-completions-shaped messages -> the request body):
+
+* system / user messages as they are; several system messages stay in place;
+* an assistant message's ``tool_calls`` -> ``[{"id", "type": "function", "function":
+  {"name", "arguments": <compact JSON text>}}]`` (``content`` null when it has no text);
+* a tool result -> ``{"role": "tool", "tool_call_id", "content"}``. Chat Completions has
+  no error flag: an error result's content is the harness' error JSON
+  (``{"error": <code>, "message": ...}``), which says so itself;
+* tools -> ``{"type": "function", "function": {"name", "description", "parameters":
+  <the pydantic model's JSON schema>}}``;
+* ``**options`` (temperature, max_tokens, max_completion_tokens, tool_choice,
+  parallel_tool_calls, seed, reasoning_effort, extra_body, extra_headers, timeout ...)
+  go to ``chat.completions.create`` as they are.
+
+The answer: text, every tool call (several per response), ``finish_reason`` (``length``
+= cut at the output limit), usage (``prompt_tokens``/``completion_tokens``, the model
+name, and cost from ``pricing=`` or a ``usage.cost`` the server reports). Streaming
+(``streaming=True``, the default) asks for ``stream_options.include_usage`` unless
+``stream_usage=False`` (for servers that refuse it).
+
+The SDK's own retries are off (``max_retries=0``): the harness retries, durably.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from harness.errors import ModelError
+from harness.models._provider import ProviderModel, parse_arguments
+from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage
+
+__all__ = ["OpenAIChat", "to_openai_messages", "to_openai_tools"]
+
+_FINISH = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length",
+           "content_filter": "content_filter"}
+
+
+def _arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        return arguments  # the model's own text (not a JSON object): sent back as it was
+    return json.dumps(arguments if arguments is not None else {}, ensure_ascii=False, separators=(",", ":"))
+
+
+def to_openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The harness' messages as a Chat Completions ``messages`` list."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role in ("system", "user"):
+            out.append({"role": role, "content": m.get("content") or ""})
+        elif role == "assistant":
+            calls = m.get("tool_calls") or []
+            message: dict[str, Any] = {"role": "assistant", "content": m.get("content") or (None if calls else "")}
+            if calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": _arguments_text(c.get("arguments"))},
+                    }
+                    for c in calls
+                ]
+            out.append(message)
+        elif role == "tool":
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": m.get("content") or ""})
+        else:
+            raise ModelError(f"openai: a message with role {role!r} cannot be sent", transient=False, kind="bad_request")
+    return out
+
+
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in tools
+    ]
+
+
+class OpenAIChat(ProviderModel):
+    """A model served by the OpenAI Chat Completions API (or any compatible server).
+
+    Args:
+        model: the model name (``gpt-4.1-mini``, ``llama3.2`` ...).
+        base_url: another server's API root (``http://127.0.0.1:11434/v1``); default OpenAI.
+        api_key: the key; or ``api_key_secret``: the name of the session secret holding it;
+            neither: the SDK reads ``OPENAI_API_KEY``.
+        pricing: US dollars per million tokens, for ``Usage.cost``.
+        streaming: stream answers (text deltas reach live subscribers); default True.
+        stream_usage: ask a streamed answer for its usage (``stream_options``); default True.
+        client_options: more ``AsyncOpenAI`` settings (``organization``, ``default_headers``,
+            ``timeout``, ``http_client`` ...).
+        **options: passed to ``chat.completions.create`` as they are.
+    """
+
+    provider: ClassVar[str] = "openai"
+    extra: ClassVar[str] = "openai"
+    sdk_module: ClassVar[str] = "openai"
+    reserved_options: ClassVar[frozenset[str]] = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+
+    def __init__(self, *, model: str, stream_usage: bool = True, **kwargs: Any) -> None:
+        super().__init__(model=model, **kwargs)
+        self.stream_usage = stream_usage
+
+    def _make_client(self, api_key: str | None) -> Any:
+        return self.sdk.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0, **self._client_options)
+
+    def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` (without ``stream``)."""
+        body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages)}
+        if tools:
+            body["tools"] = to_openai_tools(tools)
+        body.update(self.options)
+        return body
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Sequence[ToolSpec],
+        *,
+        stream: StreamSink | None = None,
+        secrets: Mapping[str, str] | None = None,
+    ) -> ModelResponse:
+        client, key = self.client(secrets)
+        body = self.split_options(client.chat.completions.create, self.request_body(messages, tools))
+        try:
+            if not self.streaming:
+                return self._parse(await client.chat.completions.create(**body))
+            extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if self.stream_usage else {}
+            chunks = await client.chat.completions.create(**body, stream=True, **extra)
+            try:
+                return await self._read_stream(chunks, stream)
+            finally:
+                await chunks.close()
+        except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
+            raise self.model_error(exc, key) from None
+
+    def _usage(self, usage: Any, model: str | None) -> Usage | None:
+        if usage is None:
+            return None
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, getattr(usage, "cost", None)))
+
+    def _parse(self, completion: Any) -> ModelResponse:
+        if not completion.choices:
+            raise ModelError("openai: the answer has no choices", transient=False, kind="bad_response")
+        choice = completion.choices[0]
+        message = choice.message
+        calls = [
+            ToolCall(id=c.id, name=c.function.name, arguments=parse_arguments(c.function.arguments))
+            for c in (message.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        return ModelResponse(
+            text=message.content,
+            tool_calls=calls,
+            finish_reason=_FINISH.get(choice.finish_reason, choice.finish_reason),
+            usage=self._usage(completion.usage, completion.model),
+        )
+
+    async def _read_stream(self, chunks: Any, sink: StreamSink | None) -> ModelResponse:
+        parts: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish: str | None = None
+        usage: Any = None
+        model: str | None = None
+        async for chunk in chunks:
+            model = chunk.model or model
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for choice in chunk.choices or ():
+                if choice.index != 0:
+                    continue
+                delta = choice.delta
+                if delta is not None and delta.content:
+                    parts.append(delta.content)
+                    if sink is not None:
+                        sink(delta.content)
+                for tc in (delta.tool_calls if delta is not None else None) or ():
+                    entry = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    if tc.id:
+                        entry["id"] = tc.id
+                    if tc.function is not None:
+                        entry["name"] += tc.function.name or ""
+                        entry["arguments"] += tc.function.arguments or ""
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+        if finish is None:
+            raise ModelError("openai: the stream ended before the answer was complete", transient=True, kind="stream_cut")
+        return ModelResponse(
+            text="".join(parts) if parts else None,
+            tool_calls=[
+                ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments(c["arguments"]))
+                for _, c in sorted(calls.items())
+            ],
+            finish_reason=_FINISH.get(finish, finish),
+            usage=self._usage(usage, model),
+        )

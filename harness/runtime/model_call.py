@@ -1,0 +1,260 @@
+"""One durable model call: stream, classify errors, retry with a logged backoff, log the answer.
+
+The session driver hands each ``CallModel`` action of the planner to :func:`call_model`,
+which makes ONE try and logs what came of it, then returns; the driver asks the
+planner again. So a first run and a run after a crash take the same path:
+
+* success: the response (with its ``finish_reason``) and, when the model reports it,
+  its usage are appended in one atomic batch, before any tool runs (SPEC 5.7). A
+  truncated response (``finish_reason="length"``) is logged like any other; the
+  planner then gives each of its calls the truncated-call error instead of running it.
+* a transient error (429, 5xx, timeout, connection reset, a stream cut half-way) with
+  retries left: a ``harness.model.retry`` record is appended BEFORE the backoff wait,
+  holding the retry count and the time the wait ends. The planner's next ``CallModel``
+  carries both, and this function waits until then, so a process that dies during the
+  backoff is followed by one that resumes with the same count and the same deadline.
+* any other error, or no retries left: the turn fails with code ``model_error`` and the
+  provider's message (session secrets removed; adapters remove their credentials).
+
+Text deltas of a streamed answer go to ``publish`` as :class:`~harness.live.LiveEvent`
+objects, never to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.clock import Clock
+from harness.definition import Durability, Harness
+from harness.errors import ModelError
+from harness.jsonvalues import json_copy
+from harness.live.events import LiveEvent
+from harness.models.base import ModelResponse, call_complete
+from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
+from harness.replay import CallModel, SessionState, conversation
+from harness.secrets import SecretScrubber
+
+__all__ = ["ErrorVerdict", "backoff_seconds", "call_model", "classify_error", "model_messages"]
+
+log = logging.getLogger("harness.model")
+
+Commit = Callable[[list[Record]], Awaitable[None]]
+Fail = Callable[[str, str], Awaitable[None]]
+Publish = Callable[[LiveEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorVerdict:
+    """How a failed model call is treated."""
+
+    transient: bool
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+    kind: str | None = None
+
+
+def classify_error(exc: BaseException) -> ErrorVerdict:
+    """Transient or permanent: a ``ModelError`` says so itself; a bare timeout or a
+    connection error is transient; anything else (a bug in a model, a bad value) is not."""
+    if isinstance(exc, ModelError):
+        return ErrorVerdict(exc.transient, exc.message, exc.status, exc.retry_after, exc.kind)
+    if isinstance(exc, TimeoutError):
+        return ErrorVerdict(True, f"the model call timed out: {exc}".rstrip(": "), kind="timeout")
+    if isinstance(exc, ConnectionError):
+        return ErrorVerdict(True, f"{type(exc).__name__}: {exc}", kind="connection")
+    return ErrorVerdict(False, f"{type(exc).__name__}: {exc}")
+
+
+def backoff_seconds(
+    retry: int, durability: Durability, retry_after: float | None, rng: random.Random
+) -> float:
+    """The wait before retry number ``retry`` (1 = first).
+
+    ``Retry-After`` when the provider gave one; else exponential backoff with jitter:
+    ``model_backoff * 2**(retry-1)``, capped at ``model_backoff_max``, and a wait drawn
+    between half and all of that. Never more than ``model_backoff_max``.
+    """
+    cap = durability.model_backoff_max.total_seconds()
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, cap)
+    base = min(durability.model_backoff.total_seconds() * 2 ** (retry - 1), cap)
+    return rng.uniform(base / 2, base)
+
+
+def model_messages(harness: Harness, state: SessionState) -> list[dict[str, Any]]:
+    """What the model is sent: the system prompt, then the conversation the log holds."""
+    messages: list[dict[str, Any]] = []
+    if harness.system_prompt:
+        messages.append({"role": "system", "content": harness.system_prompt})
+    messages.extend(conversation(state))
+    return messages
+
+
+class _Deltas:
+    """The stream sink given to the model: redacts, numbers and publishes each delta live.
+
+    The session's secrets are redacted as in the log. A secret may arrive split over
+    two deltas, so the end of the text that could still grow into one is held back
+    until the next delta (or the end) shows it cannot; the deltas joined are exactly
+    the text the log keeps.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        action: CallModel,
+        clock: Clock,
+        publish: Publish | None,
+        scrubber: SecretScrubber,
+        secrets: Mapping[str, str],
+    ) -> None:
+        self._session_id = session_id
+        self._action = action
+        self._clock = clock
+        self._publish = publish
+        self._scrubber = scrubber
+        self._secrets = [v for v in secrets.values() if v]
+        self._pending = ""
+        self.position = 0
+
+    def __call__(self, text: str) -> None:
+        if not isinstance(text, str) or not text:
+            return
+        if not self._secrets:
+            self._emit(text)
+            return
+        redacted = self._scrubber.redact_text(self._pending + text)
+        hold = max((k for s in self._secrets for k in range(1, len(s)) if redacted.endswith(s[:k])), default=0)
+        self._pending = redacted[len(redacted) - hold:] if hold else ""
+        self._emit(redacted[: len(redacted) - hold])
+
+    def flush(self) -> None:
+        """The answer is complete: what was held back cannot become a secret any more."""
+        pending, self._pending = self._pending, ""
+        self._emit(self._scrubber.redact_text(pending))
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        position, self.position = self.position, self.position + len(text)
+        if self._publish is None:
+            return
+        event = LiveEvent(
+            session_id=self._session_id,
+            turn=self._action.turn,
+            index=self._action.index,
+            retry=self._action.retries,
+            position=position,
+            text=text,
+            ts=round(self._clock.now() * 1000),
+        )
+        try:
+            self._publish(event)
+        except Exception:  # live delivery is best effort; the answer goes on
+            log.debug("a live event could not be published", exc_info=True)
+
+
+def _response_records(
+    session_id: str, state: SessionState, action: CallModel, response: ModelResponse, now: int
+) -> list[Record]:
+    seen = set(state.calls)
+    calls = []
+    for pos, call in enumerate(response.tool_calls):
+        call_id = call.id or f"call-{action.turn}.{action.index}.{pos}"
+        if call_id in seen:  # ids must be unique in a session: make a repeated one so
+            call_id = f"{call_id}~{action.turn}.{action.index}.{pos}"
+        seen.add(call_id)
+        calls.append({"id": call_id, "name": call.name, "arguments": json_copy(call.arguments, what="tool arguments")})
+    finish = response.finish_reason if isinstance(response.finish_reason, str) else None
+    records: list[Record] = [
+        ModelResponseRecord(session_id, now, action.turn, action.index, response.text, tuple(calls), finish)
+    ]
+    usage = response.usage
+    if usage is not None:
+        records.append(
+            ModelUsage(
+                session_id, now, action.turn, action.index,
+                model=str(usage.model) if usage.model is not None else None,
+                input_tokens=max(0, int(usage.input_tokens)),
+                output_tokens=max(0, int(usage.output_tokens)),
+                cost=float(usage.cost) if usage.cost is not None else None,
+            )
+        )
+    return records
+
+
+async def call_model(
+    action: CallModel,
+    *,
+    harness: Harness,
+    state: SessionState,
+    session_id: str,
+    secrets: Mapping[str, str],
+    scrubber: SecretScrubber,
+    clock: Clock,
+    commit: Commit,
+    fail: Fail,
+    publish: Publish | None = None,
+    rng: random.Random | None = None,
+) -> None:
+    """Make one try of the model call ``action`` names and log its outcome (see the module doc).
+
+    Only the log's errors (and cancellation) escape: every failure of the model
+    becomes a retry record or a failed turn.
+    """
+    if action.not_before is not None:
+        await clock.sleep_until(action.not_before / 1000)  # the logged backoff, even after a crash
+    messages = model_messages(harness, state)
+    specs = [t.definition.spec() for t in harness.tools.values()]
+    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
+    try:
+        response = await call_complete(
+            harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
+        )
+        records = _response_records(session_id, state, action, response, round(clock.now() * 1000))
+        sink.flush()
+    except Exception as exc:  # noqa: BLE001 - a model failure is retried or fails the turn, never the owner
+        await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
+        return
+    await commit(records)
+
+
+async def _failed(
+    action: CallModel,
+    exc: Exception,
+    durability: Durability,
+    session_id: str,
+    scrubber: SecretScrubber,
+    clock: Clock,
+    commit: Commit,
+    fail: Fail,
+    rng: random.Random | None,
+) -> None:
+    verdict = classify_error(exc)
+    message = scrubber.redact_text(verdict.message)
+    if verdict.transient and action.retries < durability.model_retries:
+        retry = action.retries + 1
+        wait = backoff_seconds(retry, durability, verdict.retry_after, rng or random.Random())
+        wait_until = round((clock.now() + wait) * 1000)
+        log.info(
+            "session %s: model call %s.%s failed (%s); retry %d of %d in %.1f s",
+            session_id, action.turn, action.index, message, retry, durability.model_retries, wait,
+        )
+        await commit(
+            [
+                ModelRetry(
+                    session_id, round(clock.now() * 1000), action.turn, action.index, retry, wait_until,
+                    message, verdict.status, verdict.kind,
+                )
+            ]
+        )
+        return
+    if verdict.transient:
+        message = f"the model call failed {action.retries + 1} times (durability.model_retries={durability.model_retries}); last: {message}"
+    log.warning("session %s: model call %s.%s failed: %s", session_id, action.turn, action.index, message)
+    await fail("model_error", message)

@@ -1,0 +1,391 @@
+"""A local HTTP server that speaks the parts of the OpenAI Chat Completions and Anthropic
+Messages APIs the adapters use, streaming (SSE) and not, scripted per test.
+
+The real SDKs talk to it through ``base_url`` (``server.openai_url`` /
+``server.anthropic_url``), so tests see the exact request bodies the adapters send
+and the SDKs parse real provider-shaped answers. No network: it listens on 127.0.0.1.
+
+    with ModelServer() as server:
+        server.script(Reply(text="hello"), Fail(429, "slow down", headers={"retry-after": "2"}))
+        model = OpenAIChat(model="gpt-test", base_url=server.openai_url, api_key="sk-test")
+
+Each request takes the next scripted answer (or ``server.handler(request)`` when set):
+
+* :class:`Reply`: text and tool calls in provider-neutral terms, rendered as the
+  endpoint's JSON, or as its SSE stream when the request asks to stream; its faults:
+  ``cut_after=n`` closes the connection after n events (a stream cut half-way),
+  ``pause_after=n`` stops after n events until :meth:`ModelServer.release`;
+  ``error_after=n`` sends an error event after n events; ``end_after=n`` ends the body
+  cleanly after n events (the answer's last events never come);
+* :class:`Fail`: an HTTP error status with the provider's error body and headers;
+* :class:`Hang`: no answer at all until released (for client timeouts).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Fail", "Hang", "ModelServer", "Reply", "Request"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A model answer. ``tool_calls``: ``(id, name, arguments)``; arguments a dict or raw text.
+
+    ``finish``: ``stop`` / ``tool_calls`` / ``length`` (provider-neutral), by default
+    ``tool_calls`` when there are calls, else ``stop``.
+    """
+
+    text: str | None = None
+    tool_calls: tuple[tuple[str, str, dict[str, Any] | str], ...] = ()
+    finish: str | None = None
+    usage: tuple[int, int] = (11, 7)
+    model: str | None = None  # default: the model the request named
+    chunk: int = 4  # characters per streamed piece
+    cut_after: int | None = None
+    pause_after: int | None = None
+    error_after: int | None = None
+    error_type: str = "overloaded_error"
+    end_after: int | None = None  # end the body cleanly after n events: an answer without its end
+
+    @property
+    def finish_reason(self) -> str:
+        return self.finish or ("tool_calls" if self.tool_calls else "stop")
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error answer in the provider's shape."""
+
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+    error_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    """No answer until :meth:`ModelServer.release` (or the server closes)."""
+
+
+Script = Reply | Fail | Hang
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def api(self) -> str:
+        return "anthropic" if self.path.endswith("/messages") else "openai"
+
+
+_OPENAI_FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length"}
+_ANTHROPIC_FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
+_OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
+                       404: "invalid_request_error", 429: "rate_limit_error"}
+_ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                          404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
+
+
+def _args_text(arguments: dict[str, Any] | str) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), max(1, size))]
+
+
+# -- rendering: OpenAI Chat Completions -------------------------------------------------------
+
+
+def openai_json(reply: Reply, model: str, n: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": _args_text(args)}}
+            for cid, name, args in reply.tool_calls
+        ]
+    i, o = reply.usage
+    return {
+        "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1_700_000_000, "model": reply.model or model,
+        "choices": [{"index": 0, "message": message, "finish_reason": _OPENAI_FINISH[reply.finish_reason], "logprobs": None}],
+        "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o},
+    }
+
+
+def openai_events(reply: Reply, model: str, n: int, include_usage: bool) -> Iterator[tuple[str | None, str]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, str]:
+        body = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                "model": reply.model or model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return None, json.dumps(body)
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(reply.text or "", reply.chunk):
+        yield chunk({"content": piece})
+    for index, (cid, name, args) in enumerate(reply.tool_calls):
+        yield chunk({"tool_calls": [{"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]})
+        for piece in _pieces(_args_text(args), reply.chunk):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, _OPENAI_FINISH[reply.finish_reason])
+    if include_usage:
+        i, o = reply.usage
+        body = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                "model": reply.model or model, "choices": [],
+                "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}
+        yield None, json.dumps(body)
+    yield None, "[DONE]"
+
+
+# -- rendering: Anthropic Messages ---------------------------------------------------------------
+
+
+def anthropic_json(reply: Reply, model: str, n: int) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    for cid, name, args in reply.tool_calls:
+        content.append({"type": "tool_use", "id": cid, "name": name, "input": args if isinstance(args, dict) else {}})
+    i, o = reply.usage
+    return {
+        "id": f"msg_{n}", "type": "message", "role": "assistant", "model": reply.model or model, "content": content,
+        "stop_reason": _ANTHROPIC_FINISH[reply.finish_reason], "stop_sequence": None,
+        "usage": {"input_tokens": i, "output_tokens": o},
+    }
+
+
+def anthropic_events(reply: Reply, model: str, n: int) -> Iterator[tuple[str | None, str]]:
+    def event(kind: str, body: dict[str, Any]) -> tuple[str, str]:
+        return kind, json.dumps({"type": kind, **body})
+
+    i, o = reply.usage
+    message: dict[str, Any] = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": reply.model or model, "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": i, "output_tokens": 1}}
+    yield event("message_start", {"message": message})
+    index = 0
+    if reply.text:
+        yield event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+        for piece in _pieces(reply.text, reply.chunk):
+            yield event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": piece}})
+        yield event("content_block_stop", {"index": index})
+        index += 1
+    for cid, name, args in reply.tool_calls:
+        block = {"type": "tool_use", "id": cid, "name": name, "input": {}}
+        yield event("content_block_start", {"index": index, "content_block": block})
+        for piece in _pieces(_args_text(args), reply.chunk):
+            yield event("content_block_delta", {"index": index, "delta": {"type": "input_json_delta", "partial_json": piece}})
+        yield event("content_block_stop", {"index": index})
+        index += 1
+    yield event("message_delta", {"delta": {"stop_reason": _ANTHROPIC_FINISH[reply.finish_reason], "stop_sequence": None},
+                                  "usage": {"output_tokens": o}})
+    yield event("message_stop", {})
+
+
+# -- the server -------------------------------------------------------------------------------------
+
+
+class ModelServer:
+    """The scripted provider server (see the module doc). Thread-safe; start() or use ``with``."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.handler: Callable[[Request], Script] | None = None
+        self.paused = threading.Event()  # a stream reached its pause_after point
+        self._script: list[Script] = []
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --
+
+    def start(self) -> ModelServer:
+        server = self
+
+        class Handler(_Handler):
+            owner = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="model-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._release.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "start() the server first"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def openai_url(self) -> str:
+        """``base_url`` for the OpenAI SDK (and ``openai+<url>:<model>`` URIs)."""
+        return f"{self.url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        """``base_url`` for the Anthropic SDK."""
+        return self.url
+
+    # -- the script --
+
+    def script(self, *answers: Script) -> None:
+        """Queue answers for the next requests, in order."""
+        with self._lock:
+            self._script.extend(answers)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def release(self) -> None:
+        """Let every paused stream and hung request go on (a paused stream then finishes)."""
+        self._release.set()
+
+    def _next(self, request: Request) -> Script:
+        with self._lock:
+            self.requests.append(request)
+            if self.handler is not None:
+                return self.handler(request)
+            if not self._script:
+                return Fail(500, "the test server has no scripted answer for this request", error_type="api_error")
+            return self._script.pop(0)
+
+    def _wait_release(self) -> bool:
+        """Block until released; False if the server is closing."""
+        self._release.wait()
+        return not self._stopping.is_set()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ModelServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"_raw": raw.decode("utf-8", "replace")}
+        path = self.path.split("?", 1)[0]
+        request = Request(path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+        if not (path.endswith("/chat/completions") or path.endswith("/messages")):
+            self._json(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
+            return
+        answer = self.owner._next(request)
+        if isinstance(answer, Hang):
+            self.owner._wait_release()
+            self.close_connection = True
+            return
+        if isinstance(answer, Fail):
+            self._fail(request, answer)
+            return
+        model = str(body.get("model") or "test-model")
+        n = len(self.owner.requests)
+        if not body.get("stream"):
+            rendered = openai_json(answer, model, n) if request.api == "openai" else anthropic_json(answer, model, n)
+            self._json(200, rendered)
+            return
+        if request.api == "openai":
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = list(openai_events(answer, model, n, include_usage))
+        else:
+            events = list(anthropic_events(answer, model, n))
+        self._stream(request, answer, events)
+
+    # -- writing --
+
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _fail(self, request: Request, fail: Fail) -> None:
+        if request.api == "openai":
+            kind = fail.error_type or _OPENAI_ERROR_TYPES.get(fail.status, "server_error")
+            body: dict[str, Any] = {"error": {"message": fail.message, "type": kind, "param": None, "code": None}}
+        else:
+            kind = fail.error_type or _ANTHROPIC_ERROR_TYPES.get(fail.status, "api_error")
+            body = {"type": "error", "error": {"type": kind, "message": fail.message}}
+        self._json(fail.status, body, fail.headers)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _stream(self, request: Request, reply: Reply, events: list[tuple[str | None, str]]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._events(request, reply, events)
+        except OSError:  # the client went away (killed, timed out): nothing to answer
+            self.close_connection = True
+
+    def _events(self, request: Request, reply: Reply, events: list[tuple[str | None, str]]) -> None:
+        for count, (kind, data) in enumerate(events):
+            if count == reply.cut_after:
+                self._cut()
+                return
+            if count == reply.error_after:
+                self._error_event(request, reply)
+                break
+            if count == reply.end_after:
+                break
+            if count == reply.pause_after:
+                self.owner.paused.set()
+                if not self.owner._wait_release():
+                    self._cut()
+                    return
+            self._chunk((f"event: {kind}\n" if kind else "").encode() + f"data: {data}\n\n".encode())
+        self._chunk(b"")  # the last chunk: the stream ends cleanly
+
+    def _error_event(self, request: Request, reply: Reply) -> None:
+        error = {"type": reply.error_type, "message": "the server failed during the stream"}
+        if request.api == "openai":
+            self._chunk(f"data: {json.dumps({'error': error})}\n\n".encode())
+        else:
+            self._chunk(f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode())
+
+    def _cut(self) -> None:
+        """Drop the connection mid-body (an incomplete chunked stream)."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

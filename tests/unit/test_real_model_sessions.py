@@ -1,0 +1,250 @@
+"""Durable sessions on the real provider adapters (real SDKs) against the local test server:
+the whole loop, streaming to live subscribers, retries on the fake clock, failures, truncation,
+keys from the session's secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from pydantic import BaseModel
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.live import LiveEvent
+from harness.models import Pricing, from_uri
+from harness.records import LogEntry
+from harness.testing.model_server import Fail, ModelServer, Reply
+
+from .conftest import entries, raw_bytes, types
+
+SID = "s-1"
+KEY = "sk-live-secret-key-0001"
+
+
+class Order(BaseModel):
+    order_id: str
+
+
+async def until(check: Callable[[], Any], *, timeout: float = 30.0) -> Any:
+    """Poll ``check`` (real HTTP is involved) until truthy; fail after ``timeout`` (a guard, not a measure)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.005)
+
+
+@pytest_asyncio.fixture
+async def server() -> AsyncIterator[ModelServer]:
+    with ModelServer() as s:
+        yield s
+
+
+@pytest_asyncio.fixture
+async def models() -> AsyncIterator[list[Any]]:
+    made: list[Any] = []
+    yield made
+    for model in made:
+        await model.aclose()
+
+
+def provider_uri(server: ModelServer, provider: str) -> str:
+    base = server.openai_url if provider == "openai" else server.anthropic_url + "/"
+    return f"{provider}+{base}:test-model"
+
+
+def checkout_harness(model: Any, charges: list[str]) -> Any:
+    async def checkout(args: Order, ctx: Any) -> Any:
+        charge = await ctx.step.do(f"charge:{args.order_id}", lambda: f"ch-{args.order_id}")
+        charges.append(charge)
+        return {"charge": charge}
+
+    tool = durable_tool(tool_definition(name="checkout", description="Charge an order", input_schema=Order), checkout)
+    return define_harness(name="t/real", model=model, tools=[tool], system_prompt="Be brief.")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_turn_end_to_end_on_a_real_sdk(host, log, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY, pricing=Pricing(1.0, 2.0))
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(text="Charging.", tool_calls=(("call_1", "checkout", {"order_id": "42"}), ("call_2", "checkout", {"order_id": "43"})),
+              usage=(1000, 100)),
+        Reply(text="Both orders are paid.", usage=(2000, 50)),
+    )
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    result = await session.send("pay orders 42 and 43", input_id="in-1")
+    assert (result.outcome, result.text) == ("completed", "Both orders are paid.")
+    assert sorted(charges) == ["ch-42", "ch-43"]
+    first, second = (r.body for r in server.requests)
+    # The second request holds the first answer's calls and both results, in the provider's shape.
+    if provider == "openai":
+        assert first["messages"][0] == {"role": "system", "content": "Be brief."}
+        assistant, r1, r2 = second["messages"][2:5]
+        assert [c["function"]["arguments"] for c in assistant["tool_calls"]] == ['{"order_id":"42"}', '{"order_id":"43"}']
+        assert (r1["role"], r1["tool_call_id"], json.loads(r1["content"])) == ("tool", "call_1", {"charge": "ch-42"})
+        assert (r2["tool_call_id"], json.loads(r2["content"])) == ("call_2", {"charge": "ch-43"})
+    else:
+        assert first["system"] == "Be brief."
+        assistant, results = second["messages"][1:3]
+        assert [b["type"] for b in assistant["content"]] == ["text", "tool_use", "tool_use"]
+        assert [(b["tool_use_id"], json.loads(b["content"])) for b in results["content"]] == [
+            ("call_1", {"charge": "ch-42"}), ("call_2", {"charge": "ch-43"}),
+        ]
+    usage = await entries(log, SID, "harness.model.usage")
+    assert [(u["model"], u["input_tokens"], u["output_tokens"]) for u in usage] == [
+        ("test-model", 1000, 100), ("test-model", 2000, 50),
+    ]
+    assert session.usage.calls == 2 and session.usage.cost == pytest.approx((3000 * 1.0 + 150 * 2.0) / 1e6)
+    responses = await entries(log, SID, "harness.model.response")
+    assert [r["finish_reason"] for r in responses] == ["tool_calls", "stop"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(host, log, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Reply(text="The quick brown fox jumps.", chunk=5, pause_after=3))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    seen: list[Any] = []
+
+    async def watch() -> None:
+        async for item in session.events(live=True):
+            seen.append(item)
+            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+                return
+
+    watcher = asyncio.create_task(watch())
+    await until(lambda: session._live.subscribers == 1)
+    send = asyncio.create_task(session.send("tell me", input_id="in-1"))
+    await until(lambda: any(isinstance(i, LiveEvent) for i in seen))
+    assert await asyncio.to_thread(server.paused.wait, 30)
+    # Half-way: deltas reached the subscriber, nothing of the answer is in the log yet.
+    assert "harness.model.response" not in await types(log, SID)
+    server.release()
+    assert (await send).text == "The quick brown fox jumps."
+    await watcher
+    deltas = [i for i in seen if isinstance(i, LiveEvent)]
+    assert "".join(d.text for d in deltas) == "The quick brown fox jumps."
+    assert [d.position for d in deltas] == [0, 5, 10, 15, 20, 25]
+    log_types = await types(log, SID)
+    assert log_types.count("harness.model.response") == 1
+    assert len([i for i in seen if isinstance(i, LogEntry)]) == len(log_types)  # no record per delta
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_429_retry_after_then_success_on_the_fake_clock(host, log, clock, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Fail(429, "Too many requests", headers={"retry-after": "12"}), Reply(text="ok now"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    start = clock.now()
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    await until(lambda: clock.sleepers == 1)
+    [retry] = await entries(log, SID, "harness.model.retry")
+    assert (retry["retry"], retry["status"], retry["kind"]) == (1, 429, "rate_limited")
+    assert retry["wait_until"] == round((start + 12) * 1000)
+    assert "Too many requests" in retry["error"]
+    assert len(server.requests) == 1
+    clock.advance(12)
+    assert (await task).text == "ok now"
+    assert len(server.requests) == 2 and server.requests[0].body == server.requests[1].body
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_stream_cut_half_way_is_retried_and_logged_once(host, log, clock, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Reply(text="this answer gets cut", cut_after=3), Reply(text="whole answer"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    await until(lambda: clock.sleepers == 1)
+    clock.advance(60)
+    assert (await task).text == "whole answer"
+    [retry] = await entries(log, SID, "harness.model.retry")
+    assert retry["status"] is None and retry["kind"] == "connection"
+    assert [r["text"] for r in await entries(log, SID, "harness.model.response")] == ["whole answer"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_400_fails_the_turn_at_once_and_the_key_stays_out(host, log, logs, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Fail(400, f"Invalid request: 'tools[0]' is malformed (key {KEY})"), Reply(text="next turn works"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert (result.outcome, result.code) == ("failed", "model_error")
+    assert "HTTP 400" in (result.error or "") and "'tools[0]' is malformed" in (result.error or "")
+    assert KEY not in (result.error or "")
+    assert len(server.requests) == 1 and "harness.model.retry" not in await types(log, SID)
+    assert (await session.send("again", input_id="in-2")).text == "next turn works"
+    assert KEY.encode() not in await raw_bytes(log, logs)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_truncated_answer_from_the_provider_runs_no_call(host, log, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(text="Charging", tool_calls=(("call_1", "checkout", {"order_id": "42"}), ("call_2", "checkout", '{"order_')),
+              finish="length"),
+        Reply(text="Sorry, I will be shorter."),
+    )
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    result = await session.send("pay", input_id="in-1")
+    assert (result.outcome, result.text, charges) == ("completed", "Sorry, I will be shorter.", [])
+    results = await entries(log, SID, "harness.tool.result")
+    assert [(r["tool_call_id"], r["code"]) for r in results] == [("call_1", "truncated"), ("call_2", "truncated")]
+    second = server.requests[1].body
+    if provider == "openai":
+        tool_msgs = [m for m in second["messages"] if m["role"] == "tool"]
+        assert [json.loads(m["content"])["error"] for m in tool_msgs] == ["truncated", "truncated"]
+    else:
+        blocks = second["messages"][-1]["content"]
+        assert [(b["tool_use_id"], b["is_error"]) for b in blocks] == [("call_1", True), ("call_2", True)]
+
+
+async def test_api_key_from_the_sessions_secrets_never_in_the_log(host, log, logs, server, models):
+    model = from_uri(provider_uri(server, "openai"), api_key_secret="openai")
+    models.append(model)
+    server.script(Reply(text=f"I must not repeat {KEY}"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID, secrets={"openai": KEY})
+    result = await session.send("go", input_id="in-1")
+    assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert result.text == "I must not repeat [secret:openai]"
+    assert KEY.encode() not in await raw_bytes(log, logs)
+    other = await host.open(define_harness(name="t/real", model=model), session_id="s-2")  # no secret
+    failed = await other.send("go")
+    assert (failed.outcome, failed.code) == ("failed", "model_error") and "'openai'" in (failed.error or "")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_500_and_a_timeout_are_retried_with_backoff_then_succeed(host, log, clock, server, models, provider):
+    from harness.testing.model_server import Hang
+
+    model = from_uri(provider_uri(server, provider), api_key=KEY, timeout=0.3)
+    models.append(model)
+    server.script(Fail(500, "internal error"), Hang(), Reply(text="third time"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    for n in (1, 2):
+        await until(lambda n=n: clock.sleepers == 1 and len(server.requests) == n)
+        retries = await entries(log, SID, "harness.model.retry")
+        assert len(retries) == n
+        wait = retries[-1]["wait_until"] / 1000 - clock.now()
+        assert 2 ** (n - 1) / 2 <= wait <= 2 ** (n - 1)  # 1 s, then 2 s, jittered in [half, all]
+        clock.advance(wait)
+    server.release()
+    assert (await task).text == "third time"
+    retries = await entries(log, SID, "harness.model.retry")
+    assert [(r["retry"], r["status"], r["kind"]) for r in retries] == [(1, 500, "server_error"), (2, None, "timeout")]
