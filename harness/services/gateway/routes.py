@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -357,7 +358,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             "summary": summary,
             "open_asks": summary["open_asks"],
             "sleeps": sleeps,
-            "usage": getattr(state, "usage", None),
+            "usage": dataclasses.asdict(state.usage),
             "transcript": conversation(state),
             "timeline": items,
             "last_position": entries[-1].seq,
