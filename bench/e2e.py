@@ -41,15 +41,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import (  # noqa: E402
+from bench._common import (
     HARNESS_NAME,
     WorkerProc,
     broker,
+    listening_pid,
     log_url,
     machine_busy,
     new_prefix,
     pct,
     print_profile,
+    process_cpu_seconds,
     table,
     wait_settled_group,
 )
@@ -85,6 +87,18 @@ def bare_transaction(bootstrap: str, topic: str) -> Callable[[], None]:
         producer.commit_transaction(30)
 
     return transaction
+
+
+def partition_ends(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """The last stable offset of every partition (what read_committed readers see)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends", "isolation.level": "read_committed"})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in range(partitions)]
+    finally:
+        consumer.close()
 
 
 def commits_of(entries: list[Any]) -> int:
@@ -166,11 +180,29 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
         out["commits"] = int(statistics.median(commits))
         out["seq"] = seq_lat
         out["bare"] = base
-        cpu0, busy0 = worker.cpu_seconds(), machine_busy()
+        broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
+        cpu0, own0, busy0 = worker.cpu_seconds(), time.process_time(), machine_busy()
+        broker0 = process_cpu_seconds(broker_pid) if broker_pid else float("nan")
+        ends0 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
         rate, lat = await closed_loop(turn, args.clients, args.seconds, "loop")
-        cpu1, busy1 = worker.cpu_seconds(), machine_busy()
+        cpu1, own1, busy1 = worker.cpu_seconds(), time.process_time(), machine_busy()
+        ends1 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
+        # Every committed transaction leaves one marker (an offset without a record) in
+        # its partition: transactions = offsets - records, in the closed loop's window.
+        offsets = sum(e1 - e0 for e0, e1 in zip(ends0, ends1, strict=True))
+        records = 0
+        for p, (e0, e1) in enumerate(zip(ends0, ends1, strict=True)):
+            records += len(await client.log.read_partition(p, e0, e1))  # type: ignore[attr-defined]
+        out["transactions"] = offsets - records
+        out["appends"] = len(lat) * (out["commits"] - 1)  # all but the input are appends of the owner
+        broker1 = process_cpu_seconds(broker_pid) if broker_pid else float("nan")
         out["rate"], out["loop"] = rate, lat
-        out["worker_cpu"] = (cpu1 - cpu0) / args.seconds
+        turns = max(1, len(lat))
+        out["cpu_per_turn"] = {  # ms of CPU per turn in the closed loop
+            "worker process": (cpu1 - cpu0) * 1000 / turns,
+            "client process (this one)": (own1 - own0) * 1000 / turns,
+            "broker": (broker1 - broker0) * 1000 / turns,
+        }
         out["machine_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
     finally:
         await client.close()
@@ -266,8 +298,10 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         ("(c) floor ms = commits x bare p50", floor),
         ("(a) p50 / floor", a50 / floor),
         ("(b) p50 / floor", b50 / floor),
-        ("worker process CPU, closed loop (cores)", a["worker_cpu"]),
-        ("machine busy, closed loop (of all cores)", a["machine_busy"]),
+        ("(a) closed loop: transactions per turn", a["transactions"] / max(1, len(a["loop"]))),
+        ("(a) closed loop: appends per transaction (group commit)", a["appends"] / max(1, a["transactions"])),
+        *((f"(a) closed loop: CPU ms per turn, {who}", ms) for who, ms in a["cpu_per_turn"].items()),
+        ("(a) closed loop: machine busy (share of all cores)", a["machine_busy"]),
     ]))
     print()
     first50, later50 = pct(b["first"], 0.5) * 1000, pct(b["later"], 0.5) * 1000

@@ -174,6 +174,7 @@ class KafkaLog:
         self._snapshots: SnapshotStore | None = None
         self._fanout: Fanout | None = None
         self._indexes: dict[int, PartitionIndex] = {}
+        self._index_loading: dict[int, asyncio.Task[PartitionIndex]] = {}
 
     @property
     def namespace(self) -> str:
@@ -228,10 +229,18 @@ class KafkaLog:
         return index.history(session_id)
 
     async def _index(self, partition: int) -> PartitionIndex:
-        now = time.monotonic()
         index = self._indexes.get(partition)
-        if index is not None and now - index.loaded_at < INDEX_REFRESH_S:
+        if index is not None and time.monotonic() - index.loaded_at < INDEX_REFRESH_S:
             return index
+        loop = asyncio.get_running_loop()
+        loading = self._index_loading.get(partition)
+        if loading is None or loading.get_loop() is not loop or loading.done():
+            # One checkpoint read per partition, however many readers ask at once.
+            loading = self._index_loading[partition] = loop.create_task(self._load_index(partition))
+        return await asyncio.shield(loading)
+
+    async def _load_index(self, partition: int) -> PartitionIndex:
+        now = time.monotonic()
         await self.start()
         try:
             checkpoint = await self.snapshots.read(partition, create=False)
