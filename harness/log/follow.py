@@ -37,6 +37,7 @@ __all__ = [
     "ChangeSource",
     "DataVersionWatch",
     "LogFanout",
+    "shared_reader",
     "subscribe",
     "watch_changes",
 ]
@@ -370,7 +371,8 @@ class LogFanout:
             self._reader = None
 
 
-def _fanout(session_log: Any) -> LogFanout | None:
+def shared_reader(session_log: Any) -> LogFanout | None:
+    """The shared reader of a memory or SQLite log (one per log object), None for others."""
     found = _fanouts.get(session_log)
     if found is None:
         changes = watch_changes(session_log)
@@ -393,7 +395,7 @@ async def subscribe(
         async for entry in own(session_id, after=after):
             yield entry
         return
-    fanout = _fanout(session_log)
+    fanout = shared_reader(session_log)
     if fanout is not None:
         async for entry in fanout.subscribe(session_id, after=after or 0):
             yield entry

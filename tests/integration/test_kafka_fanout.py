@@ -323,3 +323,34 @@ async def test_disown_partition_still_closes_its_producer(make_log):
     with contextlib.suppress(FencedError):
         await writer.release()
     assert log.stats.producers_started == 1
+
+
+# --- a worker picks up new inputs as they commit ---------------------------------------------------
+
+
+async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, monkeypatch):
+    from harness import define_harness
+    from harness.models import ModelResponse, ScriptedModel
+    from harness.runtime.worker import Worker
+
+    # The tail's blocking wait for records is long: a pickup can only come from the
+    # wait returning at the record's arrival (and the broker answering the fetch at the
+    # commit), never from a timer.
+    monkeypatch.setattr(fanout_module, "POLL_S", 120.0)
+    harness = define_harness(name="pickup", model=ScriptedModel(lambda m: ModelResponse(text="hi")), tools=[])
+    worker_log = make_log(partitions=2)
+    worker = Worker(log=worker_log, harnesses=[harness], poll_interval=timedelta(hours=1))
+    stop = asyncio.Event()
+    run = asyncio.create_task(worker.run(stop))
+    async with asyncio.timeout(60):
+        await worker.ready.wait()
+    client = HarnessClient(log=make_log(partitions=2))
+    try:
+        for i in range(4):
+            receipt = await client.send(f"s{i}", "hello", harness="pickup")
+            settled = await client.wait_settled(f"s{i}", receipt, timeout=60)
+            assert settled.outcome == "completed"
+        assert worker_log.fanout.consumers == 2  # one shared tail per owned partition
+    finally:
+        stop.set()
+        await run

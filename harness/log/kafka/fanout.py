@@ -63,6 +63,9 @@ CATCH_UP_CHUNK = 1000
 POLL_S = 0.5
 """The tail thread's blocking wait for the next records (it returns at the first one: not a
 poll interval on any path); it only bounds how fast a closed tail notices."""
+CLOSE_WAIT_S = 2.0
+"""How long ``close`` waits for a tail's thread; it closes its consumer itself when its
+current wait ends."""
 IN_FLIGHT = 4
 """Batches handed to the loop and not yet dispatched; the thread waits beyond (back-pressure)."""
 
@@ -386,4 +389,4 @@ class Fanout:
             tail.stop()
             tail._failed(LogUnavailable("the Kafka session log is closed"))
         for tail in tails:
-            await asyncio.to_thread(tail.join, POLL_S * 4)
+            await asyncio.to_thread(tail.join, CLOSE_WAIT_S)
