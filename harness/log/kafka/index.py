@@ -11,16 +11,28 @@ for free, and the index then accounts for everything up to where the read stoppe
 
 ``history(session_id)`` answers ``(records, start)``: the session's records held by the
 checkpoint and the offset to read the rest from. A session it has never seen has no
-record below ``position``, so its history starts there. Pure bookkeeping: no I/O here.
+record below ``position``, so its history starts there. :class:`Indexes` keeps one per
+partition, each loaded once (however many readers ask at once) and given the latest
+checkpoint again every ``INDEX_REFRESH_S``. No Kafka here: the checkpoint reader is
+passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from harness.log.base import Checkpoint, LogEntry
 
-__all__ = ["KeyObserver", "PartitionIndex"]
+__all__ = ["INDEX_REFRESH_S", "Indexes", "KeyObserver", "PartitionIndex"]
+
+log = logging.getLogger("harness.log.kafka")
+
+INDEX_REFRESH_S = 60.0
+"""An index takes in the partition's latest checkpoint again when older than this (a
+shorter read for sessions it has not seen since)."""
 
 
 class KeyObserver:
@@ -88,3 +100,47 @@ class PartitionIndex:
             if offset >= self.position:  # below it, every session is known already
                 self._learn(key.decode("utf-8", "replace"), offset)
         self.position = observed.stop
+
+
+class Indexes:
+    """The :class:`PartitionIndex` of each partition read, loaded on first use.
+
+    Args:
+        checkpoint: reads a partition's latest checkpoint (None if there is none).
+    """
+
+    def __init__(self, checkpoint: Callable[[int], Awaitable[Checkpoint | None]]) -> None:
+        self._checkpoint = checkpoint
+        self._indexes: dict[int, PartitionIndex] = {}
+        self._loading: dict[int, asyncio.Task[PartitionIndex]] = {}
+
+    def known(self, partition: int) -> PartitionIndex | None:
+        """The partition's index if it was loaded (reads teach it), else None."""
+        return self._indexes.get(partition)
+
+    async def get(self, partition: int) -> PartitionIndex:
+        index = self._indexes.get(partition)
+        if index is not None and time.monotonic() - index.loaded_at < INDEX_REFRESH_S:
+            return index
+        loop = asyncio.get_running_loop()
+        loading = self._loading.get(partition)
+        if loading is None or loading.get_loop() is not loop or loading.done():
+            # One checkpoint read per partition, however many readers ask at once.
+            loading = self._loading[partition] = loop.create_task(self._load(partition))
+        return await asyncio.shield(loading)
+
+    async def _load(self, partition: int) -> PartitionIndex:
+        now = time.monotonic()
+        try:
+            checkpoint = await self._checkpoint(partition)
+        except Exception as exc:  # noqa: BLE001 - an optimisation only: read more instead
+            log.warning("checkpoint of partition %s unreadable (%s); reading from what is known", partition, exc)
+            checkpoint = None
+        index = self._indexes.get(partition)
+        if index is None:
+            index = self._indexes[partition] = PartitionIndex(checkpoint, loaded_at=now)
+        elif checkpoint is not None:
+            index.merge(checkpoint, loaded_at=now)
+        else:
+            index.loaded_at = now
+        return index

@@ -35,7 +35,6 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,10 +45,10 @@ from confluent_kafka import KafkaError, KafkaException
 from harness.errors import CorruptRecord, FencedError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
-from harness.log.base import LeaseInfo, LogEntry
+from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
 from harness.log.kafka.fanout import Fanout
-from harness.log.kafka.index import KeyObserver, PartitionIndex
+from harness.log.kafka.index import Indexes, KeyObserver
 from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
     DLQ_OFFSET_HEADER,
@@ -80,9 +79,6 @@ __all__ = [
 
 log = logging.getLogger("harness.log.kafka")
 
-INDEX_REFRESH_S = 60.0
-"""A partition's index takes in the latest checkpoint again when it is older than this
-(a shorter read for sessions it has not seen since)."""
 
 
 def open_kafka_log(url: str, **options: Any) -> KafkaLog:
@@ -173,8 +169,7 @@ class KafkaLog:
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
         self._fanout: Fanout | None = None
-        self._indexes: dict[int, PartitionIndex] = {}
-        self._index_loading: dict[int, asyncio.Task[PartitionIndex]] = {}
+        self._indexes = Indexes(self._latest_checkpoint)
 
     @property
     def namespace(self) -> str:
@@ -225,36 +220,12 @@ class KafkaLog:
         the reads this process made since (:class:`~harness.log.kafka.index.PartitionIndex`);
         without either, 0.
         """
-        index = await self._index(self.partition_for(session_id))
+        index = await self._indexes.get(self.partition_for(session_id))
         return index.history(session_id)
 
-    async def _index(self, partition: int) -> PartitionIndex:
-        index = self._indexes.get(partition)
-        if index is not None and time.monotonic() - index.loaded_at < INDEX_REFRESH_S:
-            return index
-        loop = asyncio.get_running_loop()
-        loading = self._index_loading.get(partition)
-        if loading is None or loading.get_loop() is not loop or loading.done():
-            # One checkpoint read per partition, however many readers ask at once.
-            loading = self._index_loading[partition] = loop.create_task(self._load_index(partition))
-        return await asyncio.shield(loading)
-
-    async def _load_index(self, partition: int) -> PartitionIndex:
-        now = time.monotonic()
+    async def _latest_checkpoint(self, partition: int) -> Checkpoint | None:
         await self.start()
-        try:
-            checkpoint = await self.snapshots.read(partition, create=False)
-        except Exception as exc:  # noqa: BLE001 - an optimisation only: read more instead
-            log.warning("checkpoint of partition %s unreadable (%s); reading from what is known", partition, exc)
-            checkpoint = None
-        index = self._indexes.get(partition)  # another read may have made it meanwhile
-        if index is None:
-            index = self._indexes[partition] = PartitionIndex(checkpoint, loaded_at=now)
-        elif checkpoint is not None:
-            index.merge(checkpoint, loaded_at=now)
-        else:
-            index.loaded_at = now
-        return index
+        return await self.snapshots.read(partition, create=False)
 
     async def read_partition(
         self, partition: int, start_offset: int = 0, end_offset: int | None = None, *, lazy: bool = False
@@ -389,7 +360,7 @@ class KafkaLog:
         await self.start()
         with self._lock:
             must_reach = max(must_reach, self._committed.get(partition, 0))
-        index = self._indexes.get(partition)
+        index = self._indexes.known(partition)
         # A read that starts inside what the index accounts for teaches it the sessions after.
         observe = KeyObserver(start) if index is not None and start <= index.position else None
         self.stats.add(reads=1)
