@@ -177,6 +177,18 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
                 bare()
                 base.append(time.perf_counter() - t0)
         commits = [commits_of(await client.log.read(sid)) for sid in sessions[:20]]
+        pickup = []  # input acknowledged -> the worker's turn.started visible (one commit included)
+        for _ in range(20):
+            sid = f"pick-{uuid.uuid4().hex[:10]}"
+            receipt = await client.send(sid, text, harness=HARNESS_NAME, input_id=f"in-{sid}")
+            t0 = time.perf_counter()
+            async with contextlib.aclosing(client.events(sid, after=receipt.position)) as entries:
+                async for entry in entries:
+                    if entry.type == "harness.turn.started":
+                        pickup.append(time.perf_counter() - t0)
+                    if entry.type == "harness.input.settled":
+                        break
+        out["pickup"] = pickup
         out["commits"] = int(statistics.median(commits))
         out["seq"] = seq_lat
         out["bare"] = base
@@ -296,6 +308,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         ("bare Kafka transaction p50 ms (interleaved with (a))", bare_p50),
         ("bare Kafka transaction p99 ms", pct(a["bare"], 0.99) * 1000),
         ("(c) floor ms = commits x bare p50", floor),
+        ("pickup ms: input acknowledged -> turn.started seen (p50, one commit included)", pct(a["pickup"], 0.5) * 1000),
         ("(a) p50 / floor", a50 / floor),
         ("(b) p50 / floor", b50 / floor),
         ("(a) closed loop: transactions per turn", a["transactions"] / max(1, len(a["loop"]))),
