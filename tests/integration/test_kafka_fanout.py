@@ -292,6 +292,20 @@ async def test_a_second_session_after_the_first_closed_needs_no_new_producer(mak
     assert [e.session_id for e in await log.read_partition(0)] == ["a", "b"]
 
 
+async def test_a_host_session_after_the_partitions_last_one_closed_reuses_its_producer(make_log):
+    from harness import HarnessHost, define_harness
+    from harness.models import ModelResponse, ScriptedModel
+
+    harness = define_harness(name="chat", model=ScriptedModel(lambda m: ModelResponse(text="hi")), tools=[])
+    log = make_log()
+    host = HarnessHost(log=log)
+    for sid in ("first", "second", "third"):  # one partition: each is its last session when it closes
+        session = await host.open(harness, session_id=sid)
+        assert (await session.send("hello")).outcome == "completed"
+        await session.close()
+    assert log.stats.producers_started == 1
+
+
 async def test_a_producer_fenced_while_idle_says_so_once_then_the_next_claim_takes_over(make_log):
     mine, theirs = make_log(), make_log()
     writer = await mine.claim("s", owner="w1", lease=LEASE)
