@@ -3,7 +3,7 @@
 Each session's user message says what to do, e.g. ``steps=20`` (one ``work`` call
 running 20 no-op durable steps), ``steps=100000 pause_ms=10`` (a long turn, for
 failover) or ``ask=yes`` (an ``approve`` call parked on ``step.ask``). The scripted
-model calls the tools once, then answers ``done``.
+model calls the tools once per turn (per user message), then answers ``done``.
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ APPROVE = durable_tool(
 
 
 def script(messages: list[dict[str, Any]]) -> ModelResponse:
-    if any(m.get("role") == "assistant" for m in messages):
-        return ModelResponse(text="done")
-    user = next(m["content"] for m in messages if m["role"] == "user")
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if any(m.get("role") == "assistant" for m in messages[last_user:]):
+        return ModelResponse(text="done")  # this turn's tools ran: answer
+    user = messages[last_user]["content"]
     calls = []
     steps = re.search(r"steps=(\d+)", user)
     if steps:

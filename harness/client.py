@@ -4,29 +4,48 @@ It only produces inputs and reads committed records; it never drives a turn. The
 same can be done from any language with the Avro schemas alone (``schemas/README.md``).
 
     client = HarnessClient(bootstrap="kafka:9092", topic_prefix="acme")
-    await client.send("s-1", "check out order 42", harness="acme/assistant", input_id="in-1")
-    settled = await client.wait_settled("s-1", "in-1", timeout=60)
+    receipt = await client.send("s-1", "check out order 42", harness="acme/assistant", input_id="in-1")
+    settled = await client.wait_settled("s-1", receipt, timeout=60)
+
+Every send returns an :class:`InputReceipt`: the input's id and its log position, so
+waiting for its settlement reads from there on, never from the start of the log. Reads
+follow the log through :func:`harness.log.follow.subscribe`: on Kafka one shared tailing
+consumer per partition per process, however many waiters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from harness.context import check_app_records
 from harness.jsonvalues import json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log.base import SessionLog
-from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry
+from harness.log.follow import subscribe
+from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry, Record
 
-__all__ = ["HarnessClient"]
+__all__ = ["HarnessClient", "InputReceipt"]
 
-POLL_S = 0.1
-"""How often ``events`` re-reads a log that cannot be tailed (SQLite, memory)."""
 
+@dataclass(frozen=True, slots=True)
+class InputReceipt:
+    """An input the log accepted: its ``input_id`` and its log ``position`` (``LogEntry.seq``).
+
+    Pass it to :meth:`HarnessClient.wait_settled`, which then reads from ``position`` on.
+    Resending an ``input_id`` has no second effect: the receipt of a resend points at the
+    resent record, and the settlement of the first one may lie before it (wait with the
+    first receipt, or with the ``input_id`` alone to look through the session's history).
+    """
+
+    session_id: str
+    input_id: str
+    position: int
 
 class HarnessClient:
     """Send inputs to sessions and read their records.
@@ -66,29 +85,34 @@ class HarnessClient:
     def _now() -> int:
         return int(time.time() * 1000)
 
-    async def send(self, session_id: str, text: str, *, harness: str | None = None, input_id: str | None = None) -> str:
-        """Send a user message; returns its ``input_id`` (resending one has no second effect)."""
+    async def _submit(self, record: Record, input_id: str) -> InputReceipt:
+        entry = await self.log.submit(record)
+        return InputReceipt(record.session_id, input_id, entry.seq)
+
+    async def send(
+        self, session_id: str, text: str, *, harness: str | None = None, input_id: str | None = None
+    ) -> InputReceipt:
+        """Send a user message; resending an ``input_id`` has no second effect."""
         input_id = input_id or f"in-{uuid.uuid4().hex}"
-        await self.log.submit(InputMessage(session_id, self._now(), input_id, text, harness))
-        return input_id
+        return await self._submit(InputMessage(session_id, self._now(), input_id, text, harness), input_id)
 
     async def answer(
         self, session_id: str, tool_call_id: str, name: str, value: Any, *, input_id: str | None = None
-    ) -> str:
+    ) -> InputReceipt:
         """Answer a ``step.ask``; the owner validates it against the ask's schema."""
         input_id = input_id or f"answer:{tool_call_id}:{name}"
         value = json_copy(value, what="answer")
-        await self.log.submit(InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value))
-        return input_id
+        return await self._submit(
+            InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value), input_id
+        )
 
     async def append_records(
         self, session_id: str, records: list[dict[str, Any]], *, input_id: str | None = None
-    ) -> str:
+    ) -> InputReceipt:
         """Append app records to a session (once per ``input_id``)."""
         checked = check_app_records(records)
         input_id = input_id or f"rec-{uuid.uuid4().hex}"
-        await self.log.submit(InputRecords(session_id, self._now(), input_id, checked))
-        return input_id
+        return await self._submit(InputRecords(session_id, self._now(), input_id, checked), input_id)
 
     def events(
         self, session_id: str, after: int | None = None, *, live: bool = False
@@ -99,7 +123,9 @@ class HarnessClient:
         With ``live=True`` (Kafka), the text deltas of model answers streamed from now on
         come too, as ``LiveEvent`` objects between the records, from the ``<prefix>.live``
         topic the workers publish to (best effort, never in the log; see ``harness.live``).
-        Other logs have no live topic: there only the records come.
+        Other logs have no live topic: there only the records come. The whole history
+        (``after=None``) starts where the session starts in the log (on Kafka: from the
+        partition's checkpoint), not at the log's beginning.
         """
         committed = self._committed_events(session_id, after)
         settings = getattr(self.log, "settings", None)
@@ -117,31 +143,30 @@ class HarnessClient:
         )
         return merge_live(committed, deltas)
 
-    async def _committed_events(self, session_id: str, after: int | None = None) -> AsyncIterator[LogEntry]:
-        position = 0 if after is None else after
-        tail = getattr(self.log, "tail_partition", None)
-        if tail is not None:
-            partition = self.log.partition_for(session_id)  # type: ignore[attr-defined]
-            async for entry in tail(partition, position):
-                if entry.session_id == session_id:
-                    yield entry
-            return
-        while True:
-            entries = await self.log.read(session_id, after=position)
-            for entry in entries:
-                position = entry.seq
+    async def _committed_events(self, session_id: str, after: int | None = None) -> AsyncGenerator[LogEntry, None]:
+        async with contextlib.aclosing(subscribe(self.log, session_id, after=after)) as entries:
+            async for entry in entries:
                 yield entry
-            if not entries:
-                await asyncio.sleep(POLL_S)
 
-    async def wait_settled(self, session_id: str, input_id: str, *, timeout: float | None = None) -> InputSettled:
-        """Wait until the owner settled ``input_id``; returns its verdict.
+    async def wait_settled(
+        self, session_id: str, input: InputReceipt | str, *, timeout: float | None = None  # noqa: A002
+    ) -> InputSettled:
+        """Wait until the owner settled the input; returns its verdict.
+
+        ``input``: the receipt of ``send``/``answer``/``append_records`` (the wait reads
+        from the input's position on), or an ``input_id`` alone (the wait looks through
+        the session's whole history).
 
         Raises:
             TimeoutError: not settled within ``timeout`` seconds.
         """
-        async with asyncio.timeout(timeout):
-            async for entry in self._committed_events(session_id):
+        if isinstance(input, InputReceipt):
+            input_id, after = input.input_id, input.position
+        else:
+            input_id, after = input, None
+        committed = self._committed_events(session_id, after)
+        async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
+            async for entry in entries:
                 record = entry.record
                 if isinstance(record, InputSettled) and record.input_id == input_id:
                     return record

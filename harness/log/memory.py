@@ -3,7 +3,8 @@
 It keeps the very same contract as SQLite and Kafka: records are stored as
 encoded bytes (so a record the codec refuses is refused here too), ownership is
 an owner epoch plus a lease read from an injected clock, and a newer claim
-fences the older writer.
+fences the older writer. Every commit is signalled in-process (``changes``), so
+followers (:mod:`harness.log.follow`) and workers wake at once instead of polling.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from harness.log import (
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
+from harness.log.follow import ChangeSignal
 from harness.records import Record
 
 __all__ = ["MemoryLog", "MemoryWriter"]
@@ -76,10 +78,16 @@ class MemoryLog:
         # each one atomic; the lock only guards use from several threads.
         self._lock = threading.Lock()
         self._closed = False
+        self._changes = ChangeSignal(end=lambda: len(self._rows))
 
     @property
     def namespace(self) -> str:
         return self._namespace
+
+    @property
+    def changes(self) -> ChangeSignal:
+        """Signalled after every commit (in-process: no polling)."""
+        return self._changes
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -176,6 +184,8 @@ class MemoryLog:
             self._rows.append(row)
             bucket.append(row)
             seqs.append(row.seq)
+        if seqs:
+            self._changes.notify()
         return seqs
 
     def _renew(self, writer: MemoryWriter) -> None:

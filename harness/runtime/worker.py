@@ -2,15 +2,17 @@
 
 Stateless: everything it knows it reads from the log. On Kafka it joins the
 consumer group ``<prefix>.workers`` and owns the partitions the group gives it
-(see ``harness.runtime.group``); on SQLite or memory it owns the whole log
-and polls it for new records. Either way each owned partition is a
-``PartitionRuntime``: rebuild from the log, go live, route new records.
+(see ``harness.runtime.group``) and follows each through the log's shared tail; on
+SQLite or memory it owns the whole log and reads it again whenever it changed
+(``harness.log.follow.watch_changes``: an in-process signal, or SQLite's
+``PRAGMA data_version`` checked every few ms), so a new input is picked up within
+milliseconds of its commit, with no poll interval on the way. Either way each owned
+partition is a ``PartitionRuntime``: rebuild from the log, go live, route new records.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -25,6 +27,7 @@ from harness.clock import Clock
 from harness.definition import Harness
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
+from harness.log.follow import ChangeSource, watch_changes
 from harness.observability import Observation, metrics
 from harness.records import LogEntry
 from harness.runtime.host import HarnessHost
@@ -49,6 +52,7 @@ class WorkerStats:
     records_ingested: int = 0
     corrupt_records: int = 0
     rebuilds: int = 0
+    scans: int = 0  # reads of the log for new records (SQLite / memory)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -59,6 +63,8 @@ class Worker:
         log: the session log (``open_log(url)``).
         harnesses: the harnesses this worker can run, matched by name.
         lease: ownership lease of a session (SQLite/memory).
+        poll_interval: SQLite/memory logs with no change source only: how often the log
+            is read for new records (a memory or SQLite log signals its commits instead).
         instance_id: Kafka static membership (``group.instance.id``).
         secrets_for: gives a session's secrets from (session id, harness name).
         live: on Kafka, publish text deltas of streamed model answers to ``<prefix>.live``
@@ -174,6 +180,7 @@ class Worker:
 
     async def _scan(self, after: int) -> tuple[list[LogEntry], int]:
         items: list[Any] = await self.log.scan(None, after=after, limit=SCAN_CHUNK)  # type: ignore[attr-defined]
+        self.stats.scans += 1
         entries: list[LogEntry] = []
         position = after
         for item in items:
@@ -187,6 +194,16 @@ class Worker:
         return entries, position
 
     async def _run_polling(self, stop: asyncio.Event) -> None:
+        changes = watch_changes(self.log)
+        if changes is not None:
+            changes.acquire()
+        try:
+            await self._follow(stop, changes)
+        finally:
+            if changes is not None:
+                changes.release()
+
+    async def _follow(self, stop: asyncio.Event, changes: ChangeSource | None) -> None:
         rt = self.runtime(0)
         position = 0
         started = time.monotonic()
@@ -206,22 +223,41 @@ class Worker:
         self.health.live = True
         loop = asyncio.get_running_loop()
         next_sweep = loop.time() + SWEEP_EVERY_S
-        poll = self.host.poll_interval
-        while not stop.is_set():
-            try:
-                entries, position = await self._scan(position)
-            except LogError as exc:
-                log.warning("reading the log failed: %s", exc)
-                entries = []
-            if entries:
-                self.stats.records_ingested += len(entries)
-                await rt.ingest(entries)
-            if loop.time() >= next_sweep:
-                await rt.sweep()
-                rt.forget_idle()
-                next_sweep = loop.time() + SWEEP_EVERY_S
-                self.publish([0])
-            self.stats.sessions = len(rt.sessions)
-            if not entries:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), poll)
+        seen = -1  # the change version last read at
+        more = True  # the last read may have left records behind
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                if more or changes is None or changes.version != seen:
+                    if changes is not None:
+                        seen = changes.version  # before reading: a commit during the read reads again
+                    try:
+                        entries, position = await self._scan(position)
+                    except LogError as exc:
+                        log.warning("reading the log failed: %s", exc)
+                        entries = []
+                    more = len(entries) >= SCAN_CHUNK
+                    if entries:
+                        self.stats.records_ingested += len(entries)
+                        await rt.ingest(entries)
+                if loop.time() >= next_sweep:
+                    await rt.sweep()
+                    rt.forget_idle()
+                    next_sweep = loop.time() + SWEEP_EVERY_S
+                    self.publish([0])
+                self.stats.sessions = len(rt.sessions)
+                if more:
+                    continue
+                # Wait for a commit (or the next sweep); without a change source, poll.
+                wait_s = max(0.0, next_sweep - loop.time())
+                if changes is None:
+                    wait_s = min(wait_s, self.host.poll_interval)
+                    waiter: asyncio.Future[Any] = asyncio.ensure_future(asyncio.sleep(wait_s))
+                else:
+                    waiter = asyncio.ensure_future(changes.wait(seen))
+                try:
+                    await asyncio.wait({waiter, stopping}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+        finally:
+            stopping.cancel()

@@ -9,7 +9,10 @@ One module per job:
                      group commit
 * ``session_writer`` ``KafkaSessionWriter``: a session's view of its partition's writer
 * ``inputs``         the idempotent input producer and the dead-letter topic
-* ``reader``         read_committed reads and tails of a partition
+* ``reader``         bounded read_committed reads of a partition
+* ``fanout``         ``Fanout``: one shared tailing consumer per partition per process, fanned
+                     out to every subscriber (no gap, no duplicate)
+* ``index``          ``PartitionIndex``: where a session's history starts (checkpoint + reads)
 * ``snapshots``      partition checkpoints in the compacted ``<prefix>.snapshots`` topic
 * ``topics``         creating and validating the topics
 * ``stats``          counters

@@ -7,7 +7,14 @@ partition, in order) and ``<prefix>.dead-letter`` for records nobody can decode.
   (:mod:`harness.log.kafka.writer`), with group commit across the partition's sessions.
 * ``submit`` (inputs from anyone) uses a separate idempotent, non-transactional producer.
 * Reads use read_committed consumers without a group (:mod:`harness.log.kafka.reader`),
-  so an aborted batch never happened.
+  so an aborted batch never happened. A read of a session's whole history starts where
+  the session starts, as the partition's checkpoint and the reads since tell
+  (:mod:`harness.log.kafka.index`), never at the partition's first offset.
+* Followers (``subscribe``, ``tail_partition``) share one tailing consumer per partition
+  per process (:mod:`harness.log.kafka.fanout`).
+* Owner producers live as long as the log: releasing the last session of a partition
+  keeps its producer (no second ``init_transactions``); ``disown_partition`` and
+  ``close`` close it.
 * Partitions are computed by Kafka's keyed murmur2 partitioner
   (:mod:`harness.log.kafka.partitioner`) and produced explicitly.
 
@@ -38,8 +45,10 @@ from confluent_kafka import KafkaError, KafkaException
 from harness.errors import CorruptRecord, FencedError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
-from harness.log.base import LeaseInfo, LogEntry
+from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
+from harness.log.kafka.fanout import Fanout
+from harness.log.kafka.index import Indexes, KeyObserver
 from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
     DLQ_OFFSET_HEADER,
@@ -48,7 +57,7 @@ from harness.log.kafka.inputs import (
     InputProducer,
 )
 from harness.log.kafka.partitioner import partition_for
-from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range, tail
+from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range
 from harness.log.kafka.session_writer import KafkaSessionWriter
 from harness.log.kafka.snapshots import SnapshotStore
 from harness.log.kafka.stats import KafkaLogStats
@@ -69,6 +78,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("harness.log.kafka")
+
 
 
 def open_kafka_log(url: str, **options: Any) -> KafkaLog:
@@ -158,6 +168,8 @@ class KafkaLog:
         self._inputs: InputProducer | None = None
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
+        self._fanout: Fanout | None = None
+        self._indexes = Indexes(self._latest_checkpoint)
 
     @property
     def namespace(self) -> str:
@@ -184,13 +196,36 @@ class KafkaLog:
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """Committed records of ``session_id`` with seq > ``after``; poison records are skipped.
 
+        Without ``after`` (or with one <= 0) the whole history is read from where the
+        session starts (see :meth:`history`), not from the partition's first offset.
         A record that cannot be decoded is copied to the dead-letter topic (once per
         process), counted in ``stats`` and skipped: it never stalls the partition.
         """
-        items = await self._scan_partition(
-            self.partition_for(session_id), after or 0, key=message_key(session_id)
-        )
-        return await self._skip_corrupt(items)
+        held, items = await self._session_items(session_id, after)
+        return held + await self._skip_corrupt(items)
+
+    async def _session_items(self, session_id: str, after: int | None) -> tuple[list[LogEntry], list[ReadResult]]:
+        partition = self.partition_for(session_id)
+        key = message_key(session_id)
+        if after is not None and after > 0:
+            return [], await self._scan_partition(partition, after, key=key)
+        held, start = await self.history(session_id)
+        return held, await self._scan_partition(partition, start, key=key)
+
+    async def history(self, session_id: str) -> tuple[list[LogEntry], int]:
+        """Where the whole history of ``session_id`` starts: ``(records, offset)``.
+
+        ``records`` are those the partition's checkpoint holds (a live session's), the rest
+        is read from ``offset`` on. Known from the latest checkpoint of the partition and
+        the reads this process made since (:class:`~harness.log.kafka.index.PartitionIndex`);
+        without either, 0.
+        """
+        index = await self._indexes.get(self.partition_for(session_id))
+        return index.history(session_id)
+
+    async def _latest_checkpoint(self, partition: int) -> Checkpoint | None:
+        await self.start()
+        return await self.snapshots.read(partition, create=False)
 
     async def read_partition(
         self, partition: int, start_offset: int = 0, end_offset: int | None = None, *, lazy: bool = False
@@ -215,17 +250,55 @@ class KafkaLog:
         """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
 
         Never ends by itself; close the iterator (``aclose()``, or leave ``async for``) to
-        stop. Poison records are dead-lettered and skipped.
+        stop. Served by the partition's shared tail (:attr:`fanout`). Poison records are
+        dead-lettered and skipped.
+        """
+        if not 0 <= partition < self.settings.partitions:
+            raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
+        await self.start()
+        async for entry in self.fanout.subscribe(partition, after=start_offset):
+            yield entry
+
+    async def subscribe(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
+        """The committed records of ``session_id`` with seq > ``after``, in order, live.
+
+        ``after=None`` (or <= 0): the whole history, from where the session starts (see
+        :meth:`history`). Served by the partition's shared tail: however many subscribers,
+        one consumer per partition; no gap and no duplicate between the history and the
+        live records. Never ends by itself; close the iterator to stop.
+
+        Raises:
+            LogUnavailable: the partition's tail failed (subscribe again).
         """
         await self.start()
-        async for entry in tail(
-            self.settings,
-            self._codec.decode,
-            partition=partition,
-            start=start_offset,
-            on_corrupt=self._dead_letter,
-        ):
+        if after is None or after <= 0:
+            held, after = await self.history(session_id)
+            for entry in held:
+                yield entry
+        async for entry in self.fanout.subscribe(self.partition_for(session_id), after=after, session_id=session_id):
             yield entry
+
+    @property
+    def fanout(self) -> Fanout:
+        """The shared tails of this process (one consumer per partition followed)."""
+        with self._lock:
+            self._check_open()
+            if self._fanout is None:
+                self._fanout = Fanout(
+                    self.settings,
+                    decode=self._codec.decode,
+                    catch_up=self._catch_up,
+                    on_corrupt=self._dead_letter,
+                    stats=self.stats,
+                )
+            return self._fanout
+
+    async def _catch_up(
+        self, partition: int, start: int, end: int, key: bytes | None, limit: int
+    ) -> tuple[list[LogEntry], int]:
+        items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
+        reached = end if len(items) < limit else _seq(items[-1])
+        return await self._skip_corrupt(items), reached
 
     async def scan(
         self, session_id: str | None = None, *, after: int | None = None, limit: int | None = None
@@ -238,9 +311,8 @@ class KafkaLog:
         """
         start = after or 0
         if session_id is not None:
-            items = await self._scan_partition(
-                self.partition_for(session_id), start, key=message_key(session_id)
-            )
+            held, items = await self._session_items(session_id, after)
+            items = [*held, *items]
             return items[:limit] if limit is not None else items
         per_partition = await asyncio.gather(
             *(self._scan_partition(p, start, limit=limit) for p in range(self.settings.partitions))
@@ -281,13 +353,18 @@ class KafkaLog:
         key: bytes | None = None,
         limit: int | None = None,
         lazy: bool = False,
+        must_reach: int = 0,
     ) -> list[ReadResult]:
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
         await self.start()
         with self._lock:
-            must_reach = self._committed.get(partition, 0)
-        return await asyncio.to_thread(
+            must_reach = max(must_reach, self._committed.get(partition, 0))
+        index = self._indexes.known(partition)
+        # A read that starts inside what the index accounts for teaches it the sessions after.
+        observe = KeyObserver(start) if index is not None and start <= index.position else None
+        self.stats.add(reads=1)
+        items = await asyncio.to_thread(
             read_range,
             self._pool,
             self._codec.decode,
@@ -300,7 +377,11 @@ class KafkaLog:
             limit=limit,
             peek=self._codec.peek_type if lazy else None,
             fields=self._codec.decode_fields if lazy else None,
+            observe=observe,
         )
+        if observe is not None and index is not None:
+            index.observe(observe)
+        return items
 
     async def _skip_corrupt(self, items: Sequence[ReadResult]) -> list[LogEntry]:
         corrupt = [item for item in items if isinstance(item, CorruptRecord)]
@@ -383,7 +464,11 @@ class KafkaLog:
 
         The first claim of a partition starts its fenced producer (``init_transactions``
         fences any other process's writer of the partition); later claims in this
-        process share it. A claim fences this process's earlier writer of the session.
+        process share it, also once every earlier session of the partition was released
+        (the producer lives as long as the log). A claim fences this process's earlier
+        writer of the session. If another process fenced the partition's producer while
+        it sat idle, the first append says so (``FencedError``); the claim after that
+        starts a new producer, which fences the other process in turn.
 
         Raises:
             LogUnavailable: the producer could not be started.
@@ -477,6 +562,7 @@ class KafkaLog:
         )
         self._writers[partition] = writer
         writer.start()
+        self.stats.add(producers_started=1)
         return writer
 
     def _is_current(self, session_id: str, epoch: int) -> bool:
@@ -504,25 +590,15 @@ class KafkaLog:
             )
 
     async def release_writer(self, writer: KafkaSessionWriter) -> None:
-        closing = None
         with self._lock:
             own = self._owners.get(writer.session_id)
             if own is None or own.epoch != writer.epoch or own.owner is None:
                 return  # already lost: releasing changes nothing
             own.owner = None
             own.writer = None
-            shared = writer.shared
-            shared.sessions.discard(writer.session_id)
-            if (
-                not shared.sessions
-                and writer.partition not in self._pinned
-                and self._writers.get(writer.partition) is shared
-            ):
-                # Last session of the partition: flush and close its producer. The next
-                # claim's writer waits for this one to finish before init_transactions.
-                closing = shared.close()
-        if closing is not None:
-            await _shared(closing)
+            # The partition's producer stays open, also when this was its last session:
+            # the next claim of the partition needs no new init_transactions (~100 ms).
+            writer.shared.sessions.discard(writer.session_id)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -548,6 +624,8 @@ class KafkaLog:
             inputs, self._inputs = self._inputs, None
         closing = [asyncio.wrap_future(w.close()) for w in writers]
         await asyncio.gather(*closing, return_exceptions=True)
+        if self._fanout is not None:
+            await self._fanout.close()
         await asyncio.to_thread(self._pool.close)
         if self._snapshots is not None:
             await asyncio.to_thread(self._snapshots.close)

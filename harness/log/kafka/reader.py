@@ -17,11 +17,9 @@ also waits to reach ``must_reach`` (the end of what this process has committed).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -30,8 +28,9 @@ from harness.errors import CodecError, CorruptRecord, LogUnavailable
 from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
 from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
+from harness.log.kafka.index import KeyObserver
 
-__all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range", "tail"]
+__all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range"]
 
 ReadResult = LogEntry | CorruptRecord
 Decoder = Callable[[bytes], Any]
@@ -220,10 +219,14 @@ def read_range(
     timeout: float = READ_TIMEOUT_S,
     peek: Callable[[bytes], str] | None = None,
     fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
+    observe: KeyObserver | None = None,
 ) -> list[ReadResult]:
     """Committed records of one partition with ``start <= offset < stop`` (blocking).
 
     With ``peek`` (the codec's ``peek_type``) records come back as :class:`LazyEntry`.
+    With ``observe``, the first offset of every key read (wanted or not) and the offset
+    the read covered up to are noted in it (a :class:`~harness.log.kafka.index.PartitionIndex`
+    learns from them).
 
     ``stop`` is the partition's current end (LSO), at least ``must_reach``, at most
     ``end``. Only messages with ``key`` (when given) are decoded and returned.
@@ -240,11 +243,15 @@ def read_range(
             stop = min(stop, end)
         start = max(start, low)  # records before ``low`` were deleted by retention
         if start >= stop:
+            if observe is not None:
+                observe.stop = max(observe.stop, start)
             return []
         consumer.assign([TopicPartition(topic, partition, start)])
         try:
             with collector_paused():
-                return _consume(consumer, decode, topic, partition, stop, key, limit, timeout, peek, fields)
+                return _consume(
+                    consumer, decode, topic, partition, stop, key, limit, timeout, peek, fields, observe
+                )
         finally:
             consumer.unassign()
     except KafkaException as exc:
@@ -292,6 +299,7 @@ def _consume(
     timeout: float,
     peek: Callable[[bytes], str] | None = None,
     fields: Callable[[bytes], tuple[str, dict[str, Any]]] | None = None,
+    observe: KeyObserver | None = None,
 ) -> list[ReadResult]:
     out: list[ReadResult] = []
     deadline = time.monotonic() + timeout
@@ -301,6 +309,8 @@ def _consume(
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
                     if msg.offset() >= stop:
+                        if observe is not None:
+                            observe.stop = stop
                         return out
                     continue  # the LSO has not reached our own commit yet: keep going
                 if error.fatal() or not (error.retriable() or error.code() in _TRANSIENT):
@@ -308,67 +318,23 @@ def _consume(
                 continue  # the consumer retries by itself
             offset = msg.offset()
             if offset >= stop:
+                if observe is not None:
+                    observe.stop = stop
                 return out
-            if key is None or msg.key() == key:
+            msg_key = msg.key()
+            if observe is not None:
+                observe.saw(msg_key, offset)
+            if key is None or msg_key == key:
                 if peek is None:
                     out.append(decode_message(decode, topic, partition, msg))
                 else:
                     out.append(lazy_message(peek, decode, topic, partition, msg, fields))
                 if limit is not None and len(out) >= limit:
+                    if observe is not None:
+                        observe.stop = offset + 1
                     return out
             if offset + 1 >= stop:
+                if observe is not None:
+                    observe.stop = stop
                 return out
     raise LogUnavailable(f"read of {topic}[{partition}] did not reach offset {stop} within {timeout}s")
-
-
-async def tail(
-    settings: KafkaSettings,
-    decode: Decoder,
-    *,
-    partition: int,
-    start: int,
-    on_corrupt: Callable[[CorruptRecord], None],
-) -> AsyncIterator[LogEntry]:
-    """Every committed record of ``partition`` from ``start`` on, as it commits; forever.
-
-    A dedicated consumer whose blocking calls run on one private thread (so closing it
-    never races a ``consume`` in flight). Unreadable records go to ``on_corrupt`` (called
-    on that thread) and are skipped.
-    """
-    topic = settings.sessions_topic
-    executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"harness-kafka-tail-{partition}")
-    loop = asyncio.get_running_loop()
-    consumer: Any = None
-
-    def open_at(offset: int) -> Any:
-        c = Consumer(settings.reader_config(tail=True))
-        low, _end = _watermarks(c, TopicPartition(topic, partition), READ_TIMEOUT_S)
-        c.assign([TopicPartition(topic, partition, max(offset, low))])
-        return c
-
-    def next_batch() -> list[LogEntry]:
-        out: list[LogEntry] = []
-        for msg in _next_messages(consumer, 0.5):
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF or (
-                    not error.fatal() and (error.retriable() or error.code() in _TRANSIENT)
-                ):
-                    continue  # the consumer carries on by itself
-                raise LogUnavailable(f"tail of {topic}[{partition}] failed: {error.str()}")
-            item = decode_message(decode, topic, partition, msg)
-            if isinstance(item, CorruptRecord):
-                on_corrupt(item)
-            else:
-                out.append(item)
-        return out
-
-    try:
-        consumer = await loop.run_in_executor(executor, open_at, start)
-        while True:
-            for entry in await loop.run_in_executor(executor, next_batch):
-                yield entry
-    finally:
-        if consumer is not None:
-            executor.submit(consumer.close)
-        executor.shutdown(wait=False)

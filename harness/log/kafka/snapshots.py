@@ -195,8 +195,19 @@ class SnapshotStore:
             ended.update((sid, int(first)) for sid, first in chunk["ended"])
         return Checkpoint(covers=int(header["covers"]), sessions=sessions, ended=ended)
 
-    def _read(self, partition: int) -> Checkpoint | None:
-        self._ensure_topic()
+    def _exists(self) -> bool:
+        if self._ready:
+            return True
+        admin = AdminClient(self._settings.admin_config())
+        metadata: Any = admin.list_topics(topic=self.topic, timeout=ADMIN_TIMEOUT_S)
+        topic = metadata.topics.get(self.topic)
+        return topic is not None and topic.error is None
+
+    def _read(self, partition: int, create: bool = True) -> Checkpoint | None:
+        if create:
+            self._ensure_topic()
+        elif not self._exists():
+            return None  # nobody wrote a checkpoint of this log yet
         consumer = self._consumer()
         try:
             # Retries the transient errors of a topic just created (no leader yet, ...).
@@ -226,9 +237,12 @@ class SnapshotStore:
         finally:
             consumer.close()
 
-    async def read(self, partition: int) -> Checkpoint | None:
-        """The latest complete checkpoint of ``partition`` (None if there is none)."""
-        return await asyncio.to_thread(self._read, partition)
+    async def read(self, partition: int, *, create: bool = True) -> Checkpoint | None:
+        """The latest complete checkpoint of ``partition`` (None if there is none).
+
+        ``create=False``: a reader that only looks does not create the topic.
+        """
+        return await asyncio.to_thread(self._read, partition, create)
 
     def close(self) -> None:
         if self._producer is not None:

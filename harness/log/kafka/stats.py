@@ -26,6 +26,10 @@ class KafkaLogStats:
     submits: int = 0  # inputs produced by submit()
     corrupt: int = 0  # undecodable records met by reads (each read counts again)
     dead_lettered: int = 0  # poison records copied to the dead-letter topic (once each)
+    producers_started: int = 0  # owner producers started (each ran init_transactions)
+    reads: int = 0  # bounded reads of a partition (read, read_partition, scan, catch-up)
+    tails_opened: int = 0  # shared tailing consumers the fan-out opened (one per partition followed)
+    catch_up_reads: int = 0  # bounded reads of subscribers that started behind the shared tail
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:

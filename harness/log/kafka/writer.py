@@ -29,6 +29,7 @@ from harness.errors import FencedError, LogError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log.kafka.config import (
     COMMIT_DEADLINE_S,
+    GROUP_COMMIT_LINGER_S,
     INIT_TIMEOUT_S,
     MAX_ABORT_RETRIES,
     MAX_APPENDS_PER_TRANSACTION,
@@ -181,20 +182,23 @@ class PartitionWriter:
             return
         self.ready.set_result(None)
         stop = False
+        recent: set[str] = set()  # sessions of the last transaction
         while not stop:
             first = self._queue.get()
             if first is None:
                 break
             batch = [first]
-            while len(batch) < MAX_APPENDS_PER_TRANSACTION:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
+            stop = self._drain(batch, None)
+            # Group commit under load: sessions whose appends were in the last
+            # transaction come back with their next one a moment after it committed.
+            # Without waiting for them they would start the next-but-one transaction
+            # and the partition's sessions would alternate between two half-full
+            # transactions. Only when several sessions are active (a lone session
+            # never waits), and never longer than GROUP_COMMIT_LINGER_S.
+            expected = recent | {a.session_id for a in batch}
+            if not stop and len(recent) > 1 and len({a.session_id for a in batch}) < len(expected):
+                stop = self._drain(batch, (time.monotonic() + GROUP_COMMIT_LINGER_S, len(expected)))
+            recent = {a.session_id for a in batch}
             try:
                 self._commit(batch)
             except Exception as exc:  # a bug must fail the appends, not hang them
@@ -202,6 +206,29 @@ class PartitionWriter:
                 self._die(LogUnavailable(f"owner writer of partition {self.partition} failed: {exc}"))
                 self._fail(batch, self._dead_error)
         self._finish()
+
+    def _drain(self, batch: list[Append], linger: tuple[float, int] | None) -> bool:
+        """Add queued appends to ``batch``; with ``linger`` (deadline, sessions), wait for
+        more until ``sessions`` distinct sessions are in or the deadline passed.
+        True if the close sentinel was met (the batch still commits first)."""
+        while len(batch) < MAX_APPENDS_PER_TRANSACTION:
+            try:
+                if linger is None:
+                    item = self._queue.get_nowait()
+                else:
+                    deadline, sessions = linger
+                    if len({a.session_id for a in batch}) >= sessions:
+                        return False
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    item = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                return False
+            if item is None:
+                return True
+            batch.append(item)
+        return False
 
     def _finish(self) -> None:
         """Fail whatever is still queued, close the producer, resolve ``closed``."""

@@ -1,0 +1,392 @@
+"""One shared tailing consumer per partition per process, fanned out to every subscriber.
+
+``Fanout.subscribe(partition, after=, session_id=)`` is an async iterator of the committed
+records of one session (or of every session, ``session_id=None``) with ``seq > after``, in
+log order, live. However many subscribers a process has (a thousand clients waiting for
+their turns, SSE streams, a worker's partition runtime), each partition is read by ONE
+read_committed consumer, on its own thread; its records are handed to the event loop in
+batches and routed by key. Only records somebody subscribed to are decoded.
+
+No gap, no duplicate. The tail knows ``position``: every committed record with an offset
+below it has been dispatched (a record's ``seq`` is its offset + 1). A subscriber with
+``after >= position`` only waits. One that starts behind catches up first, in the same
+loop step that registers it (so nothing is dispatched in between): from the tail's ring
+of recent records when they reach back far enough (no read at all), else with a bounded
+read of ``[after, position)``; live records dispatched meanwhile queue behind. A
+subscriber that stops reading falls behind at ``QUEUE_LIMIT`` unread records: its queue
+stops growing, and once it drained what it had it catches up again the same way.
+
+A new tail starts at the end of the partition (the last stable offset, so records of a
+transaction still open when it starts are not skipped), or at its first subscriber's
+position when that is close to the end. A tail nobody subscribes to closes after
+``LINGER_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from harness.errors import CorruptRecord, LogUnavailable
+from harness.ids import message_key
+from harness.log.base import LogEntry
+from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
+from harness.log.kafka.reader import _TRANSIENT, Decoder, _next_messages, _watermarks, decode_message
+from harness.log.kafka.stats import KafkaLogStats
+
+__all__ = ["CatchUp", "Fanout"]
+
+log = logging.getLogger("harness.log.kafka")
+
+CatchUp = Callable[[int, int, int, bytes | None, int], Awaitable[tuple[list[LogEntry], int]]]
+"""``(partition, start, end, key, limit) -> (entries, reached)``: committed records of
+``key`` (every key if None) with ``start <= offset < end``, at most ``limit`` of them
+(corrupt ones skipped), and the offset the read covered up to (``end`` unless cut by
+``limit``)."""
+
+LINGER_S = 30.0
+"""A tail without subscribers stays open this long, so a burst of short waits reuses it."""
+QUEUE_LIMIT = 10_000
+"""Unread records a subscriber may hold; beyond, it catches up with a read instead."""
+RING = 4096
+"""Recent records a tail keeps (raw, undecoded) for subscribers that start just behind it."""
+JOIN_WINDOW = 1000
+"""A new tail starts at its first subscriber's position if that is at most this far behind."""
+CATCH_UP_CHUNK = 1000
+"""Records per bounded catch-up read."""
+POLL_S = 0.5
+"""The tail thread's blocking wait for the next records (it returns at the first one: not a
+poll interval on any path); it only bounds how fast a closed tail notices."""
+CLOSE_WAIT_S = 2.0
+"""How long ``close`` waits for a tail's thread; it closes its consumer itself when its
+current wait ends."""
+IN_FLIGHT = 4
+"""Batches handed to the loop and not yet dispatched; the thread waits beyond (back-pressure)."""
+
+
+class _Sub:
+    """One subscriber: its key filter, its position and its unread records."""
+
+    __slots__ = ("after", "catch_up_to", "key", "overflow", "queue", "waiter")
+
+    def __init__(self, key: bytes | None, after: int) -> None:
+        self.key = key
+        self.after = after  # every record with seq <= after was yielded (or is not wanted)
+        self.queue: collections.deque[LogEntry] = collections.deque()
+        self.catch_up_to: int | None = None  # read [after, catch_up_to) before the queue
+        self.overflow = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def push(self, entry: LogEntry) -> None:
+        if self.overflow:
+            return
+        if len(self.queue) >= QUEUE_LIMIT:
+            self.overflow = True  # catches up with a read once it drained its queue
+        else:
+            self.queue.append(entry)
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _Tail:
+    """The consumer of one partition, its thread, and its subscribers (used on the loop)."""
+
+    def __init__(self, fanout: Fanout, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.fanout = fanout
+        self.partition = partition
+        self.loop = loop
+        self.position = 0  # offset: every committed record below it was dispatched
+        self.ring: collections.deque[Any] = collections.deque(maxlen=RING)  # recent raw messages
+        self.ring_start = 0  # every committed record from this offset to ``position`` is in ``ring``
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.error: BaseException | None = None
+        self.by_key: dict[bytes, set[_Sub]] = {}
+        self.every: set[_Sub] = set()
+        self.idle_polls = 0  # blocking waits that ended with nothing (counter, for tests)
+        self._linger: asyncio.TimerHandle | None = None
+        self._hint = 0
+        self._stop = threading.Event()
+        self._in_flight = threading.Semaphore(IN_FLIGHT)
+        self._thread = threading.Thread(
+            target=self._run, name=f"harness-kafka-fanout-{partition}", daemon=True
+        )
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def start(self, hint: int) -> None:
+        self._hint = hint
+        self._thread.start()
+
+    def _run(self) -> None:
+        settings = self.fanout.settings
+        topic = settings.sessions_topic
+        consumer: Any = None
+        try:
+            consumer = Consumer(settings.reader_config(tail=True))
+            low, end = _watermarks(consumer, TopicPartition(topic, self.partition), READ_TIMEOUT_S)
+            hint = self._hint
+            start = hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end
+            consumer.assign([TopicPartition(topic, self.partition, start)])
+            self._call(self._started, start)
+            while not self._stop.is_set():
+                batch = []
+                messages = _next_messages(consumer, POLL_S)
+                if not messages:
+                    self.idle_polls += 1
+                for msg in messages:
+                    error = msg.error()
+                    if error is None:
+                        batch.append(msg)
+                    elif error.code() != KafkaError._PARTITION_EOF and (
+                        error.fatal() or not (error.retriable() or error.code() in _TRANSIENT)
+                    ):
+                        raise LogUnavailable(f"tail of {topic}[{self.partition}] failed: {error.str()}")
+                if batch:
+                    while not self._in_flight.acquire(timeout=POLL_S):
+                        if self._stop.is_set():
+                            return
+                    self._call(self._dispatch, batch)
+        except BaseException as exc:  # noqa: BLE001 - reported to every subscriber
+            self._call(self._failed, exc)
+        finally:
+            if consumer is not None:
+                consumer.close()
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # -- on the loop ------------------------------------------------------------------------
+
+    def _started(self, start: int) -> None:
+        self.position = self.ring_start = start
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+    def _failed(self, exc: BaseException) -> None:
+        if isinstance(exc, LogUnavailable):
+            self.error = exc
+        else:
+            self.error = LogUnavailable(f"tail of partition {self.partition} failed: {exc}")
+            self.error.__cause__ = exc
+        if not self.ready.done():
+            self.ready.set_exception(self.error)
+            self.ready.exception()  # retrieved: a failed start is reported to the subscriber
+        self.fanout._forget(self)
+        for sub in [*self.every, *(s for subs in self.by_key.values() for s in subs)]:
+            sub.wake()
+
+    def _dispatch(self, batch: list[Any]) -> None:
+        self._in_flight.release()
+        decode = self.fanout.decode
+        topic = self.fanout.settings.sessions_topic
+        for msg in batch:
+            offset: int = msg.offset()
+            if offset < self.position:
+                continue
+            subs = self.by_key.get(msg.key())
+            if subs or self.every:
+                item = decode_message(decode, topic, self.partition, msg)
+                if isinstance(item, CorruptRecord):
+                    self.fanout.report_corrupt(item)
+                else:
+                    for sub in subs or ():
+                        sub.push(item)
+                    for sub in self.every:
+                        sub.push(item)
+            if len(self.ring) == self.ring.maxlen:
+                self.ring_start = self.ring[0].offset() + 1
+            self.ring.append(msg)
+            self.position = offset + 1
+
+    def add(self, sub: _Sub) -> None:
+        """Register ``sub``; if it starts behind, give it what it missed (see the module doc)."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if sub.key is None:
+            self.every.add(sub)
+        else:
+            self.by_key.setdefault(sub.key, set()).add(sub)
+        if sub.after >= self.position:
+            return
+        if sub.after >= self.ring_start:
+            self._replay(sub)
+        else:
+            sub.catch_up_to = self.position
+
+    def _replay(self, sub: _Sub) -> None:
+        """The ring's records after ``sub.after`` of ``sub``'s key, queued in order."""
+        wanted = []
+        for msg in reversed(self.ring):
+            if msg.offset() < sub.after:
+                break
+            if sub.key is None or msg.key() == sub.key:
+                wanted.append(msg)
+        decode = self.fanout.decode
+        topic = self.fanout.settings.sessions_topic
+        for msg in reversed(wanted):
+            item = decode_message(decode, topic, self.partition, msg)
+            if isinstance(item, LogEntry):
+                sub.queue.append(item)  # a corrupt one was reported when it was dispatched
+
+    def remove(self, sub: _Sub) -> None:
+        if sub.key is None:
+            self.every.discard(sub)
+        else:
+            subs = self.by_key.get(sub.key)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self.by_key[sub.key]
+        if not self.every and not self.by_key and self.error is None and self._linger is None:
+            self._linger = self.loop.call_later(LINGER_S, self._close_idle)
+
+    def _close_idle(self) -> None:
+        self._linger = None
+        if not self.every and not self.by_key:
+            self.fanout._forget(self)
+            self.stop()
+
+
+class Fanout:
+    """The shared tails of a Kafka log's partitions in this process (see the module doc).
+
+    Args:
+        settings: the log's settings (topic, client configs).
+        decode: the codec's ``decode``.
+        catch_up: the bounded read a subscriber that starts behind uses.
+        on_corrupt: called (on a worker thread) with each undecodable record, once.
+        stats: counters (``tails_opened``, ``catch_up_reads``).
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        decode: Decoder,
+        catch_up: CatchUp,
+        on_corrupt: Callable[[CorruptRecord], None],
+        stats: KafkaLogStats,
+    ) -> None:
+        self.settings = settings
+        self.decode = decode
+        self._catch_up = catch_up
+        self._on_corrupt = on_corrupt
+        self._stats = stats
+        self._tails: dict[int, _Tail] = {}
+        self._closed = False
+
+    @property
+    def consumers(self) -> int:
+        """Tailing consumers open now (one per partition somebody follows)."""
+        return len(self._tails)
+
+    def subscribers(self, partition: int) -> int:
+        tail = self._tails.get(partition)
+        if tail is None:
+            return 0
+        return len(tail.every) + sum(len(s) for s in tail.by_key.values())
+
+    def idle_polls(self, partition: int) -> int:
+        """Blocking waits of the partition's tail that ended with nothing (for tests)."""
+        tail = self._tails.get(partition)
+        return tail.idle_polls if tail is not None else 0
+
+    def report_corrupt(self, corrupt: CorruptRecord) -> None:
+        asyncio.get_running_loop().run_in_executor(None, self._on_corrupt, corrupt)
+
+    def _forget(self, tail: _Tail) -> None:
+        if self._tails.get(tail.partition) is tail:
+            del self._tails[tail.partition]
+
+    async def _tail(self, partition: int, hint: int) -> _Tail:
+        if self._closed:
+            raise LogUnavailable("the Kafka session log is closed")
+        loop = asyncio.get_running_loop()
+        tail = self._tails.get(partition)
+        if tail is not None and tail.loop is not loop:  # the log moved to another event loop
+            tail.stop()
+            tail = None
+        if tail is None:
+            tail = self._tails[partition] = _Tail(self, partition, loop)
+            tail.start(hint)
+            self._stats.add(tails_opened=1)
+        await asyncio.shield(tail.ready)
+        return tail
+
+    async def subscribe(
+        self, partition: int, *, after: int, session_id: str | None = None
+    ) -> AsyncIterator[LogEntry]:
+        """Committed records of ``session_id`` (every session if None) in ``partition``
+        with ``seq > after``, in order, as they commit; never ends by itself.
+
+        Raises:
+            LogUnavailable: the partition's tail failed (subscribe again to reopen it).
+        """
+        key = message_key(session_id) if session_id is not None else None
+        after = max(0, after)
+        tail = await self._tail(partition, after)
+        sub = _Sub(key, after)
+        tail.add(sub)
+        try:
+            while True:
+                if sub.catch_up_to is not None:
+                    end = sub.catch_up_to
+                    start = sub.after
+                    while start < end:
+                        self._stats.add(catch_up_reads=1)
+                        entries, start = await self._catch_up(partition, start, end, key, CATCH_UP_CHUNK)
+                        for entry in entries:
+                            if entry.seq > sub.after:
+                                sub.after = entry.seq
+                                yield entry
+                    sub.after = max(sub.after, end)
+                    sub.catch_up_to = None
+                while sub.queue:
+                    entry = sub.queue.popleft()
+                    if entry.seq > sub.after:
+                        sub.after = entry.seq
+                        yield entry
+                if sub.overflow:  # records were dropped after the queue: read them instead
+                    sub.overflow = False
+                    sub.catch_up_to = tail.position
+                    continue
+                if tail.error is not None:
+                    raise tail.error
+                sub.waiter = tail.loop.create_future()
+                try:
+                    await sub.waiter
+                finally:
+                    sub.waiter = None
+        finally:
+            tail.remove(sub)
+
+    async def close(self) -> None:
+        """Stop every tail (their subscribers' next wait raises ``LogUnavailable``)."""
+        self._closed = True
+        tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            tail.stop()
+            tail._failed(LogUnavailable("the Kafka session log is closed"))
+        for tail in tails:
+            await asyncio.to_thread(tail.join, CLOSE_WAIT_S)
