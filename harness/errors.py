@@ -21,8 +21,10 @@
     │   ├── SessionBusy            another live owner holds the session's lease
     │   ├── CorruptRecord          a stored record cannot be decoded
     │   └── LogUnavailable         the backend cannot be reached / configured
+    │       └── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
     ├── CodecError                 encoding/decoding a record failed
     ├── UnknownHarness             a session names a harness this host does not run
+    ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
 
 Errors carry structured fields (session id, tool call id, step name, position)
@@ -37,6 +39,7 @@ __all__ = [
     "AskError",
     "AskExpired",
     "CodecError",
+    "ConfigError",
     "CorruptRecord",
     "DefinitionError",
     "DuplicateStepName",
@@ -55,6 +58,7 @@ __all__ = [
     "StepError",
     "StepValueError",
     "StepValueTooLarge",
+    "TopicNotFound",
     "UnknownHarness",
 ]
 
@@ -220,6 +224,15 @@ class LogUnavailable(LogError):
     """The log backend cannot be reached or is misconfigured."""
 
 
+class TopicNotFound(LogUnavailable):
+    """A topic of the Kafka log does not exist; clients never create it (workers and
+    ``harness topics create`` do)."""
+
+    def __init__(self, message: str, *, topic: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
 class CodecError(HarnessError):
     """A record could not be encoded or decoded; ``raw`` holds the bytes when decoding."""
 
@@ -235,6 +248,15 @@ class UnknownHarness(HarnessError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no harness named {name!r} is loaded here")
         self.name = name
+
+
+class ConfigError(HarnessError):
+    """A setting given to a command or a service is wrong (an ``--app`` that names no
+    harness, a secrets folder that does not exist ...); the message says how to fix it."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class MissingExtra(HarnessError, ImportError):
