@@ -69,6 +69,14 @@ class SnapshotStore:
 
     # -- topic -----------------------------------------------------------------------------
 
+    def ensure_topic(self) -> None:
+        """Create ``<prefix>.snapshots`` if it is missing (blocking)."""
+        self._ensure_topic()
+
+    def _exists(self) -> bool:
+        admin = AdminClient(self._settings.admin_config())
+        return self.topic in admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics
+
     def _ensure_topic(self) -> None:
         if self._ready:
             return
@@ -195,8 +203,11 @@ class SnapshotStore:
             ended.update((sid, int(first)) for sid, first in chunk["ended"])
         return Checkpoint(covers=int(header["covers"]), sessions=sessions, ended=ended)
 
-    def _read(self, partition: int) -> Checkpoint | None:
-        self._ensure_topic()
+    def _read(self, partition: int, create_topic: bool = True) -> Checkpoint | None:
+        if create_topic:
+            self._ensure_topic()
+        elif not self._ready and not self._exists():
+            return None
         consumer = self._consumer()
         try:
             # Retries the transient errors of a topic just created (no leader yet, ...).
@@ -226,9 +237,12 @@ class SnapshotStore:
         finally:
             consumer.close()
 
-    async def read(self, partition: int) -> Checkpoint | None:
-        """The latest complete checkpoint of ``partition`` (None if there is none)."""
-        return await asyncio.to_thread(self._read, partition)
+    async def read(self, partition: int, *, create_topic: bool = True) -> Checkpoint | None:
+        """The latest complete checkpoint of ``partition`` (None if there is none).
+
+        ``create_topic=False``: a reader that writes nothing (a missing topic: None).
+        """
+        return await asyncio.to_thread(self._read, partition, create_topic)
 
     def close(self) -> None:
         if self._producer is not None:
