@@ -24,6 +24,7 @@
     │       └── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
     ├── CodecError                 encoding/decoding a record failed
     ├── UnknownHarness             a session names a harness this host does not run
+    ├── SessionNotFound            a log holds no record of the session asked for
     ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
 
@@ -55,6 +56,7 @@ __all__ = [
     "ReservedRecordType",
     "SecretInStepValue",
     "SessionBusy",
+    "SessionNotFound",
     "StepError",
     "StepValueError",
     "StepValueTooLarge",
@@ -257,6 +259,14 @@ class ConfigError(HarnessError):
     def __init__(self, message: str, *, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class SessionNotFound(HarnessError):
+    """The log holds no record of this session."""
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 class MissingExtra(HarnessError, ImportError):

@@ -15,10 +15,11 @@ reader writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,10 @@ from harness.records import LogEntry
 from harness.replay import fold
 from harness.views import SessionSummary, summarize
 
-__all__ = ["list_sessions", "read_session", "scan_session"]
+__all__ = ["follow_session", "list_sessions", "read_session", "scan_session"]
+
+POLL_S = 0.1
+"""How often ``follow_session`` reads a log that cannot be tailed (SQLite)."""
 
 log_ = logging.getLogger("harness.catalog")
 
@@ -147,3 +151,38 @@ async def read_session(log: SessionLog, session_id: str) -> list[LogEntry]:
     """A session's readable records (see :func:`scan_session`)."""
     entries, _ = await scan_session(log, session_id)
     return entries
+
+
+async def follow_session(log: SessionLog, session_id: str, *, after: int = 0) -> AsyncIterator[LogEntry]:
+    """The session's committed records after position ``after``, live, until the caller
+    stops. Read-only: an unreadable record is skipped (logged), never dead-lettered.
+
+    On Kafka one tailing consumer of the session's partition; elsewhere the log is
+    read every ``POLL_S``.
+    """
+    tail = getattr(log, "tail_partition", None)
+    if tail is not None:
+        await log.start()  # type: ignore[attr-defined]
+        partition = log.partition_for(session_id)  # type: ignore[attr-defined]
+        async for entry in tail(partition, after, dead_letter=False):
+            if entry.session_id == session_id:
+                yield entry
+        return
+    position = after
+    while True:
+        entries, unreadable, position = await _scan_after(log, session_id, position)
+        if unreadable:
+            log_.warning("%d records of session %s could not be decoded and were skipped", unreadable, session_id)
+        for entry in entries:
+            yield entry
+        if not entries:
+            await asyncio.sleep(POLL_S)
+
+
+async def _scan_after(log: Any, session_id: str, after: int) -> tuple[list[LogEntry], int, int]:
+    """(readable entries, unreadable count, the position read up to) after ``after``."""
+    scan = getattr(log, "scan", None)
+    items = await (scan(session_id, after=after) if scan is not None else log.read(session_id, after=after))
+    position = max([after, *(item.seq or 0 for item in items)])
+    skipped = _Skipped()
+    return _keep(items, skipped), skipped.unreadable, position

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
-from typing import Any
 
 from harness.replay.state import SessionState
 from harness.views import OpenAsk, open_asks

@@ -234,6 +234,7 @@ class Session:
         self.resume()
 
     async def _take_inputs_guarded(self) -> None:
+        logs.bind(session_id=self.session_id)
         try:
             await self._take_inputs()
         except FencedError as exc:

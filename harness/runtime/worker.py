@@ -25,6 +25,7 @@ from harness.definition import Harness
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
 from harness.records import LogEntry
+from harness.runtime.gate import SessionGate
 from harness.runtime.host import HarnessHost
 from harness.runtime.partition import PartitionRuntime, SecretsFor
 
@@ -35,6 +36,9 @@ log = logging.getLogger("harness.worker")
 SWEEP_EVERY_S = 1.0
 """How often failed sessions are restarted and ended ones forgotten."""
 SCAN_CHUNK = 2000
+GATE_EVERY_S = 0.05
+"""With ``max_sessions``: how often slots of sessions that stopped running are given to
+waiting ones."""
 
 
 @dataclass
@@ -55,7 +59,13 @@ class Worker:
         harnesses: the harnesses this worker can run, matched by name.
         lease: ownership lease of a session (SQLite/memory).
         instance_id: Kafka static membership (``group.instance.id``).
-        secrets_for: gives a session's secrets from (session id, harness name).
+        secrets_for: ``secrets_for(session_id, harness_name) -> {name: value}``: the
+            secrets of a session's tools (``ctx.secrets``), asked for each session when
+            the worker starts to drive it. Values never reach the log (SPEC 2.9) nor a
+            log line (they are registered with ``harness.logs.SECRETS``).
+        max_sessions: at most this many sessions running at once (None: no limit);
+            the others wait in order. A session parked on a person or a sleep gives its
+            slot back (see ``harness.runtime.gate``).
     """
 
     def __init__(
@@ -69,6 +79,7 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=100),
         instance_id: str | None = None,
         secrets_for: SecretsFor | None = None,
+        max_sessions: int | None = None,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -83,6 +94,7 @@ class Worker:
         self.host = HarnessHost(log=log, lease=lease, clock=clock, owner_id=self.owner_id, poll_interval=poll_interval)
         self.instance_id = instance_id
         self.secrets_for = secrets_for
+        self.gate = SessionGate(max_sessions)
         self.stats = WorkerStats()
         self.runtimes: dict[int, PartitionRuntime] = {}
         self.ready = asyncio.Event()  # set once the first rebuild went live
@@ -91,12 +103,14 @@ class Worker:
         rt = self.runtimes.get(partition)
         if rt is None:
             rt = self.runtimes[partition] = PartitionRuntime(
-                host=self.host, harnesses=self.harnesses, partition=partition, secrets_for=self.secrets_for
+                host=self.host, harnesses=self.harnesses, partition=partition, secrets_for=self.secrets_for,
+                gate=self.gate,
             )
         return rt
 
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
+        pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
         try:
             if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
                 from harness.runtime.group import run_group_worker
@@ -105,9 +119,21 @@ class Worker:
             else:
                 await self._run_polling(stop)
         finally:
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(BaseException):
+                    await pump
             for rt in list(self.runtimes.values()):
                 await rt.stop()
             self.runtimes.clear()
+
+    async def _pump_gate(self) -> None:
+        while True:
+            try:
+                await self.gate.pump()
+            except Exception as exc:  # noqa: BLE001 - a session that cannot start now is retried by the sweep
+                log.warning("starting a waiting session failed: %s", exc)
+            await asyncio.sleep(GATE_EVERY_S)
 
     # -- SQLite / memory: one partition, polled -------------------------------------------
 

@@ -181,7 +181,8 @@ def test_timeline_shows_takeovers_attempts_and_steps_in_log_order():
 
 
 def test_summary_of_a_taken_over_turn_parked_on_an_answered_ask_is_running():
-    records = takeover_log()[:5] + [
+    records = [
+        *takeover_log()[:5],
         entry(6, AskOpened(SID, 1005, "c1", "ok", "Sure?", {"type": "object"})),
         entry(7, AskAnswered(SID, 1006, "c1", "ok", {"yes": True}, "a-1")),
     ]
