@@ -200,6 +200,9 @@ async def _open_kafka(
         await asyncio.to_thread(probe, log.settings, timeout=probe_timeout)  # type: ignore[attr-defined]
         if start:
             await log.start()  # type: ignore[attr-defined]
+    except ValueError as exc:
+        await log.close()
+        raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
     except BaseException:
         await log.close()
         raise

@@ -3,11 +3,13 @@
 :func:`list_sessions` works on any log and never writes, claims or fences:
 
 * SQLite / memory: the whole log is read (in chunks) and each session folded.
-* Kafka: per partition, the latest checkpoint (``<prefix>.snapshots``: the live
-  sessions' records and the ids of the ended ones) plus the tail after it. A session
-  that ended before the checkpoint is listed by its id only (``partial``), unless
-  ``history=True``, which reads every partition from its start. A session that ended
-  before the checkpoint and came back in the tail is read whole.
+* Kafka: per partition (side by side), the latest checkpoint (``<prefix>.snapshots``:
+  the live sessions' records and the ids and first positions of the ended ones) plus
+  the tail after it. The sessions that ended before the checkpoint are read too when
+  their records span at most ``HISTORY_BUDGET`` offsets; beyond that they are listed
+  by id only (``partial``) unless ``history=True``, which reads every partition from
+  its start. A session that ended before the checkpoint and came back in the tail is
+  read whole.
 
 Records that cannot be decoded are skipped (and logged), never dead-lettered: a
 reader writes nothing.
@@ -38,6 +40,10 @@ log_ = logging.getLogger("harness.catalog")
 
 CHUNK = 5000
 """Records per read when a whole SQLite / memory log is listed."""
+
+HISTORY_BUDGET = 50_000
+"""On Kafka, the ended sessions of a checkpoint are read when their records span at most
+this many offsets of the partition (a quick listing stays quick on a long history)."""
 
 
 @dataclass(slots=True)
@@ -112,30 +118,48 @@ async def _all_sessions(log: Any, catalog: _Skipped) -> dict[str, list[LogEntry]
 
 async def _kafka_sessions(log: Any, catalog: _Skipped, *, history: bool) -> dict[str, list[LogEntry] | None]:
     await log.start()  # learns the partition count; a client log checks the topic exists
+    parts = await asyncio.gather(
+        *(_kafka_partition(log, p, catalog, history=history) for p in range(log.settings.partitions))
+    )
     by_session: dict[str, list[LogEntry] | None] = {}
-    for partition in range(log.settings.partitions):
-        checkpoint = None if history else await log.snapshots.read(partition, create_topic=False)
-        start = 0
-        known: dict[str, list[LogEntry]] = defaultdict(list)
-        ended: dict[str, int] = {}
-        if checkpoint is not None:
-            start = checkpoint.covers
-            for sid, entries in checkpoint.sessions.items():
-                known[sid].extend(entries)
-            ended = dict(checkpoint.ended)
-        tail = _keep(await log.scan_partition(partition, start), catalog)
-        came_back: set[str] = set()
-        for entry in tail:
-            if entry.session_id in ended:
-                came_back.add(entry.session_id)
-            else:
-                known[entry.session_id].append(entry)
-        for sid in came_back:  # ended before the checkpoint, active again: read it whole
-            known[sid] = _keep(await log.scan(sid), catalog)
-            del ended[sid]
-        by_session.update(known)
-        by_session.update((sid, None) for sid in ended)
+    for part in parts:
+        by_session.update(part)
     return by_session
+
+
+async def _kafka_partition(
+    log: Any, partition: int, catalog: _Skipped, *, history: bool
+) -> dict[str, list[LogEntry] | None]:
+    checkpoint = None if history else await log.snapshots.read(partition, create_topic=False)
+    start = 0
+    known: dict[str, list[LogEntry]] = defaultdict(list)
+    ended: dict[str, int] = {}
+    if checkpoint is not None:
+        start = checkpoint.covers
+        for sid, entries in checkpoint.sessions.items():
+            known[sid].extend(entries)
+        ended = dict(checkpoint.ended)
+    tail = _keep(await log.scan_partition(partition, start), catalog)
+    came_back: set[str] = set()
+    for entry in tail:
+        if entry.session_id in ended:
+            came_back.add(entry.session_id)
+        else:
+            known[entry.session_id].append(entry)
+    for sid in came_back:  # ended before the checkpoint, active again: read it whole
+        known[sid] = _keep(await log.scan(sid), catalog)
+        del ended[sid]
+    if ended and checkpoint is not None:
+        first = min(ended.values())  # a seq: the offset + 1
+        if checkpoint.covers - first < HISTORY_BUDGET:
+            for entry in _keep(await log.scan_partition(partition, max(first - 1, 0), checkpoint.covers), catalog):
+                if entry.session_id in ended:
+                    known[entry.session_id].append(entry)
+            for sid in [s for s in ended if s in known]:
+                del ended[sid]
+    out: dict[str, list[LogEntry] | None] = dict(known)
+    out.update((sid, None) for sid in ended)
+    return out
 
 
 async def scan_session(log: SessionLog, session_id: str) -> tuple[list[LogEntry], int]:

@@ -111,12 +111,16 @@ def probe(settings: KafkaSettings, *, timeout: float) -> None:
     report every failed connection, and the one error raised says it all.
 
     Raises:
+        ValueError: the client settings are refused (an unknown librdkafka property ...).
         LogUnavailable: no broker answered in time.
     """
     config = dict(settings.admin_config())
     config.pop("logger", None)
     config["log_level"] = 0
-    admin = AdminClient(config)
+    try:
+        admin = AdminClient(config)
+    except KafkaException as exc:
+        raise ValueError(f"the Kafka client refused its settings: {exc.args[0].str()}") from exc
     try:
         admin.list_topics(timeout=timeout)
     except KafkaException as exc:
