@@ -406,6 +406,7 @@ class PartitionRuntime:
             log.warning("could not reject inputs of session %s: %s", sid, exc)
             return
         self._rejected.update(i.input_id for i in pending)
+        log.info("rejected %d input(s) of session %s: no harness named %r runs here", len(pending), sid, name)
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
 
