@@ -66,7 +66,6 @@ class PartitionRuntime:
         self._secrets_for = secrets_for
         self._gate = gate if gate is not None else SessionGate(None)
         self._lease_told: dict[str, str | None] = {}  # sessions whose lease wait was logged: holder
-        self._retry_at: dict[str, float] = {}  # sessions to retry once another owner's lease ends
         self._entries: dict[str, list[LogEntry]] = {}  # records of sessions not known to be ended
         self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
@@ -266,24 +265,18 @@ class PartitionRuntime:
             if isinstance(error, FencedError) and not getattr(self.host.log, "has_leases", False):
                 continue  # Kafka: the partition was lost; its revocation stops the rest
             if isinstance(error, SessionBusy):
-                # SQLite / memory: another process holds the session's lease: say so once
-                # per holder, and try again when that lease ends.
+                # SQLite / memory: another process holds the session's lease (it may also
+                # release it early): say so once per holder, and keep trying each sweep.
                 if self._lease_told.get(sid, "") != error.owner:
                     self._lease_told[sid] = error.owner
                     log.info(lease_wait_message(sid, error.owner, error.lease_until, self.host.clock.now()))
-                if error.lease_until is not None:
-                    self._retry_at[sid] = error.lease_until
             else:
                 log.warning(
                     "session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error
                 )
             self._retry.add(sid)
-        now = self.host.clock.now()
         for sid in list(self._retry):
-            if self._retry_at.get(sid, 0.0) > now:
-                continue  # another owner's lease is still live
             self._retry.discard(sid)
-            self._retry_at.pop(sid, None)
             if sid in self._sessions:
                 continue
             try:
