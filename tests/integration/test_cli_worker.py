@@ -230,3 +230,12 @@ def test_kafka_client_settings_come_from_the_environment(kafka_bootstrap: str, u
                              text=True, timeout=60, env=cli_env(env), cwd=REPO, check=False)
         assert out.returncode == 2, out.stderr
         assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+async def test_worker_runs_with_log_level_debug(backend: Backend) -> None:
+    worker = backend.worker("--log-level", "DEBUG")
+    await backend.ready(worker)
+    assert backend.cli("send", "dbg-1", "hi", "--harness", HARNESS).returncode == 0
+    assert " DEBUG " in worker.stderr(), worker.stderr()
+    assert worker.terminate() == 0, worker.describe()
+    assert "Traceback" not in worker.stderr()
