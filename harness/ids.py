@@ -53,3 +53,35 @@ def message_key(session_id: str) -> bytes:
 
 RECORD_TYPE_HEADER = "harness.type"
 """Kafka header that names the record type of a message value."""
+
+
+TENANT_SESSION_PREFIX = "t/"
+"""Start of a tenant-scoped session id in the log (see :func:`tenant_session_id`)."""
+
+
+def tenant_session_id(tenant: str | None, session_id: str) -> str:
+    """The log's session id of ``session_id`` as seen by ``tenant``: ``t/<tenant>/<session id>``.
+
+    The tenant is percent-encoded (``urllib.parse.quote(tenant, safe="")``), so it
+    never holds a ``/``, and the mapping is one-to-one for session ids without a
+    ``/`` (the gateway accepts no other): two tenants may use the same session id,
+    and the tenant that created a session is recorded in every record's key. With no
+    tenant (``--open-access`` without a token, the CLI, the Python API) the log's id
+    is the raw id, so every tool sees the same sessions in embedded mode.
+    """
+    if tenant is None:
+        return session_id
+    from urllib.parse import quote
+
+    return f"{TENANT_SESSION_PREFIX}{quote(tenant, safe='')}/{session_id}"
+
+
+def split_tenant_session_id(log_session_id: str) -> tuple[str | None, str]:
+    """``(tenant, session id)`` of a log's session id; the inverse of :func:`tenant_session_id`."""
+    if log_session_id.startswith(TENANT_SESSION_PREFIX):
+        tenant, sep, session_id = log_session_id[len(TENANT_SESSION_PREFIX):].partition("/")
+        if sep and tenant and session_id:
+            from urllib.parse import unquote
+
+            return unquote(tenant), session_id
+    return None, log_session_id

@@ -26,13 +26,16 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, MutableMapping
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from harness import ids
 from harness.errors import LogError
+from harness.observability import metrics
+from harness.runtime.observe import WorkerHealth
 from harness.runtime.partition import PartitionRuntime
 
 if TYPE_CHECKING:
@@ -66,7 +69,18 @@ class GroupWorker(Protocol):
     @property
     def instance_id(self) -> str | None: ...
 
+    @property
+    def health(self) -> WorkerHealth: ...
+
     def runtime(self, partition: int) -> PartitionRuntime: ...
+
+    def publish(
+        self,
+        owned: Iterable[int],
+        *,
+        uncovered_since: Mapping[int, float] | None = None,
+        input_lag: Mapping[int, int] | None = None,
+    ) -> None: ...
 
 log = logging.getLogger("harness.worker")
 
@@ -84,6 +98,10 @@ CHECKPOINT_EVERY_RECORDS = 2000
 """A partition checkpoint is written once this many records were folded since the last."""
 CHECKPOINT_EVERY_S = 30.0
 """... or this long after the last one, if anything was folded since."""
+PROBE_EVERY_S = 5.0
+"""How often the owned partitions' log ends are asked for (input lag; the broker answers:
+readiness)."""
+PROBE_TIMEOUT_S = 5.0
 
 
 class GroupMember:
@@ -113,6 +131,10 @@ class GroupMember:
         if instance_id:
             config["group.instance.id"] = instance_id
         self._consumer = Consumer(config)
+        # Log ends are asked by a consumer of their own: asking the group consumer while
+        # its thread polls blocks until the query times out.
+        self._probe = Consumer(settings.reader_config())
+        self._probe_lock = threading.Lock()  # a probe in flight finishes before the close
         self._topic = settings.sessions_topic
         self._loop = loop
         self._on_assigned = on_assigned
@@ -120,6 +142,7 @@ class GroupMember:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="harness-group", daemon=True)
         self.error: BaseException | None = None
+        self.joined = False  # a rebalance gave this member its first assignment (maybe empty)
 
     def start(self) -> None:
         self._consumer.subscribe([self._topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lost)
@@ -137,6 +160,7 @@ class GroupMember:
         if partitions:
             consumer.pause(partitions)  # ownership only: data is read by each partition's tail
             self._call(self._on_assigned, sorted(tp.partition for tp in partitions))
+        self.joined = True  # after the callback: what was given has been taken up (or is pending)
 
     def _revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         if partitions:
@@ -165,6 +189,28 @@ class GroupMember:
             # the group move them at once instead of after the session timeout.
             with contextlib.suppress(Exception):
                 self._consumer.close()
+            with self._probe_lock, contextlib.suppress(Exception):
+                self._probe.close()
+
+    def log_ends(self, partitions: list[int], timeout: float) -> dict[int, int]:
+        """Each partition's end as a read_committed reader sees it (blocking; any thread).
+
+        With no partition, asks for the topic's metadata instead: either way a return
+        means the broker answered. Raises ``KafkaException`` when it does not.
+        """
+        with self._probe_lock:
+            if self._stop.is_set():
+                raise LogError("the group member is stopping")
+            if not partitions:
+                self._probe.list_topics(self._topic, timeout=timeout)
+                return {}
+            ends: dict[int, int] = {}
+            for p in partitions:
+                _low, high = self._probe.get_watermark_offsets(
+                    TopicPartition(self._topic, p), timeout=timeout, cached=False
+                )
+                ends[p] = int(high)
+            return ends
 
     def stop(self) -> None:
         self._stop.set()
@@ -205,6 +251,7 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
 
     async def take(p: int) -> None:
         """Steps 2-4 of the module doc for one fenced partition."""
+        started = time.monotonic()
         rt = worker.runtime(p)
         checkpoint = None
         try:
@@ -220,6 +267,8 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
             await write_checkpoint(p, rt)
         worker.stats.rebuilds += 1
+        metrics.rebuild(time.monotonic() - started, len(entries))
+        worker.health.broker_answered()
         own = owned[p] = _Owned(p)
         own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
         log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
@@ -248,10 +297,14 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
 
     last_checkpoint: dict[int, float] = {}
 
+    uncovered_since: dict[int, float] = {}  # partition -> wall time its first uncovered record was seen
+    input_lag: dict[int, int] = {}
+
     async def write_checkpoint(p: int, rt: PartitionRuntime) -> None:
         try:
             await klog.snapshots.write(p, rt.checkpoint())
             rt.records_since_checkpoint = 0
+            uncovered_since.pop(p, None)
         except Exception as exc:  # noqa: BLE001 - an optimisation only: try again later
             log.warning("checkpoint of partition %s not written: %s", p, exc)
         last_checkpoint[p] = loop.time()
@@ -268,6 +321,8 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
                 rt = worker.runtimes.pop(p, None)
                 if rt is not None:
                     await rt.stop()
+                uncovered_since.pop(p, None)
+                input_lag.pop(p, None)
                 with contextlib.suppress(Exception):
                     await klog.disown_partition(p)
                 log.info("gave up partition %s", p)
@@ -276,6 +331,22 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
     member = GroupMember(
         log_=klog, loop=loop, on_assigned=assigned, on_revoked=revoked, instance_id=worker.instance_id
     )
+    async def probe() -> None:
+        """Ask for the owned partitions' ends: input lag, and proof the broker answers."""
+        parts = sorted(owned)
+        try:
+            ends = await asyncio.to_thread(member.log_ends, parts, PROBE_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - readiness reports it; the worker goes on
+            log.warning("the broker did not answer a log-end query: %s", exc)
+            return
+        worker.health.broker_answered()
+        for p, end in ends.items():
+            rt = worker.runtimes.get(p)
+            if rt is not None and p in owned:
+                input_lag[p] = max(end - rt.position, 0)
+
+    dead_lettered = 0
+    next_probe = 0.0
     member.start()
     try:
         while not stop.is_set():
@@ -285,7 +356,12 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
                 raise member.error
             if unowned:
                 await assigned(sorted(unowned))
+            if loop.time() >= next_probe:
+                next_probe = loop.time() + PROBE_EVERY_S
+                await probe()
             for p, rt in list(worker.runtimes.items()):
+                if rt.records_since_checkpoint > 0 and p in owned:
+                    uncovered_since.setdefault(p, time.time())
                 await rt.sweep()
                 rt.forget_idle()
                 due = loop.time() - last_checkpoint.get(p, 0.0) >= CHECKPOINT_EVERY_S
@@ -295,6 +371,12 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
                 ):
                     await write_checkpoint(p, rt)
             worker.stats.sessions = sum(len(rt.sessions) for rt in worker.runtimes.values())
+            total = klog.stats.snapshot()["dead_lettered"]
+            metrics.dead_letters(total - dead_lettered)
+            dead_lettered = total
+            worker.health.pending = len(unowned)
+            worker.health.live = member.joined or worker.ready.is_set()
+            worker.publish(owned, uncovered_since=uncovered_since, input_lag=input_lag)
     finally:
         # Stop the sessions first (nothing written), then leave the group: the poll
         # thread's close() revokes what is left through the same callback.

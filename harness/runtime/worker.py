@@ -14,8 +14,9 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,9 +25,11 @@ from harness.clock import Clock
 from harness.definition import Harness
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
+from harness.observability import Observation, metrics
 from harness.records import LogEntry
 from harness.runtime.gate import SessionGate
 from harness.runtime.host import HarnessHost
+from harness.runtime.observe import WorkerHealth, observe_runtimes
 from harness.runtime.partition import PartitionRuntime, SecretsFor
 
 __all__ = ["Worker", "WorkerStats"]
@@ -39,6 +42,8 @@ SCAN_CHUNK = 2000
 GATE_EVERY_S = 0.05
 """With ``max_sessions``: how often slots of sessions that stopped running are given to
 waiting ones."""
+BEAT_EVERY_S = 1.0
+"""The loop's heartbeat for ``/healthz`` (see ``harness.runtime.observe``)."""
 
 
 @dataclass
@@ -98,6 +103,26 @@ class Worker:
         self.stats = WorkerStats()
         self.runtimes: dict[int, PartitionRuntime] = {}
         self.ready = asyncio.Event()  # set once the first rebuild went live
+        self.health = WorkerHealth(needs_broker=hasattr(log, "own_partition"))
+        self.observation = Observation()  # published by the loop, read by the metrics thread
+
+    def observe(self) -> Observation:
+        """The latest published snapshot (``ObservationSource`` of the metrics facade)."""
+        return self.observation
+
+    def publish(
+        self,
+        owned: Iterable[int],
+        *,
+        uncovered_since: Mapping[int, float] | None = None,
+        input_lag: Mapping[int, int] | None = None,
+    ) -> None:
+        """Publish a new snapshot of what this worker drives (called by its loop)."""
+        self.health.beat()
+        self.observation = observe_runtimes(
+            self.runtimes, owned, uncovered_since=uncovered_since or {}, input_lag=input_lag or {},
+            now_ms=int(self.host.clock.now() * 1000),
+        )
 
     def runtime(self, partition: int) -> PartitionRuntime:
         rt = self.runtimes.get(partition)
@@ -111,6 +136,8 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
         pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
+        metrics.add_source(self)
+        beat = asyncio.create_task(self._beat(), name="worker-beat")
         try:
             if hasattr(self.log, "own_partition"):  # partitioned log (Kafka): join the group
                 from harness.runtime.group import run_group_worker
@@ -118,7 +145,13 @@ class Worker:
                 await run_group_worker(self, stop)
             else:
                 await self._run_polling(stop)
+        except Exception as exc:
+            self.health.error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
+            self.health.stopping = True
+            beat.cancel()
+            metrics.remove_source(self)
             if pump is not None:
                 pump.cancel()
                 with contextlib.suppress(BaseException):
@@ -134,6 +167,11 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a session that cannot start now is retried by the sweep
                 log.warning("starting a waiting session failed: %s", exc)
             await asyncio.sleep(GATE_EVERY_S)
+
+    async def _beat(self) -> None:
+        while True:
+            self.health.beat()
+            await asyncio.sleep(BEAT_EVERY_S)
 
     # -- SQLite / memory: one partition, polled -------------------------------------------
 
@@ -154,16 +192,21 @@ class Worker:
     async def _run_polling(self, stop: asyncio.Event) -> None:
         rt = self.runtime(0)
         position = 0
+        started = time.monotonic()
+        records = 0
         while True:  # rebuild: read everything, drive nothing
             entries, new_position = await self._scan(position)
             rt.rebuild(entries)
+            records += len(entries)
             if new_position == position:
                 break
             position = new_position
         await rt.go_live()
+        metrics.rebuild(time.monotonic() - started, records)
         self.stats.rebuilds += 1
         self.stats.partitions = 1
         self.ready.set()
+        self.health.live = True
         loop = asyncio.get_running_loop()
         next_sweep = loop.time() + SWEEP_EVERY_S
         poll = self.host.poll_interval
@@ -180,6 +223,7 @@ class Worker:
                 await rt.sweep()
                 rt.forget_idle()
                 next_sweep = loop.time() + SWEEP_EVERY_S
+                self.publish([0])
             self.stats.sessions = len(rt.sessions)
             if not entries:
                 with contextlib.suppress(asyncio.TimeoutError):

@@ -8,7 +8,8 @@ HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_I
 HARNESS_SECRETS_DIR, HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
 HARNESS_LEASE_SECONDS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
 HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
-is sasl.password). A flag wins over its variable.
+is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
+A flag wins over its variable.
 
 SIGTERM/SIGINT stop the sessions recoverably (nothing is written), leave the consumer
 group (so partitions move at once) and exit 0. After a SIGKILL the others take over
@@ -99,7 +100,19 @@ def parser() -> CommandParser:
     p.add_argument("--lease", type=positive_float("--lease"), default=None, metavar="SECONDS",
                    help="a session's ownership lease on SQLite (default 30): another worker takes a session "
                    "over once its owner's lease ran out")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
     return p
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--metrics-port takes a port number, not {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"--metrics-port takes a port number (0-65535), not {value}")
+    return value
 
 
 def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
@@ -116,6 +129,11 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
         args.max_sessions = _env_int(env, "HARNESS_MAX_SESSIONS")
     if args.lease is None:
         args.lease = _env_seconds(env, "HARNESS_LEASE_SECONDS") or 30.0
+    if args.metrics_port is None and env.get("HARNESS_METRICS_PORT"):
+        try:
+            args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"HARNESS_METRICS_PORT: {exc}", setting="HARNESS_METRICS_PORT") from None
     args.log_format = _choice(args.log_format or env.get("HARNESS_LOG_FORMAT") or "text",
                               "--log-format", logs.LOG_FORMATS)
     level = args.log_level or env.get("HARNESS_LOG_LEVEL") or "info"
@@ -141,6 +159,14 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             secrets_for=static_secrets_for(secrets) if secrets else None,
             max_sessions=args.max_sessions,
         )
+        server = None
+        if args.metrics_port is not None:
+            from harness.observability import MetricsServer, enable_metrics
+
+            sink = enable_metrics()
+            server = MetricsServer(port=args.metrics_port, registry=sink.registry,
+                                   alive=worker.health.alive, ready=worker.health.ready).start()
+            print(f"metrics port={server.port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -159,6 +185,8 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             await task
         finally:
             announcer.cancel()
+            if server is not None:
+                server.close()
         log.info("worker stopped")
     finally:
         await worker_log.close()

@@ -1,0 +1,98 @@
+"""A small HTTP server on its own port: ``/metrics``, ``/healthz`` (alive), ``/readyz``.
+
+It runs on a daemon thread (``ThreadingHTTPServer``), so a busy or blocked event
+loop cannot hide the process from Prometheus. The health callbacks run on that
+thread too: they must only read state the loop published (no I/O, no locks held
+by the loop for long).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Check", "MetricsServer"]
+
+Check = Callable[[], tuple[bool, str]]
+"""A health check: ``(ok, one line saying why)``."""
+
+
+def _always_ok() -> tuple[bool, str]:
+    return True, "ok"
+
+
+class MetricsServer:
+    """Serves a registry and two health checks on ``host:port`` (port 0: any free port).
+
+    Args:
+        registry: the ``CollectorRegistry`` behind ``/metrics`` (``None``: 404).
+        alive: ``/healthz``: the process is not wedged (restart it otherwise).
+        ready: ``/readyz``: it does its job now (e.g. broker reachable, partitions taken up).
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        host: str = "0.0.0.0",  # a pod's probes and scrapes come from outside
+        registry: Any = None,
+        alive: Check | None = None,
+        ready: Check | None = None,
+    ) -> None:
+        self._registry = registry
+        self._alive = alive or _always_ok
+        self._ready = ready or _always_ok
+        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="harness-metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics" and server._registry is not None:
+                    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+                    self._reply(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/livez"):
+                    self._check(server._alive)
+                elif path == "/readyz":
+                    self._check(server._ready)
+                else:
+                    self._reply(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+            def _check(self, check: Check) -> None:
+                try:
+                    ok, why = check()
+                except Exception as exc:  # noqa: BLE001 - a failing check means not healthy
+                    ok, why = False, f"check failed: {type(exc).__name__}: {exc}"
+                self._reply(200 if ok else 503, (why + "\n").encode())
+
+            def _reply(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+                pass  # scrapes and probes every few seconds: not worth a log line
+
+        return Handler

@@ -1,0 +1,263 @@
+// The durable-harness web console: plain JS, no build step. Everything it shows comes
+// from the gateway's API (the same session views the CLI prints); a session page
+// follows the session's Server-Sent Events and re-reads its view on every record.
+"use strict";
+
+const main = document.getElementById("main");
+const where = document.getElementById("where");
+const tokenForm = document.getElementById("token-form");
+let token = localStorage.getItem("harness.token") || "";
+let stopStream = null;
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function headers(json) {
+  const h = {};
+  if (token) h["Authorization"] = "Bearer " + token;
+  if (json) h["Content-Type"] = "application/json";
+  return h;
+}
+
+async function api(path, body) {
+  const init = body === undefined ? { headers: headers(false) }
+                                  : { method: "POST", headers: headers(true), body: JSON.stringify(body) };
+  const res = await fetch(path, init);
+  if (res.status === 401) { tokenForm.hidden = false; throw new Error("sign in: paste a bearer token above"); }
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(typeof data.detail === "string" ? data.detail : res.status + " " + JSON.stringify(data.detail));
+  return data;
+}
+
+tokenForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = document.getElementById("token").value.trim();
+  localStorage.setItem("harness.token", token);
+  tokenForm.hidden = true;
+  route();
+});
+
+function when(ms) { return ms ? new Date(ms).toLocaleString() : ""; }
+function badge(state) { return el("span", { class: "badge " + state, "data-state": state }, state); }
+function problem(err) { return el("p", { class: "card receipt rejected" }, String(err.message || err)); }
+
+// -- the sessions list -------------------------------------------------------------------
+
+async function showList() {
+  where.textContent = "sessions";
+  const [page, known] = await Promise.all([api("/v1/sessions?limit=200"), api("/v1/harnesses")]);
+  const rows = page.sessions.map((s) => el("tr", { "data-session": s.session_id },
+    el("td", {}, el("a", { href: "#/s/" + encodeURIComponent(s.session_id) }, s.session_id)),
+    el("td", {}, s.harness || ""), el("td", {}, badge(s.state)),
+    el("td", {}, when(s.last_activity)), el("td", {}, String((s.open_asks || []).length))));
+  const table = el("table", { id: "sessions" },
+    el("thead", {}, el("tr", {}, ["session", "harness", "state", "last activity", "open asks"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 5, class: "muted" }, "no sessions yet"))));
+  const sid = el("input", { type: "text", name: "session_id", placeholder: "session id", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._:@~+=\\-]{0,127}" });
+  const harness = known.harnesses.length
+    ? el("select", { name: "harness" }, known.harnesses.map((h) => el("option", { value: h }, h)))
+    : el("input", { type: "text", name: "harness", placeholder: "harness name", required: true });
+  const text = el("input", { type: "text", name: "text", placeholder: "first message", required: true });
+  const out = el("span", { class: "receipt" });
+  const form = el("form", { class: "card row", id: "new-session", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("/v1/sessions/" + encodeURIComponent(sid.value) + "/messages", { text: text.value, harness: harness.value });
+      if (r.status === "rejected") { out.className = "receipt rejected"; out.textContent = r.reason; return; }
+      location.hash = "#/s/" + encodeURIComponent(sid.value);
+    } catch (err) { out.className = "receipt rejected"; out.textContent = err.message; }
+  } }, sid, harness, text, el("button", { type: "submit" }, "start"), out);
+  main.replaceChildren(table, form);
+}
+
+// -- a form from an ask's JSON schema ------------------------------------------------------
+
+function resolve(schema, root) {
+  if (schema && schema.$ref && schema.$ref.startsWith("#/$defs/")) return (root.$defs || {})[schema.$ref.slice(8)] || {};
+  if (schema && schema.allOf && schema.allOf.length === 1) return resolve(schema.allOf[0], root);
+  return schema || {};
+}
+
+function fieldFor(name, schema, root, required) {
+  const s = resolve(schema, root);
+  const label = s.title || name;
+  let input, read;
+  if (s.enum) {
+    input = el("select", { name }, s.enum.map((v) => el("option", { value: JSON.stringify(v) }, String(v))));
+    read = () => JSON.parse(input.value);
+  } else if (s.type === "boolean") {
+    input = el("input", { type: "checkbox", name, checked: s.default === true });
+    read = () => input.checked;
+  } else if (s.type === "integer" || s.type === "number") {
+    input = el("input", { type: "number", name, step: s.type === "integer" ? "1" : "any", required, value: s.default });
+    read = () => (input.value === "" ? undefined : Number(input.value));
+  } else if (s.type === "string") {
+    input = el("input", { type: "text", name, required, value: s.default });
+    read = () => (input.value === "" && !required ? undefined : input.value);
+  } else {
+    input = el("textarea", { name, placeholder: "JSON" }, s.default !== undefined ? JSON.stringify(s.default) : "");
+    read = () => (input.value.trim() === "" ? undefined : JSON.parse(input.value));
+  }
+  return { node: el("label", {}, el("span", {}, label + (required ? " *" : "")), input), read };
+}
+
+function askForm(sessionId, ask) {
+  const root = ask.schema || {};
+  const schema = resolve(root, root);
+  let read;
+  const fields = [];
+  if (schema.type === "object" && schema.properties) {
+    const required = new Set(schema.required || []);
+    const parts = Object.entries(schema.properties).map(([n, s]) => [n, fieldFor(n, s, root, required.has(n))]);
+    parts.forEach(([, f]) => fields.push(f.node));
+    read = () => Object.fromEntries(parts.map(([n, f]) => [n, f.read()]).filter(([, v]) => v !== undefined));
+  } else {
+    const f = fieldFor("value", schema, root, true);
+    fields.push(f.node);
+    read = f.read;
+  }
+  const out = el("span", { class: "receipt" });
+  const form = el("form", { class: "card ask", "data-ask": ask.name, onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("/v1/sessions/" + encodeURIComponent(sessionId) + "/answers",
+                          { tool_call_id: ask.tool_call_id, name: ask.name, value: read() });
+      out.className = "receipt " + r.status;
+      out.textContent = r.status === "rejected" ? r.reason : "answer " + r.status;
+    } catch (err) { out.className = "receipt rejected"; out.textContent = err.message; }
+  } }, el("h3", {}, ask.message), el("div", { class: "muted" }, ask.name + " · call " + ask.tool_call_id),
+     fields, el("button", { type: "submit" }, "answer"), out);
+  return form;
+}
+
+// -- a session page ------------------------------------------------------------------------
+
+function timelineView(items) {
+  return el("ol", { class: "timeline", id: "timeline" }, items.map((it) => el("li", {
+      class: "k-" + it.kind + (it.detail && it.detail.is_error ? " error" : ""), "data-seq": it.seq },
+    el("span", { class: "seq" }, "#" + it.seq), el("span", { class: "kind" }, it.kind),
+    el("span", { class: "what", title: when(it.ts) }, it.title))));
+}
+
+async function showSession(sessionId) {
+  where.textContent = "session " + sessionId;
+  const summary = el("div", { class: "card", id: "summary" });
+  const asks = el("div", { id: "asks" });
+  const live = el("div", { class: "live", id: "live" });
+  const timeline = el("div", { class: "card" });
+  const streamState = el("span", { class: "stream-state", id: "stream-state" }, "connecting…");
+  const text = el("input", { type: "text", name: "text", placeholder: "message", required: true });
+  const out = el("span", { class: "receipt" });
+  const box = el("form", { class: "card row", id: "message-box", onsubmit: async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("/v1/sessions/" + encodeURIComponent(sessionId) + "/messages", { text: text.value });
+      out.className = "receipt " + r.status;
+      out.textContent = r.status === "rejected" ? r.reason : "message " + r.status;
+      if (r.status !== "rejected") text.value = "";
+    } catch (err) { out.className = "receipt rejected"; out.textContent = err.message; }
+  } }, text, el("button", { type: "submit" }, "send"), out);
+  main.replaceChildren(summary, asks, live, timeline, box, streamState);
+  let shownAsks = "";
+
+  async function refresh() {
+    const d = await api("/v1/sessions/" + encodeURIComponent(sessionId));
+    const s = d.summary;
+    summary.replaceChildren(el("div", { class: "row" }, el("strong", {}, sessionId), badge(s.state),
+      el("span", { class: "muted" }, (s.harness || "") + " · " + s.turns + " turn(s) · last activity " + when(s.last_activity)),
+      s.sleeping_until ? el("span", { class: "muted" }, "sleeping until " + when(s.sleeping_until)) : null));
+    const key = JSON.stringify(d.open_asks.map((a) => [a.tool_call_id, a.name]));
+    if (key !== shownAsks) { shownAsks = key; asks.replaceChildren(...d.open_asks.map((a) => askForm(sessionId, a))); }
+    timeline.replaceChildren(timelineView(d.timeline));
+    return d;
+  }
+
+  let pending = null;
+  function refreshSoon() {
+    if (pending) return;
+    pending = setTimeout(() => { pending = null; refresh().catch((e) => main.prepend(problem(e))); }, 60);
+  }
+
+  const first = await refresh();
+  stopStream = follow(sessionId, first.last_position, (event, data) => {
+    if (event === "hello") { streamState.textContent = "live"; return; }
+    if (event === "model.text.delta") { live.textContent += data.text || ""; return; }
+    if (event === "harness.model.response") live.textContent = "";
+    refreshSoon();
+  }, (state) => { streamState.textContent = state; });
+}
+
+// -- Server-Sent Events over fetch (so the bearer token goes in a header) ---------------------
+
+function follow(sessionId, after, onEvent, onState) {
+  let lastId = after;
+  let stopped = false;
+  const controller = new AbortController();
+  async function run() {
+    while (!stopped) {
+      try {
+        const h = headers(false);
+        if (lastId !== null && lastId !== undefined) h["Last-Event-ID"] = String(lastId);
+        const res = await fetch("/v1/sessions/" + encodeURIComponent(sessionId) + "/events", { headers: h, signal: controller.signal });
+        if (!res.ok) throw new Error("events: " + res.status);
+        const reader = res.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const frame = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            let id = null, event = "message", data = "";
+            for (const line of frame.split("\n")) {
+              if (line.startsWith(":")) continue;
+              const i = line.indexOf(":");
+              const field = i < 0 ? line : line.slice(0, i);
+              const val = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+              if (field === "id") id = val; else if (field === "event") event = val;
+              else if (field === "data") data += (data ? "\n" : "") + val;
+            }
+            if (!data) continue;
+            if (id !== null) lastId = Number(id);
+            onEvent(event, JSON.parse(data));
+          }
+        }
+      } catch (err) {
+        if (stopped) return;
+        onState("reconnecting…");
+      }
+      if (!stopped) await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+  run();
+  return () => { stopped = true; controller.abort(); };
+}
+
+// -- routing ---------------------------------------------------------------------------------
+
+async function route() {
+  if (stopStream) { stopStream(); stopStream = null; }
+  const m = location.hash.match(/^#\/s\/(.+)$/);
+  try {
+    if (m) await showSession(decodeURIComponent(m[1]));
+    else await showList();
+  } catch (err) {
+    main.replaceChildren(problem(err));
+  }
+}
+
+window.addEventListener("hashchange", route);
+route();

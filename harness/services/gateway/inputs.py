@@ -1,0 +1,147 @@
+"""Sending inputs for the API: judge, write once, answer with a receipt derived from the log.
+
+The gateway never drives a turn: it only appends input records (``log.submit``)
+that the session's owner takes. What it can judge without the owner it judges
+before writing (the harness name, an answer against the open ask's schema, a
+cancel of an unknown input), so a bad request is refused at once with a reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+from harness.context import check_app_records
+from harness.errors import HarnessError, LogError
+from harness.jsonvalues import json_copy
+from harness.log.base import SessionLog
+from harness.records import InputAnswer, InputMessage, InputRecords, LogEntry, Record
+from harness.replay.state import fold
+from harness.runtime.answers import judge_answer
+from harness.services.gateway.receipts import Receipt, receipt_for, rejected
+from harness.services.gateway.sources import SessionCatalog
+
+__all__ = ["CANCEL_SUPPORTED", "Inputs", "cancel_input_id", "make_cancel"]
+
+
+def make_cancel(session_id: str, ts: int, input_id: str, target: str) -> Record | None:
+    """The cancel input record for ``target``, or None while the log has no such record type.
+
+    Switch: once ``harness.records`` has the cancel input, return it here.
+    """
+    from harness import records
+
+    cls = getattr(records, "InputCancel", None)
+    if cls is None:
+        return None
+    record: Record = cls(session_id, ts, input_id, target)
+    return record
+
+
+CANCEL_SUPPORTED = make_cancel("s", 0, "c", "t") is not None
+
+
+def cancel_input_id(target: str) -> str:
+    """The id of the cancel input of ``target`` (one per target, so a repeat is idempotent)."""
+    return f"cancel:{target}"
+
+
+class Inputs:
+    """Receipts for messages, answers, records and cancels of one log.
+
+    Args:
+        log: where inputs are appended.
+        catalog: where the session's records are read.
+        harness_names: the harnesses this deployment runs (empty: not known here, the
+            owner judges the name).
+        now_ms: the clock (ms since the epoch).
+    """
+
+    def __init__(
+        self,
+        log: SessionLog,
+        catalog: SessionCatalog,
+        *,
+        harness_names: Collection[str] = (),
+        now_ms: Callable[[], int] | None = None,
+    ) -> None:
+        self.log = log
+        self.catalog = catalog
+        self.harness_names = frozenset(harness_names)
+        self.now_ms = now_ms or (lambda: int(time.time() * 1000))
+
+    async def _send(self, entries: list[LogEntry], record: Record, input_id: str) -> Receipt:
+        """Write ``record`` unless its id is already in the log; the receipt either way."""
+        known = receipt_for(entries, input_id, record)
+        if known is not None:
+            return known
+        try:
+            written = await self.log.submit(record)
+        except LogError:
+            raise
+        except (HarnessError, ValueError, UnicodeError, OverflowError) as exc:
+            return rejected(input_id, "invalid_input", f"the input cannot be stored: {exc}")
+        after = entries[-1].seq if entries else None
+        more = [e for e in await self.catalog.read(record.session_id, after=after) if e.seq <= written.seq]
+        found = receipt_for([*entries, *more], input_id, record)
+        return found if found is not None else Receipt(input_id, "accepted", position=written.seq)
+
+    async def message(self, session_id: str, text: str, harness: str | None, input_id: str) -> Receipt:
+        entries = await self.catalog.read(session_id)
+        ts = self.now_ms()
+        state = fold(session_id, entries)
+        name = harness or state.harness
+        record = InputMessage(session_id, ts, input_id, text, harness if harness else None)
+        known = receipt_for(entries, input_id, record)
+        if known is not None:
+            return known
+        if name is None:
+            return rejected(input_id, "unknown_harness", "a new session needs 'harness': the name of the harness to run")
+        if state.harness is not None and harness and harness != state.harness:
+            return rejected(input_id, "harness_mismatch",
+                            f"this session runs harness {state.harness!r}, not {harness!r}")
+        if self.harness_names and name not in self.harness_names:
+            return rejected(input_id, "unknown_harness",
+                            f"no harness named {name!r} runs here; known: {', '.join(sorted(self.harness_names))}")
+        return await self._send(entries, record, input_id)
+
+    async def answer(self, session_id: str, entries: list[LogEntry], tool_call_id: str, name: str, value: Any,
+                     input_id: str) -> Receipt:
+        try:
+            value = json_copy(value, what="answer")
+        except HarnessError as exc:
+            return rejected(input_id, "invalid_answer", str(exc))
+        record = InputAnswer(session_id, self.now_ms(), input_id, tool_call_id, name, value)
+        known = receipt_for(entries, input_id, record)
+        if known is not None:
+            return known
+        verdict = judge_answer(fold(session_id, entries), tool_call_id, name, value, self.now_ms())
+        if not verdict.ok:
+            return rejected(input_id, verdict.code or "invalid_answer", verdict.reason or "the answer was refused")
+        return await self._send(entries, record, input_id)
+
+    async def records(self, session_id: str, entries: list[LogEntry], records: list[Any], input_id: str) -> Receipt:
+        try:
+            checked = check_app_records(records)
+        except HarnessError as exc:
+            return rejected(input_id, "invalid_records", str(exc))
+        record = InputRecords(session_id, self.now_ms(), input_id, checked)
+        return await self._send(entries, record, input_id)
+
+    async def cancel(self, session_id: str, entries: list[LogEntry], target: str) -> Receipt:
+        input_id = cancel_input_id(target)
+        record = make_cancel(session_id, self.now_ms(), input_id, target)
+        if record is not None:
+            known = receipt_for(entries, input_id, record)
+            if known is not None:
+                return known
+        inp = fold(session_id, entries).inputs.get(target)
+        if inp is None:
+            return rejected(input_id, "unknown_input", f"no input {target!r} in this session")
+        if inp.settled is not None:
+            return rejected(input_id, "already_settled", f"input {target!r} already settled {inp.settled.outcome}")
+        if record is None:
+            return rejected(input_id, "cancel_unsupported",
+                            "this version of the session log has no cancel input; upgrade the harness")
+        return await self._send(entries, record, input_id)

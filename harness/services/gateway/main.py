@@ -1,0 +1,167 @@
+"""``harness gateway`` and ``harness serve``: run the HTTP gateway (and, for serve, a worker).
+
+    harness gateway --log kafka://broker:9092?topic_prefix=acme --jwks-file /etc/harness/jwks.json
+    harness serve --log sqlite:///harness.db --app myapp.agents:assistant --open-access
+
+``gateway`` is stateless: it appends inputs and reads committed records, never
+drives a turn; run as many replicas as you like next to the workers. ``serve``
+runs the gateway and a worker in one process: one command, one machine, a working
+agent service. Either needs authentication (``--jwt-secret-file``, ``--jwks-file``
+or ``--api-keys-file``) or an explicit ``--open-access`` (dev only).
+
+Every flag has an environment variable, read once at start: HARNESS_LOG,
+HARNESS_APPS, HARNESS_GATEWAY_HOST, HARNESS_GATEWAY_PORT, HARNESS_METRICS_PORT,
+HARNESS_JWT_SECRET_FILE, HARNESS_JWKS_FILE, HARNESS_JWT_ISSUER, HARNESS_JWT_AUDIENCE,
+HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_OPEN_ACCESS,
+HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from harness.errors import HarnessError
+
+__all__ = ["main", "serve_main"]
+
+log = logging.getLogger("harness.gateway")
+
+GRACEFUL_S = 5
+
+
+async def run_gateway(settings: Any, *, worker: bool) -> int:
+    """Serve until SIGTERM/SIGINT; with ``worker`` a Worker drives the sessions in this process."""
+    try:
+        import uvicorn
+    except ImportError as exc:
+        from harness.errors import MissingExtra
+
+        raise MissingExtra("the HTTP gateway", "gateway") from exc
+    from harness.log import open_log
+    from harness.services.gateway.app import create_app
+    from harness.services.worker.main import load_harnesses
+
+    harnesses = load_harnesses(settings.apps) if settings.apps else []
+    log_ = open_log(settings.log)
+    stop = asyncio.Event()
+    worker_task: asyncio.Task[None] | None = None
+    the_worker: Any = None
+
+    async def on_startup(state: Any) -> None:
+        nonlocal worker_task, the_worker
+        if worker:
+            from harness.runtime.worker import Worker
+
+            the_worker = Worker(log=log_, harnesses=harnesses, lease=timedelta(seconds=30))
+            worker_task = asyncio.create_task(the_worker.run(stop), name="harness-serve-worker")
+
+    async def on_shutdown(state: Any) -> None:
+        stop.set()
+        if worker_task is not None:
+            await worker_task
+
+    app = create_app(settings, log=log_, harnesses=harnesses, on_startup=on_startup, on_shutdown=on_shutdown)
+    gw = app.state.gateway
+    metrics_server = None
+    if settings.metrics_port is not None:
+        from harness.services.gateway.metrics import start_metrics_server
+
+        metrics_server = start_metrics_server(settings.metrics_port, lambda: gw.ready)
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
+    loop = asyncio.get_running_loop()
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # our own handlers below: a clean SIGTERM exits 0, as the worker does
+
+    server = Server(config)
+
+    def on_signal() -> None:
+        gw.close_streams()  # open SSE streams end, so shutdown is quick
+        server.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        host, port = server.servers[0].sockets[0].getsockname()[:2]
+        if worker and the_worker is not None:
+            await the_worker.ready.wait()
+        what = "serve" if worker else "gateway"
+        print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
+
+    announcer = asyncio.create_task(announce())
+    try:
+        await server.serve()
+    finally:
+        announcer.cancel()
+        if metrics_server is not None and hasattr(metrics_server, "stop"):
+            metrics_server.stop()
+        await log_.close()
+    return 0
+
+
+def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
+    logging.basicConfig(level=os.environ.get("HARNESS_LOG_LEVEL", "WARNING"), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return asyncio.run(run_gateway(settings, worker=worker))
+    except HarnessError as exc:
+        if debug:
+            raise
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+def _settings(argv: Sequence[str] | None, prog: str, description: str | None, *, need_apps: bool) -> Any:
+    import argparse
+
+    from harness.services.gateway.settings import parse_settings
+
+    try:
+        settings = parse_settings(argv, os.environ, prog=prog, description=description)
+    except (ValueError, argparse.ArgumentTypeError) as exc:  # a bad value in the environment
+        print(f"{prog}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if need_apps and not settings.apps:
+        print(f"{prog}: at least one --app module:attribute is required (or HARNESS_APPS)", file=sys.stderr)
+        raise SystemExit(2)
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``harness gateway``."""
+    settings = _settings(argv, "harness gateway", __doc__, need_apps=False)
+    return _run(settings, worker=False)
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``harness serve``: the gateway and a worker in one process."""
+    settings = _settings(argv, "harness serve", __doc__, need_apps=True)
+    return _run(settings, worker=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,409 @@
+"""The gateway's HTTP routes (FastAPI). Request bodies are pydantic models (422 on error)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.security import APIKeyHeader
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from harness.errors import LogError
+from harness.records import LogEntry
+from harness.replay.conversation import conversation
+from harness.replay.state import fold
+from harness.services.gateway.auth import AuthError, Principal
+from harness.services.gateway.interim_views import summarize, timeline
+from harness.services.gateway.sse import session_stream
+from harness.services.gateway.state import GatewayState, console_dir
+
+__all__ = ["install_routes"]
+
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,127}$"
+INPUT_ID = r"^[^\x00-\x1f\x7f]{1,256}$"
+NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
+SessionId = Annotated[str, Path(pattern=SESSION_ID, description="the session's id (yours; tenant-scoped)")]
+InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
+NameField = Annotated[str, Field(pattern=NAME)]
+MAX_TEXT = 256 * 1024
+MAX_LIST = 500
+
+
+# --- request and response bodies ------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(_Body):
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    harness: NameField | None = None
+    input_id: InputIdField | None = None
+
+
+class AnswerIn(_Body):
+    tool_call_id: NameField
+    name: NameField
+    value: JsonValue
+    input_id: InputIdField | None = None
+
+
+class RecordsIn(_Body):
+    records: list[dict[str, JsonValue]] = Field(min_length=1, max_length=MAX_LIST)
+    input_id: InputIdField | None = None
+
+
+class CancelIn(_Body):
+    input_id: InputIdField
+
+
+class ReceiptOut(BaseModel):
+    input_id: str
+    status: Literal["accepted", "queued", "rejected"]
+    code: str | None = None
+    reason: str | None = None
+    position: int | None = Field(None, description="the input's log position (resume events after position - 1)")
+
+
+class OpenAskOut(BaseModel):
+    tool_call_id: str
+    name: str
+    message: str
+    schema_: JsonValue = Field(alias="schema")
+    expires_at: int | None = None
+
+
+class SummaryOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    session_id: str
+    harness: str | None
+    state: str
+    last_activity: int | None = None
+    open_asks: list[OpenAskOut] = []
+
+
+class SessionPage(BaseModel):
+    sessions: list[SummaryOut]
+    next_cursor: str | None = None
+
+
+class SessionDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    summary: SummaryOut
+    open_asks: list[OpenAskOut]
+    sleeps: list[dict[str, Any]]
+    usage: dict[str, Any] | None
+    transcript: list[dict[str, Any]]
+    timeline: list[dict[str, Any]]
+    last_position: int | None
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Problem, "description": "missing or invalid credentials"},
+    404: {"model": Problem, "description": "no such session (for this tenant)"},
+    413: {"model": Problem, "description": "request body too large"},
+    503: {"model": Problem, "description": "the session log cannot be reached"},
+}
+
+
+# --- middleware --------------------------------------------------------------------------------
+
+
+class BodyLimit:
+    """413 for a body over ``limit`` bytes, by Content-Length or as it streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send)
+                    return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413)
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestMetrics:
+    """Counts each request by its route template (pure ASGI: streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: Any) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            template = getattr(scope.get("route"), "path", "other")
+            self.metrics.http_request(template, scope.get("method", "GET"), status, time.perf_counter() - started)
+
+
+_bearer = APIKeyHeader(
+    name="Authorization",
+    scheme_name="bearer",
+    description="'Bearer <token>': a JWT or an API key (none needed under --open-access)",
+    auto_error=False,
+)
+
+
+def _principal(request: Request, authorization: Annotated[str | None, Depends(_bearer)] = None) -> Principal:
+    gw: GatewayState = request.app.state.gateway
+    return gw.auth.authenticate(authorization)
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+
+
+def install_routes(app: FastAPI, gw: GatewayState) -> None:
+    app.add_middleware(BodyLimit, limit=gw.settings.max_body_bytes)
+
+    app.add_middleware(RequestMetrics, metrics=gw.metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return SafeJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+
+    @app.exception_handler(AuthError)
+    async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(LogError)
+    async def log_down(request: Request, exc: LogError) -> JSONResponse:
+        return JSONResponse({"detail": f"the session log failed: {exc}; retry later"}, status_code=503)
+
+    async def existing(who: Principal, session_id: str) -> tuple[str, list[LogEntry]]:
+        log_sid = gw.log_id(who, session_id)
+        entries = await gw.catalog.read(log_sid)
+        if not entries:
+            raise HTTPException(404, f"no session {session_id!r}")
+        return log_sid, entries
+
+    def receipt(r: Any) -> dict[str, Any]:
+        out: dict[str, Any] = r.to_json()
+        return out
+
+    # -- health and console ----------------------------------------------------------------------
+
+    @app.get("/healthz", include_in_schema=True, tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
+    async def readyz() -> JSONResponse:
+        if await gw.check_ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"detail": "the session log cannot be reached"}, status_code=503)
+
+    @app.get("/", include_in_schema=False)
+    async def console_index() -> FileResponse:
+        return FileResponse(str(console_dir() / "index.html"), media_type="text/html")
+
+    @app.get("/console/{name}", include_in_schema=False)
+    async def console_file(name: Annotated[str, Path(pattern=r"^[a-z]+\.(js|css|html)$")]) -> FileResponse:
+        path = console_dir() / name
+        if not path.is_file():
+            raise HTTPException(404, "no such file")
+        media = {"js": "text/javascript", "css": "text/css", "html": "text/html"}[name.rsplit(".", 1)[1]]
+        return FileResponse(str(path), media_type=media)
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
+    async def send_message(session_id: SessionId, body: MessageIn, who: Caller) -> dict[str, Any]:
+        """Send a user message (starts a turn, or waits behind the running one)."""
+        input_id = body.input_id or f"in-{uuid.uuid4().hex}"
+        return receipt(await gw.inputs.message(gw.log_id(who, session_id), body.text, body.harness, input_id))
+
+    @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
+    async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller) -> dict[str, Any]:
+        """Answer an open ask; the answer is checked against the ask's schema first."""
+        log_sid, entries = await existing(who, session_id)
+        input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
+        return receipt(await gw.inputs.answer(log_sid, entries, body.tool_call_id, body.name, body.value, input_id))
+
+    @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
+    async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
+        """Append app records to the session (once per input_id)."""
+        log_sid, entries = await existing(who, session_id)
+        input_id = body.input_id or f"rec-{uuid.uuid4().hex}"
+        return receipt(await gw.inputs.records(log_sid, entries, list(body.records), input_id))
+
+    @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
+              responses=_ERRORS)
+    async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
+        """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
+        log_sid, entries = await existing(who, session_id)
+        return receipt(await gw.inputs.cancel(log_sid, entries, body.input_id))
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    @app.get("/v1/harnesses", tags=["sessions"], responses=_ERRORS)
+    async def list_harnesses(who: Caller) -> dict[str, list[str]]:
+        """The harnesses this deployment knows by name (empty: not loaded in the gateway)."""
+        return {"harnesses": sorted(gw.harnesses)}
+
+    @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ERRORS)
+    async def list_sessions(
+        who: Caller,
+        state: Annotated[Literal["running", "waiting", "sleeping", "idle", "failed"] | None, Query()] = None,
+        harness: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")] = None,
+    ) -> dict[str, Any]:
+        """This tenant's sessions, most recently active first, paged."""
+        now = gw.now_ms()
+        rows: list[tuple[int, str, dict[str, Any]]] = []
+        for log_sid in await gw.catalog.session_ids():
+            mine = gw.owns(who, log_sid)
+            if mine is None:
+                continue
+            entries = await gw.catalog.read(log_sid)
+            if not entries:
+                continue
+            summary = _summary(fold(log_sid, entries), entries, now, mine)
+            if state is not None and summary["state"] != state:
+                continue
+            if harness is not None and summary["harness"] != harness:
+                continue
+            rows.append((entries[-1].record.ts, mine, summary))
+        rows.sort(key=lambda row: (-row[0], row[1]))
+        start = 0
+        if cursor is not None:
+            start = next((i + 1 for i, row in enumerate(rows) if _cursor(row) == cursor), len(rows))
+        page = rows[start : start + limit]
+        more = start + limit < len(rows)
+        return {"sessions": [row[2] for row in page], "next_cursor": _cursor(page[-1]) if more and page else None}
+
+    @app.get("/v1/sessions/{session_id}", response_model=SessionDetail, tags=["sessions"], responses=_ERRORS)
+    async def get_session(session_id: SessionId, who: Caller) -> dict[str, Any]:
+        """State, open asks with their schemas, sleeps, usage, transcript and timeline."""
+        log_sid, entries = await existing(who, session_id)
+        state = fold(log_sid, entries)
+        now = gw.now_ms()
+        summary = _summary(state, entries, now, session_id)
+        sleeps = [
+            {"tool_call_id": call.tool_call_id, "name": name, "wake_at": wake, "due": wake <= now}
+            for call in state.calls.values()
+            if call.result is None
+            for name, wake in call.sleeps.items()
+        ]
+        items = [item.to_json() for item in timeline(entries)]
+        return {
+            "summary": summary,
+            "open_asks": summary["open_asks"],
+            "sleeps": sleeps,
+            "usage": getattr(state, "usage", None),
+            "transcript": conversation(state),
+            "timeline": items,
+            "last_position": entries[-1].seq,
+        }
+
+    @app.get(
+        "/v1/sessions/{session_id}/events",
+        tags=["sessions"],
+        responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the event stream"}},
+    )
+    async def session_events(
+        session_id: SessionId,
+        who: Caller,
+        after: Annotated[int | None, Query(ge=0, le=2**62, description="resume strictly after this position")] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events: a hello, then every committed record (id = its position), live."""
+        cursor = after
+        if last_event_id is not None and last_event_id.strip():
+            try:
+                cursor = int(last_event_id)
+            except ValueError:
+                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
+            if not 0 <= cursor <= 2**62:
+                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
+        log_sid, _entries = await existing(who, session_id)
+        stream = session_stream(
+            gw.events,
+            log_session_id=log_sid,
+            public_session_id=session_id,
+            after=cursor or 0,
+            heartbeat_s=gw.settings.heartbeat_s,
+            register=gw.register_stream,
+        )
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+
+def _cursor(row: tuple[int, str, dict[str, Any]]) -> str:
+    return f"{row[0]}.{row[1]}"
+
+
+def _summary(state: Any, entries: list[LogEntry], now: int, public_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = summarize(state, now_ms=now, last_ts=entries[-1].record.ts if entries else None).to_json()
+    out["session_id"] = public_id
+    return out

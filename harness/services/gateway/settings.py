@@ -1,0 +1,155 @@
+"""The gateway's settings: one frozen object, from the command line or the environment.
+
+The environment is read once, by :func:`parse_settings`; the rest of the gateway
+only sees :class:`GatewaySettings`. Every flag has an environment variable of the
+same name (``--jwt-issuer`` -> ``HARNESS_JWT_ISSUER``), as the Helm chart sets them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
+
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_HEARTBEAT_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Everything the gateway needs to know at start.
+
+    Args:
+        log: the session log URL (``sqlite:///harness.db``, ``kafka://...``).
+        apps: ``module:attribute`` harnesses loaded to know names and ask schemas
+            (the gateway never drives a turn with them).
+        open_access: serve without authentication (dev only; must be asked for).
+        jwt_secret_file: a file holding the HS256 secret.
+        jwks_file: a JSON Web Key Set file with the RS256 public keys.
+        jwt_issuer / jwt_audience: checked when given.
+        tenant_claim: the JWT claim naming the tenant.
+        api_keys_file: lines ``<tenant> <key>`` (``#`` comments).
+        max_body_bytes: request bodies larger than this get 413.
+        heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
+    """
+
+    log: str
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    metrics_port: int | None = None
+    apps: tuple[str, ...] = ()
+    open_access: bool = False
+    jwt_secret_file: str | None = None
+    jwks_file: str | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    tenant_claim: str = "tenant"
+    api_keys_file: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_auth(self) -> bool:
+        return bool(self.jwt_secret_file or self.jwks_file or self.api_keys_file)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str], *, with_auth: bool = True) -> None:
+    """The gateway's flags, defaults from ``env`` (shared by ``harness gateway`` and ``harness serve``)."""
+    get = env.get
+    parser.add_argument("--log", default=get("HARNESS_LOG"), help="session log URL (HARNESS_LOG)")
+    parser.add_argument("--host", default=get("HARNESS_GATEWAY_HOST", "127.0.0.1"),
+                        help="address to listen on (HARNESS_GATEWAY_HOST; default 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=_port(get("HARNESS_GATEWAY_PORT", str(DEFAULT_PORT))),
+                        help=f"HTTP port (HARNESS_GATEWAY_PORT; default {DEFAULT_PORT}; 0 picks a free one)")
+    metrics = get("HARNESS_METRICS_PORT")
+    parser.add_argument("--metrics-port", type=_port, default=_port(metrics) if metrics else None,
+                        help="serve /metrics on this port (HARNESS_METRICS_PORT)")
+    parser.add_argument("--app", action="append", default=None,
+                        help="module:attribute of a harness (repeat; HARNESS_APPS, comma-separated)")
+    parser.add_argument("--max-body-bytes", type=_positive_int,
+                        default=_positive_int(get("HARNESS_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))),
+                        help="larger request bodies get 413 (HARNESS_GATEWAY_MAX_BODY_BYTES)")
+    parser.add_argument("--heartbeat", type=_positive_float,
+                        default=_positive_float(get("HARNESS_GATEWAY_HEARTBEAT_SECONDS", str(DEFAULT_HEARTBEAT_S))),
+                        help="seconds between SSE heartbeats (HARNESS_GATEWAY_HEARTBEAT_SECONDS)")
+    if not with_auth:
+        return
+    parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
+                        help="HS256 secret for bearer JWTs (HARNESS_JWT_SECRET_FILE)")
+    parser.add_argument("--jwks-file", default=get("HARNESS_JWKS_FILE"),
+                        help="JWKS file with RS256 public keys (HARNESS_JWKS_FILE)")
+    parser.add_argument("--jwt-issuer", default=get("HARNESS_JWT_ISSUER"), help="required iss (HARNESS_JWT_ISSUER)")
+    parser.add_argument("--jwt-audience", default=get("HARNESS_JWT_AUDIENCE"),
+                        help="required aud (HARNESS_JWT_AUDIENCE)")
+    parser.add_argument("--tenant-claim", default=get("HARNESS_TENANT_CLAIM", "tenant"),
+                        help="JWT claim naming the tenant (HARNESS_TENANT_CLAIM; default 'tenant')")
+    parser.add_argument("--api-keys-file", default=get("HARNESS_API_KEYS_FILE"),
+                        help="file of '<tenant> <key>' lines (HARNESS_API_KEYS_FILE)")
+    parser.add_argument("--open-access", action="store_true",
+                        default=get("HARNESS_OPEN_ACCESS", "").lower() in ("1", "true", "yes"),
+                        help="serve WITHOUT authentication (dev only; HARNESS_OPEN_ACCESS=true)")
+
+
+def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> GatewaySettings:
+    apps = tuple(args.app) if args.app else tuple(a for a in env.get("HARNESS_APPS", "").split(",") if a)
+    return GatewaySettings(
+        log=args.log,
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        apps=apps,
+        open_access=bool(getattr(args, "open_access", True)),
+        jwt_secret_file=getattr(args, "jwt_secret_file", None),
+        jwks_file=getattr(args, "jwks_file", None),
+        jwt_issuer=getattr(args, "jwt_issuer", None),
+        jwt_audience=getattr(args, "jwt_audience", None),
+        tenant_claim=getattr(args, "tenant_claim", "tenant"),
+        api_keys_file=getattr(args, "api_keys_file", None),
+        max_body_bytes=args.max_body_bytes,
+        heartbeat_s=args.heartbeat,
+    )
+
+
+def parse_settings(argv: Sequence[str] | None, env: Mapping[str, str], *, prog: str = "harness gateway",
+                   description: str | None = None) -> GatewaySettings:
+    """``harness gateway`` flags (and ``HARNESS_*`` environment) -> settings; usage errors exit 2."""
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_gateway_arguments(parser, env)
+    args = parser.parse_args(argv)
+    if not args.log:
+        parser.error("--log is required (or HARNESS_LOG), e.g. --log sqlite:///harness.db")
+    settings = settings_from_args(args, env)
+    if not settings.has_auth and not settings.open_access:
+        parser.error(
+            "no authentication configured: give --jwt-secret-file, --jwks-file or --api-keys-file, "
+            "or --open-access to serve without auth (dev only)"
+        )
+    if settings.jwt_secret_file and settings.jwks_file:
+        parser.error("give --jwt-secret-file (HS256) or --jwks-file (RS256), not both")
+    return settings

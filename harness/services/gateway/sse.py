@@ -1,0 +1,137 @@
+"""Server-Sent Events for one session: framing and the stream. PURE framing, one generator.
+
+The wire, per the HTML spec's ``text/event-stream``:
+
+* ``retry`` and a ``hello`` event first (no ``id``, so it never moves a client's cursor);
+* one event per committed record: ``id:`` its log position, ``event:`` its type,
+  ``data:`` ``{"seq", "type", "ts", "data"}``;
+* ``: heartbeat`` comments while idle, so proxies keep the connection open;
+* live-only events (model text deltas) with no ``id``.
+
+A client resumes with ``Last-Event-ID`` (or ``?after=``): the stream starts strictly
+after that position, with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from harness.records import LogEntry
+from harness.services.gateway.sources import EventSource
+
+__all__ = ["entry_json", "event_frame", "session_stream"]
+
+RETRY_MS = 1000
+
+
+def event_frame(event: str, data: Any, *, id: int | None = None,  # noqa: A002 - the SSE field name
+                ascii_only: bool = False) -> bytes:
+    if ascii_only:
+        text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str)
+        head = (f"id: {id}\n" if id is not None else "") + f"event: {event}\n"
+        return (head + f"data: {text}\n\n").encode("ascii")
+    lines = []
+    if id is not None:
+        lines.append(f"id: {id}")
+    lines.append(f"event: {event}")
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    lines.extend(f"data: {line}" for line in text.split("\n"))
+    try:
+        return ("\n".join(lines) + "\n\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON escapes keep the frame valid UTF-8
+        return event_frame(event, json.loads(json.dumps(data, default=str)), id=id, ascii_only=True)
+
+
+def entry_json(entry: LogEntry, public_session_id: str) -> dict[str, Any]:
+    data = entry.data
+    data["session_id"] = public_session_id
+    return {"seq": entry.seq, "type": entry.type, "ts": entry.record.ts, "data": data}
+
+
+FRAME_CACHE = 4096
+"""Encoded frames kept: the streams of one session send the very same bytes per record."""
+_frames: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+
+
+def record_frame(entry: LogEntry, public_session_id: str) -> bytes:
+    """The frame of a committed record, encoded once for every stream of its session.
+
+    Keyed by the LOG's session id (tenant included) and position: a position is unique
+    within a session, and the public id is a function of the log's id.
+    """
+    key = (entry.session_id, entry.seq)
+    frame = _frames.get(key)
+    if frame is None:
+        frame = event_frame(entry.type, entry_json(entry, public_session_id), id=entry.seq)
+        _frames[key] = frame
+        if len(_frames) > FRAME_CACHE:
+            _frames.popitem(last=False)
+    return frame
+
+
+async def session_stream(
+    source: EventSource,
+    *,
+    log_session_id: str,
+    public_session_id: str,
+    after: int,
+    heartbeat_s: float,
+    register: Callable[[asyncio.Queue[Any]], Callable[[], None]],
+) -> AsyncIterator[bytes]:
+    """The SSE byte stream of one session from ``after`` on; ends when the server closes it.
+
+    ``register(queue)`` lets the server push ``_END``-like closing into the stream; it
+    returns the function that unregisters.
+    """
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1024)
+
+    async def pump(items: AsyncIterator[Any], kind: str, ends_stream: bool) -> None:
+        try:
+            async for item in items:
+                await queue.put((kind, item))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the stream says why and ends
+            await queue.put(("error", exc))
+            return
+        if ends_stream:
+            await queue.put(("end", None))
+
+    unregister = register(queue)
+    tasks = [
+        asyncio.create_task(pump(source.subscribe(log_session_id, after), "entry", True)),
+        asyncio.create_task(pump(source.live(log_session_id), "live", False)),
+    ]
+    try:
+        yield f"retry: {RETRY_MS}\n\n".encode()
+        yield event_frame("hello", {"session_id": public_session_id, "after": after, "heartbeat_s": heartbeat_s})
+        while True:
+            try:
+                kind, item = await asyncio.wait_for(queue.get(), heartbeat_s)
+            except TimeoutError:
+                yield b": heartbeat\n\n"
+                continue
+            if kind == "entry":
+                yield record_frame(item, public_session_id)
+            elif kind == "live":
+                data = item.to_json() if hasattr(item, "to_json") else dict(item)
+                data["session_id"] = public_session_id
+                yield event_frame(str(data.get("type", "live")), data)
+            elif kind == "error":
+                yield event_frame("error", {"error": type(item).__name__, "message": str(item),
+                                            "resume": "reconnect with Last-Event-ID"})
+                return
+            else:  # end, or the server is closing
+                return
+    finally:
+        unregister()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,0 +1,179 @@
+{{/* Names and labels. */}}
+{{- define "harness.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "harness.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "harness.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "harness.labels" -}}
+helm.sh/chart: {{ include "harness.chart" . }}
+{{ include "harness.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: durable-harness
+{{- end -}}
+
+{{- define "harness.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "harness.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of one component: (dict "ctx" $ "component" "worker") */}}
+{{- define "harness.componentLabels" -}}
+{{ include "harness.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "harness.componentSelector" -}}
+{{ include "harness.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "harness.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "harness.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "harness.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The session log URL (HARNESS_LOG). */}}
+{{- define "harness.logUrl" -}}
+{{- $k := .Values.kafka -}}
+{{- $url := printf "kafka://%s?topic_prefix=%s&partitions=%d&replication_factor=%d" $k.bootstrap $k.topicPrefix (int $k.partitions) (int $k.replicationFactor) -}}
+{{- if $k.minInsyncReplicas -}}
+{{- $url = printf "%s&min_insync_replicas=%d" $url (int $k.minInsyncReplicas) -}}
+{{- end -}}
+{{- $url -}}
+{{- end -}}
+
+{{/* Cross-field checks the schema cannot express; each fails with one line saying how to fix it. */}}
+{{- define "harness.validate" -}}
+{{- $k := .Values.kafka -}}
+{{- if and .Values.worker.enabled (gt (int .Values.worker.replicas) (int $k.partitions)) -}}
+{{- fail (printf "worker.replicas (%d) is above kafka.partitions (%d): a partition has one owner, so the extra workers would only idle; lower worker.replicas or raise kafka.partitions" (int .Values.worker.replicas) (int $k.partitions)) -}}
+{{- end -}}
+{{- if and $k.minInsyncReplicas (gt (int $k.minInsyncReplicas) (int $k.replicationFactor)) -}}
+{{- fail "kafka.minInsyncReplicas must not be above kafka.replicationFactor" -}}
+{{- end -}}
+{{- if and $k.sasl.mechanism (not $k.sasl.existingSecret) -}}
+{{- fail "kafka.sasl.mechanism is set but kafka.sasl.existingSecret is empty: name the Secret holding the SASL username and password" -}}
+{{- end -}}
+{{- if and $k.sasl.existingSecret (not $k.sasl.mechanism) -}}
+{{- fail "kafka.sasl.existingSecret is set but kafka.sasl.mechanism is empty: set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512" -}}
+{{- end -}}
+{{- if and $k.sasl.mechanism (not (hasPrefix "SASL_" $k.securityProtocol)) -}}
+{{- fail "kafka.sasl.mechanism needs kafka.securityProtocol SASL_SSL (or SASL_PLAINTEXT)" -}}
+{{- end -}}
+{{- if and (or $k.tls.certKey $k.tls.keyKey) (not (and $k.tls.certKey $k.tls.keyKey)) -}}
+{{- fail "kafka.tls.certKey and kafka.tls.keyKey go together (a client certificate and its key)" -}}
+{{- end -}}
+{{- if and (or $k.tls.certKey $k.tls.keyKey) (not $k.tls.existingSecret) -}}
+{{- fail "kafka.tls.certKey/keyKey need kafka.tls.existingSecret" -}}
+{{- end -}}
+{{- range $key, $_ := $k.config -}}
+{{- if regexMatch "(?i)(password|secret|sasl\\.username|private\\.key|key\\.password)" $key -}}
+{{- fail (printf "kafka.config.%s looks like a credential: put it in a Secret (kafka.sasl.existingSecret / kafka.tls.existingSecret)" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- $auth := .Values.gateway.auth -}}
+{{- if and .Values.gateway.enabled (ne $auth.mode "open") (or (not $auth.existingSecret) (not $auth.secretKey)) -}}
+{{- fail (printf "gateway.auth.mode %s needs gateway.auth.existingSecret and gateway.auth.secretKey (the file in that Secret)" $auth.mode) -}}
+{{- end -}}
+{{- if and .Values.gateway.enabled .Values.gateway.ingress.enabled (eq $auth.mode "open") (not $auth.allowOpenIngress) -}}
+{{- fail "the gateway has no authentication (gateway.auth.mode open) and an Ingress would expose it: set gateway.auth.mode, or gateway.auth.allowOpenIngress=true if you really mean it" -}}
+{{- end -}}
+{{- if not (or .Values.worker.enabled .Values.gateway.enabled) -}}
+{{- fail "worker.enabled and gateway.enabled are both false: nothing to deploy" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment shared by workers and gateways: secrets and Kafka credentials (the rest is in the ConfigMap). */}}
+{{- define "harness.secretEnv" -}}
+{{- $k := .Values.kafka -}}
+{{- if $k.sasl.existingSecret }}
+- name: HARNESS_KAFKA_CONFIG_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $k.sasl.existingSecret }}
+      key: {{ $k.sasl.usernameKey }}
+- name: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $k.sasl.existingSecret }}
+      key: {{ $k.sasl.passwordKey }}
+{{- end }}
+{{- range .Values.appSecrets.env }}
+- name: {{ printf "HARNESS_SECRET_%s" (.name | upper | replace "-" "_" | replace "." "_") }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- end -}}
+
+{{- define "harness.kafkaTlsVolume" -}}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .Values.kafka.tls.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{- define "harness.kafkaTlsMount" -}}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  mountPath: /var/run/harness/kafka-tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* The worker container's env entries (may be none). */}}
+{{- define "harness.workerEnv" -}}
+{{- if $.Values.worker.staticMembership }}
+- name: HARNESS_INSTANCE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}
+{{- if gt (int $.Values.worker.maxSessions) 0 }}
+- name: HARNESS_MAX_SESSIONS
+  value: {{ $.Values.worker.maxSessions | quote }}
+{{- end }}
+{{- if .Values.appSecrets.existingSecret }}
+- name: HARNESS_SECRETS_DIR
+  value: /var/run/harness/secrets
+{{- end }}
+{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with $.Values.worker.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end -}}
+
+{{/* The gateway container's env entries (may be none). */}}
+{{- define "harness.gatewayEnv" -}}
+{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with .Values.gateway.extraEnv }}
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,61 @@
+"""The app the gateway tests run: a message with 'approve' calls a tool that asks a
+person (step.ask with a schema), then answers with what the person said; 'nap' sleeps;
+anything else gets a plain text answer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.definition import Harness
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+
+class Approval(BaseModel):
+    approved: bool
+    note: str = Field("", description="why")
+
+
+class ApproveArgs(BaseModel):
+    what: str
+
+
+class NapArgs(BaseModel):
+    seconds: float
+
+
+async def approve_impl(args: ApproveArgs, ctx: Any) -> dict[str, Any]:
+    answer = await ctx.step.ask("approval", message=f"Approve {args.what}?", schema=Approval)
+    return {"approved": answer.approved, "note": answer.note}
+
+
+async def nap_impl(args: NapArgs, ctx: Any) -> dict[str, Any]:
+    await ctx.step.sleep("nap", timedelta(seconds=args.seconds))
+    return {"slept": args.seconds}
+
+
+TOOLS = [
+    durable_tool(tool_definition(name="approve", description="ask a person", input_schema=ApproveArgs), approve_impl),
+    durable_tool(tool_definition(name="nap", description="sleep", input_schema=NapArgs), nap_impl),
+]
+
+
+def script(messages: list[dict[str, Any]]) -> ModelResponse:
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    user = messages[last_user]["content"]
+    tail = messages[last_user + 1 :]
+    results = [m for m in tail if m["role"] == "tool"]
+    if results:
+        return ModelResponse(text=f"done: {results[-1]['content']}")
+    n = sum(1 for m in messages if m["role"] == "user")
+    if "approve" in user:
+        return ModelResponse(text="asking", tool_calls=[ToolCall(id=f"approve-{n}", name="approve", arguments={"what": user})])
+    if "nap" in user:
+        return ModelResponse(text="napping", tool_calls=[ToolCall(id=f"nap-{n}", name="nap", arguments={"seconds": 600})])
+    return ModelResponse(text=f"echo: {user}")
+
+
+approvals: Harness = define_harness(name="tests/approvals", model=ScriptedModel(script), tools=TOOLS)

@@ -1,0 +1,175 @@
+"""The HTTP API over real HTTP (uvicorn on 127.0.0.1), gateway + worker on SQLite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from harness.services.gateway.inputs import CANCEL_SUPPORTED
+from tests.gateway.helpers import HARNESS, wait_for
+
+
+def message(http: httpx.Client, sid: str, text: str, **kw: Any) -> dict[str, Any]:
+    body = {"text": text, "harness": HARNESS, **kw}
+    r = http.post(f"/v1/sessions/{sid}/messages", json=body)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def detail(http: httpx.Client, sid: str) -> dict[str, Any]:
+    r = http.get(f"/v1/sessions/{sid}")
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def wait_state(http: httpx.Client, sid: str, state: str) -> dict[str, Any]:
+    return wait_for(lambda: (d := detail(http, sid))["summary"]["state"] == state and d,
+                    timeout=30, what=f"session {sid} to be {state}")
+
+
+def test_health_and_openapi(http: httpx.Client) -> None:
+    assert http.get("/healthz").json() == {"status": "ok"}
+    assert http.get("/readyz").json() == {"status": "ready"}
+    paths = http.get("/openapi.json").json()["paths"]
+    for path in ("/v1/sessions/{session_id}/messages", "/v1/sessions/{session_id}/answers",
+                 "/v1/sessions/{session_id}/records", "/v1/sessions/{session_id}/cancel",
+                 "/v1/sessions", "/v1/sessions/{session_id}", "/v1/sessions/{session_id}/events"):
+        assert path in paths
+
+
+def test_message_receipt_is_idempotent_and_derived_from_the_log(http: httpx.Client) -> None:
+    first = message(http, "s-1", "hello", input_id="in-1")
+    assert first["status"] == "accepted" and first["input_id"] == "in-1" and first["position"] > 0
+    assert message(http, "s-1", "hello", input_id="in-1") == first  # same receipt again
+    conflict = message(http, "s-1", "another text", input_id="in-1")
+    assert conflict["status"] == "rejected" and conflict["code"] == "input_conflict"
+    d = wait_state(http, "s-1", "idle")
+    assert d["transcript"][-1] == {"role": "assistant", "content": "echo: hello"}
+    # the input is in the log once; the resend wrote nothing
+    inputs = [i for i in d["timeline"] if i["kind"] == "input"]
+    assert len(inputs) == 1
+    assert message(http, "s-1", "hello", input_id="in-1") == first  # still the same after it settled
+
+
+def test_queued_behind_a_waiting_turn_then_answer_resumes(http: httpx.Client) -> None:
+    assert message(http, "s-2", "please approve the refund", input_id="a")["status"] == "accepted"
+    d = wait_state(http, "s-2", "waiting")
+    (ask,) = d["open_asks"]
+    assert ask["name"] == "approval" and ask["schema"]["properties"]["approved"]["type"] == "boolean"
+    queued = message(http, "s-2", "and then hello", input_id="b")
+    assert queued["status"] == "queued"
+    assert message(http, "s-2", "and then hello", input_id="b") == queued
+
+    bad = http.post("/v1/sessions/s-2/answers", json={"tool_call_id": ask["tool_call_id"], "name": "approval",
+                                                      "value": {"approved": "maybe"}}).json()
+    assert bad["status"] == "rejected" and bad["code"] == "invalid_answer" and "approved" in bad["reason"]
+    wrong = http.post("/v1/sessions/s-2/answers", json={"tool_call_id": "nope", "name": "approval",
+                                                        "value": {"approved": True}}).json()
+    assert wrong["status"] == "rejected" and wrong["code"] == "no_open_ask"
+
+    body = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": True, "note": "ok"}}
+    good = http.post("/v1/sessions/s-2/answers", json=body).json()
+    assert good["status"] == "accepted"
+    d = wait_for(lambda: (x := detail(http, "s-2"))["summary"]["turns"] == 2 and x["summary"]["state"] == "idle" and x,
+                 timeout=30, what="both turns to finish")
+    texts = [m["content"] for m in d["transcript"] if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert texts == ['done: {"approved":true,"note":"ok"}', "echo: and then hello"]
+    again = http.post("/v1/sessions/s-2/answers", json=body).json()
+    assert again == good  # the same receipt, from the log, after the ask closed
+
+
+def test_unknown_harness_and_mismatch_are_refused_with_a_reason(http: httpx.Client) -> None:
+    r = http.post("/v1/sessions/s-3/messages", json={"text": "hi", "harness": "no/such"}).json()
+    assert r["status"] == "rejected" and r["code"] == "unknown_harness" and HARNESS in r["reason"]
+    r = http.post("/v1/sessions/s-3/messages", json={"text": "hi"}).json()
+    assert r["status"] == "rejected" and r["code"] == "unknown_harness"
+    assert http.get("/v1/sessions/s-3").status_code == 404  # nothing was written
+    message(http, "s-3", "hi")
+    r = http.post("/v1/sessions/s-3/messages", json={"text": "hi", "harness": "other/one"}).json()
+    assert r["status"] == "rejected" and r["code"] == "harness_mismatch"
+    # a later message may leave the harness out: the session's own is used
+    assert http.post("/v1/sessions/s-3/messages", json={"text": "again"}).json()["status"] in ("accepted", "queued")
+
+
+def test_records_and_cancel(http: httpx.Client) -> None:
+    message(http, "s-4", "hello", input_id="m1")
+    wait_state(http, "s-4", "idle")
+    r = http.post("/v1/sessions/s-4/records", json={"records": [{"type": "app.memory", "fact": "x"}],
+                                                    "input_id": "r1"}).json()
+    assert r["status"] == "accepted"
+    assert http.post("/v1/sessions/s-4/records", json={"records": [{"type": "app.memory", "fact": "x"}],
+                                                       "input_id": "r1"}).json() == r
+    reserved = http.post("/v1/sessions/s-4/records", json={"records": [{"type": "harness.x"}]}).json()
+    assert reserved["status"] == "rejected" and reserved["code"] == "invalid_records"
+    assert http.post("/v1/sessions/s-4/cancel", json={"input_id": "nope"}).json()["code"] == "unknown_input"
+    assert http.post("/v1/sessions/s-4/cancel", json={"input_id": "m1"}).json()["code"] == "already_settled"
+    message(http, "s-4", "please approve", input_id="m2")
+    wait_state(http, "s-4", "waiting")
+    c = http.post("/v1/sessions/s-4/cancel", json={"input_id": "m2"}).json()
+    if CANCEL_SUPPORTED:
+        assert c["status"] == "accepted"
+        wait_state(http, "s-4", "idle")
+    else:
+        assert c["status"] == "rejected" and c["code"] == "cancel_unsupported"
+
+
+def test_list_filters_and_pages(http: httpx.Client) -> None:
+    for sid in ("l-1", "l-2", "l-3"):
+        message(http, sid, "hello")
+    message(http, "l-4", "please approve")
+    wait_state(http, "l-4", "waiting")
+    for sid in ("l-1", "l-2", "l-3"):
+        wait_state(http, sid, "idle")
+    everything = http.get("/v1/sessions").json()["sessions"]
+    assert {s["session_id"] for s in everything} == {"l-1", "l-2", "l-3", "l-4"}
+    waiting = http.get("/v1/sessions", params={"state": "waiting"}).json()["sessions"]
+    assert [s["session_id"] for s in waiting] == ["l-4"] and waiting[0]["open_asks"][0]["name"] == "approval"
+    assert http.get("/v1/sessions", params={"harness": "other"}).json()["sessions"] == []
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 1}
+        if cursor:
+            params["cursor"] = cursor
+        page = http.get("/v1/sessions", params=params).json()
+        seen += [s["session_id"] for s in page["sessions"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == ["l-1", "l-2", "l-3", "l-4"] and len(seen) == 4
+
+
+def test_validation_errors_are_422_and_big_bodies_413(http: httpx.Client) -> None:
+    assert http.post("/v1/sessions/s-5/messages", json={"harness": HARNESS}).status_code == 422
+    assert http.post("/v1/sessions/s-5/messages", json={"text": "x", "extra": 1}).status_code == 422
+    assert http.post("/v1/sessions/s-5/messages", content=b"{not json", headers={"content-type": "application/json"}
+                     ).status_code == 422
+    assert http.post("/v1/sessions/bad%20id/messages", json={"text": "x"}).status_code == 422
+    assert http.get("/v1/sessions/s-5/events", params={"after": -1}).status_code == 422
+    r = http.post("/v1/sessions/s-5/messages", json={"text": "x" * (2 * 1024 * 1024), "harness": HARNESS})
+    assert r.status_code == 413
+    assert http.get("/v1/sessions/never").status_code == 404
+    assert http.post("/v1/sessions/never/answers", json={"tool_call_id": "a", "name": "b", "value": 1}
+                     ).status_code == 404
+
+
+def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> None:
+    message(http, "s-6", "please approve")
+    d = wait_state(http, "s-6", "waiting")
+    call = d["open_asks"][0]["tool_call_id"]
+    raw = {"content-type": "application/json"}
+    r = http.post("/v1/sessions/s-6/messages", content='{"text": "\\ud800", "harness": "tests/approvals"}', headers=raw)
+    assert r.status_code == 422 and "\\ud800" in r.text  # echoed escaped, never a broken response
+    r = http.post("/v1/sessions/s-6/answers", headers=raw,
+                  content='{"tool_call_id": "' + call + '", "name": "approval", '
+                          '"value": {"approved": true, "note": "\\udc00"}}')
+    assert r.status_code == 200
+    assert r.json()["status"] == "rejected" and r.json()["code"] in ("invalid_input", "invalid_answer")
+    r = http.post("/v1/sessions/s-6/records", headers=raw, content='{"records": [{"type": "a.b", "x": "\\ud800"}]}')
+    assert r.status_code == 200 and r.json()["status"] == "rejected"
+    assert detail(http, "s-6")["summary"]["state"] == "waiting"  # nothing broke the session
+    receipt = http.post("/v1/sessions/s-6/records", json={"records": [{"type": "a.b"}]}).json()
+    assert set(receipt) == {"input_id", "status", "position"}  # no nulls in a receipt

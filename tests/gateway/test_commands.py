@@ -1,0 +1,94 @@
+"""The real commands in subprocesses: `harness serve` (gateway + worker, SQLite) and, on
+Kafka, `harness gateway` replicas next to a `harness worker`, over real HTTP."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gateway.helpers import APP, HARNESS, read_events, settled, start_process, wait_for
+
+
+def run_waiting_turn(http: httpx.Client, sid: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """message -> the ask opens -> answer -> the turn completes; returns the final view."""
+    h = headers or {}
+    first = http.post(f"/v1/sessions/{sid}/messages", headers=h,
+                      json={"text": "please approve", "harness": HARNESS, "input_id": "m1"}).json()
+    assert first["status"] == "accepted"
+    assert http.post(f"/v1/sessions/{sid}/messages", headers=h,
+                     json={"text": "please approve", "harness": HARNESS, "input_id": "m1"}).json() == first
+    d = wait_for(lambda: (x := http.get(f"/v1/sessions/{sid}", headers=h).json())["open_asks"] and x,
+                 timeout=60, what="the ask")
+    ask = d["open_asks"][0]
+    with http.stream("GET", f"/v1/sessions/{sid}/events", headers=h,
+                     params={"after": first["position"] - 1}) as response:
+        answer = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": False}}
+        assert http.post(f"/v1/sessions/{sid}/answers", headers=h, json=answer).json()["status"] == "accepted"
+        events = read_events(response, until=lambda evs: settled(evs, "m1"))
+    assert events[1].id == first["position"]  # the stream starts with the input itself
+    final: dict[str, Any] = http.get(f"/v1/sessions/{sid}", headers=h).json()
+    assert final["summary"]["state"] == "idle"
+    assert final["transcript"][-1]["content"] == 'done: {"approved":false,"note":""}'
+    return final
+
+
+def test_harness_serve_runs_gateway_and_worker(tmp_path: Path) -> None:
+    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", APP, "--open-access", "--port", "0"],
+                         ready="serve ready", cwd=tmp_path)
+    try:
+        with httpx.Client(base_url=proc.url, timeout=30) as http:
+            run_waiting_turn(http, "cli-1")
+            # an open stream does not hold SIGTERM up
+            with http.stream("GET", "/v1/sessions/cli-1/events") as response:
+                read_events(response, until=lambda evs: len(evs) >= 2)
+                proc.proc.send_signal(signal.SIGTERM)
+                assert proc.proc.wait(timeout=30) == 0
+    finally:
+        proc.stop()
+    assert (tmp_path / "h.db").exists()
+
+
+def test_harness_serve_needs_an_app(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.gateway.helpers import child_env, harness_command
+
+    done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--open-access"), cwd=tmp_path,
+                          capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 2 and "--app" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.kafka
+def test_kafka_gateway_replicas_and_a_worker(kafka_bootstrap: str, unique_prefix: str, tmp_path: Path) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=3"
+    (tmp_path / "keys").write_text("acme key-acme\nglobex key-globex\n")
+    worker = start_process(["worker", "--log", url, "--app", APP], ready="worker ready")
+    gateways = []
+    try:
+        for _ in range(2):  # two stateless replicas; any of them answers for any session
+            gateways.append(start_process(["gateway", "--log", url, "--app", APP, "--port", "0",
+                                           "--api-keys-file", str(tmp_path / "keys")], ready="gateway ready"))
+        acme = {"Authorization": "Bearer key-acme"}
+        globex = {"Authorization": "Bearer key-globex"}
+        with httpx.Client(base_url=gateways[0].url, timeout=60) as one, \
+                httpx.Client(base_url=gateways[1].url, timeout=60) as two:
+            run_waiting_turn(one, "k-1", acme)
+            # the other replica gives the same view and the same receipt (from the log)
+            assert two.get("/v1/sessions/k-1", headers=acme).json()["summary"]["turns"] == 1
+            again = two.post("/v1/sessions/k-1/messages", headers=acme,
+                             json={"text": "please approve", "harness": HARNESS, "input_id": "m1"}).json()
+            assert again["status"] == "accepted"
+            assert two.get("/v1/sessions/k-1", headers=globex).status_code == 404
+            assert [s["session_id"] for s in two.get("/v1/sessions", headers=acme).json()["sessions"]] == ["k-1"]
+            assert two.get("/v1/sessions", headers=globex).json()["sessions"] == []
+            unknown = two.post("/v1/sessions/k-2/messages", headers=globex,
+                               json={"text": "hi", "harness": "no/such"}).json()
+            assert unknown["code"] == "unknown_harness"
+    finally:
+        for g in gateways:
+            g.stop()
+        worker.stop()

@@ -1,0 +1,88 @@
+"""The web console in a real browser: Playwright driving Debian's chromium.
+
+Open the console, see a waiting session in the list, open it, answer its ask in the
+form generated from the ask's schema, see the turn complete live; a screenshot is
+saved as a test artefact (HARNESS_TEST_ARTIFACTS, default build/test-artifacts)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import IN_CI
+from tests.gateway.helpers import ARTIFACTS, HARNESS, ServerThread, wait_for
+
+CHROMIUM = os.environ.get("HARNESS_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        if IN_CI:
+            pytest.fail(f"playwright is not installed: {exc}", pytrace=False)
+        pytest.skip("playwright is not installed")
+    if shutil.which(CHROMIUM) is None:
+        if IN_CI:
+            pytest.fail(f"no chromium at {CHROMIUM}: apt-get install chromium", pytrace=False)
+        pytest.skip(f"no chromium at {CHROMIUM}")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_console_answers_an_ask_and_sees_the_turn_complete(served: ServerThread, http: httpx.Client,
+                                                           browser: Any) -> None:
+    r = http.post("/v1/sessions/order-42/messages",
+                  json={"text": "please approve the refund of order 42", "harness": HARNESS, "input_id": "in-1"})
+    assert r.json()["status"] == "accepted"
+    wait_for(lambda: http.get("/v1/sessions/order-42").json()["summary"]["state"] == "waiting",
+             timeout=30, what="the session to wait for a person")
+
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(served.url + "/")
+    row = page.locator('#sessions tr[data-session="order-42"]')
+    row.wait_for(timeout=20_000)
+    assert row.locator("[data-state]").inner_text() == "waiting"
+    row.locator("a").click()
+
+    form = page.locator('form[data-ask="approval"]')
+    form.wait_for(timeout=20_000)
+    assert "Approve please approve the refund of order 42?" in form.inner_text()
+    page.locator("#stream-state").filter(has_text="live").wait_for(timeout=20_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "console-waiting.png"), full_page=True)
+    form.locator('input[name="approved"]').check()
+    form.locator('input[name="note"]').fill("looks right")
+    form.locator('button[type="submit"]').click()
+
+    # the SSE stream brings the rest of the turn; the page re-reads the session's view
+    page.locator("#timeline li", has_text="turn 1 completed").wait_for(timeout=30_000)
+    page.locator('#summary [data-state="idle"]').wait_for(timeout=20_000)
+    assert page.locator('form[data-ask="approval"]').count() == 0
+    assert "approval answered" in page.locator("#timeline").inner_text()
+    shot = ARTIFACTS / "console-turn-completed.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+    # the message box sends a new message; its answer shows up live
+    page.locator('#message-box input[name="text"]').fill("thanks")
+    page.locator('#message-box button[type="submit"]').click()
+    page.locator("#timeline li", has_text="echo: thanks").wait_for(timeout=30_000)
+    assert errors == []
+    d = http.get("/v1/sessions/order-42").json()
+    assert d["summary"]["turns"] == 2
+    assert d["transcript"][-1] == {"role": "assistant", "content": "echo: thanks"}

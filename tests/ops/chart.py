@@ -1,0 +1,96 @@
+"""Rendering the chart with helm, and reading what it rendered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ops_tools import CHART, KUBE_VERSION, python_tool, run, tool
+
+RELEASE = "t"
+
+
+def write_values(path: Path, values: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(values)))
+    return path
+
+
+def template(values: Path | None = None, *, release: str = RELEASE, check: bool = True) -> tuple[int, str, str]:
+    """``helm template`` (always for Kubernetes KUBE_VERSION): (exit code, manifests, stderr)."""
+    argv = [tool("helm"), "template", release, str(CHART), "--kube-version", KUBE_VERSION]
+    if values is not None:
+        argv += ["-f", str(values)]
+    proc = run(argv, check=check)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def render(values: Path | None = None, *, release: str = RELEASE) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(template(values, release=release)[1]) if d]
+
+
+def validate(manifests: str, workdir: Path) -> str:
+    """``kubernetes-validate --strict`` for KUBE_VERSION; returns its output (fails on any error)."""
+    path = workdir / "manifests.yaml"
+    path.write_text(manifests)
+    proc = run([*python_tool("kubernetes-validate"), "-k", KUBE_VERSION, "--strict", str(path)], check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "ERROR" not in out, f"kubernetes-validate failed:\n{out}"
+    return out
+
+
+def find(docs: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    matches = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(name_suffix)]
+    assert len(matches) == 1, f"expected one {kind} named *{name_suffix}, found {[d['metadata']['name'] for d in matches]}"
+    return matches[0]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[str]:
+    return sorted(d["kind"] for d in docs)
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    (c,) = workload["spec"]["template"]["spec"]["containers"]
+    return dict(c)
+
+
+def entrypoint() -> list[str]:
+    """The image's ENTRYPOINT, read from the Containerfile (exec form)."""
+    import json as _json
+
+    from ops_tools import REPO
+
+    lines = [ln for ln in (REPO / "Containerfile").read_text().splitlines() if ln.startswith("ENTRYPOINT ")]
+    assert len(lines) == 1, "one exec-form ENTRYPOINT in the Containerfile"
+    return list(_json.loads(lines[0][len("ENTRYPOINT "):]))
+
+
+def process_of(
+    docs: list[dict[str, Any]], workload: dict[str, Any], *, pod_name: str, secrets: Mapping[str, Mapping[str, str]]
+) -> tuple[list[str], dict[str, str]]:
+    """What a pod of ``workload`` would run: (argv, environment), resolved the way the
+    kubelet does it: ENTRYPOINT + args, envFrom ConfigMaps, then env (values, the pod's
+    name, Secret keys from ``secrets`` {secret: {key: value}})."""
+    c = container(workload)
+    argv = list(c.get("command") or entrypoint()) + list(c.get("args") or [])
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in c.get("envFrom", []):
+        name = source["configMapRef"]["name"]
+        assert name in configmaps, f"envFrom names a ConfigMap the chart does not render: {name}"
+        env.update(configmaps[name])
+    for item in c.get("env", []):
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+            continue
+        ref = item["valueFrom"]
+        if "fieldRef" in ref:
+            assert ref["fieldRef"]["fieldPath"] == "metadata.name", ref
+            env[item["name"]] = pod_name
+        elif "secretKeyRef" in ref:
+            key = ref["secretKeyRef"]
+            env[item["name"]] = secrets[key["name"]][key["key"]]
+        else:
+            raise AssertionError(f"unexpected valueFrom {ref}")
+    return argv, env

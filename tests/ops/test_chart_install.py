@@ -1,0 +1,94 @@
+"""The chart installed on a real Kubernetes API (etcd, kube-apiserver, controller-manager,
+scheduler; kwok nodes run the pods' lifecycle, not their containers): ``helm install
+--wait`` with pods Running, ``helm upgrade`` with changed values, ``helm uninstall``, and
+values the schema refuses never reach the cluster."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from chart import write_values
+from ops_kube import KubeCluster
+from ops_tools import CHART, wait_for
+
+INSTALL_TIMEOUT = "180s"
+
+
+def _running(kube: KubeCluster, ns: str, release: str, component: str) -> list[dict[str, Any]]:
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component={component}"
+    return [p for p in kube.pods(ns, selector) if p["status"].get("phase") == "Running" and "deletionTimestamp" not in p["metadata"]]
+
+
+def _exists(kube: KubeCluster, path: str) -> bool:
+    status, _ = kube._request("GET", path)
+    return status == 200
+
+
+def test_install_upgrade_uninstall(kube: KubeCluster, tmp_path: Path) -> None:
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    release = "harness"
+    base = tmp_path / "values.yaml"
+    write_values(base, {"kafka": {"bootstrap": "kafka.example:9092", "topicPrefix": "acme"}, "networkPolicy": {"enabled": True}})
+
+    out = kube.helm("install", release, str(CHART), "-n", ns, "--create-namespace", "-f", str(base),
+                    "--wait", "--timeout", INSTALL_TIMEOUT).stdout
+    assert "STATUS: deployed" in out, out
+    workers = _running(kube, ns, release, "worker")
+    assert sorted(p["metadata"]["name"] for p in workers) == [f"{release}-durable-harness-worker-{i}" for i in range(3)]
+    assert all(p["spec"]["nodeName"].startswith("kwok-node-") for p in workers)
+    assert len(_running(kube, ns, release, "gateway")) >= 1
+    full = f"{release}-durable-harness"
+    for path in (
+        f"/apis/apps/v1/namespaces/{ns}/statefulsets/{full}-worker",
+        f"/apis/apps/v1/namespaces/{ns}/deployments/{full}-gateway",
+        f"/api/v1/namespaces/{ns}/services/{full}-gateway",
+        f"/api/v1/namespaces/{ns}/configmaps/{full}",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{full}-worker",
+        f"/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers/{full}-gateway",
+        f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/{full}-worker",
+    ):
+        assert _exists(kube, path), f"{path} was not created"
+    config = kube.api("GET", f"/api/v1/namespaces/{ns}/configmaps/{full}")["data"]
+    assert config["HARNESS_LOG"].startswith("kafka://kafka.example:9092?topic_prefix=acme&")
+    checksum = workers[0]["metadata"]["annotations"]["checksum/config"]
+
+    # Upgrade: one more worker and another log level; the workers roll to the new config.
+    changed = tmp_path / "changed.yaml"
+    write_values(changed, {"worker": {"replicas": 4}, "logging": {"level": "DEBUG"}})
+    out = kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(changed),
+                    "--wait", "--timeout", INSTALL_TIMEOUT).stdout
+    assert "has been upgraded" in out, out
+    config = kube.api("GET", f"/api/v1/namespaces/{ns}/configmaps/{full}")["data"]
+    assert config["HARNESS_LOG_LEVEL"] == "DEBUG"
+
+    def rolled() -> bool:
+        pods = _running(kube, ns, release, "worker")
+        return len(pods) == 4 and all(p["metadata"]["annotations"]["checksum/config"] != checksum for p in pods)
+
+    wait_for(rolled, timeout=120, what="4 workers running the new config", details=kube.describe)
+    history = kube.helm("history", release, "-n", ns).stdout
+    assert "Upgrade complete" in history, history
+
+    out = kube.helm("uninstall", release, "-n", ns, "--wait", "--timeout", INSTALL_TIMEOUT).stdout
+    assert "uninstalled" in out, out
+    assert not _exists(kube, f"/apis/apps/v1/namespaces/{ns}/statefulsets/{full}-worker")
+    assert not _exists(kube, f"/api/v1/namespaces/{ns}/configmaps/{full}")
+    wait_for(lambda: not kube.pods(ns, f"app.kubernetes.io/instance={release}"), timeout=120,
+             what="the release's pods deleted", details=kube.describe)
+
+
+def test_invalid_values_are_refused_at_install(kube: KubeCluster, tmp_path: Path) -> None:
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    for name, values, says in (
+        ("schema", {"kafka": {"partitions": -1}}, "partitions"),
+        ("cross-field", {"worker": {"replicas": 20}}, "worker.replicas (20) is above kafka.partitions (12)"),
+    ):
+        bad = write_values(tmp_path / f"{name}.yaml", values)
+        proc = kube.helm("install", f"bad-{name}", str(CHART), "-n", ns, "--create-namespace", "-f", str(bad),
+                         "--wait", "--timeout", "30s", check=False)
+        assert proc.returncode != 0, f"{values} was installed"
+        assert says in proc.stderr, proc.stderr
+        assert kube.helm("status", f"bad-{name}", "-n", ns, check=False).returncode != 0, "a refused release exists"
+    assert not kube.pods(ns, "app.kubernetes.io/name=durable-harness")

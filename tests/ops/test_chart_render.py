@@ -1,0 +1,250 @@
+"""The chart renders, for several values combinations, into manifests that Kubernetes 1.33
+accepts (``kubernetes-validate --strict``), wired the way the worker and gateway expect;
+bad values are refused with a line that says how to fix them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart import container, find, kinds, render, template, validate, write_values
+from ops_tools import CHART, KUBE_VERSION, run, tool
+
+FULL: dict[str, Any] = {
+    "kafka": {
+        "bootstrap": "b1:9093,b2:9093",
+        "topicPrefix": "acme",
+        "partitions": 24,
+        "minInsyncReplicas": 2,
+        "securityProtocol": "SASL_SSL",
+        "sasl": {"mechanism": "SCRAM-SHA-512", "existingSecret": "kafka-creds"},
+        "tls": {"existingSecret": "kafka-ca", "certKey": "tls.crt", "keyKey": "tls.key"},
+        "config": {"socket.keepalive.enable": "true", "client.id": "harness"},
+    },
+    "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
+    "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
+    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500},
+    "gateway": {
+        "auth": {"mode": "jwt", "existingSecret": "gw-auth", "secretKey": "jwt.key",
+                 "jwtIssuer": "https://id.example.com", "tenantClaim": "org"},
+        "ingress": {"enabled": True, "className": "nginx",
+                    "tls": [{"hosts": ["harness.example.com"], "secretName": "harness-tls"}]},
+    },
+    "networkPolicy": {
+        "enabled": True, "restrictEgress": True,
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "extraEgress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]}],
+    },
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "grafanaDashboard": {"enabled": True},
+}
+WORKERS_ONLY: dict[str, Any] = {
+    "gateway": {"enabled": False},
+    "worker": {"staticMembership": False, "replicas": 12, "podDisruptionBudget": {"enabled": False}},
+    "networkPolicy": {"enabled": True},
+    "logging": {"format": "text", "level": "DEBUG"},
+}
+GATEWAY_ONLY: dict[str, Any] = {
+    "worker": {"enabled": False},
+    "gateway": {"auth": {"mode": "apiKeys", "existingSecret": "gw-keys", "secretKey": "keys.json"},
+                "autoscaling": {"enabled": False}, "replicas": 3,
+                "ingress": {"enabled": True}},
+    "serviceMonitor": {"enabled": True},
+}
+COMBINATIONS = {"defaults": None, "full": FULL, "workers-only": WORKERS_ONLY, "gateway-only": GATEWAY_ONLY}
+
+
+def _values(tmp_path: Path, name: str) -> Path | None:
+    values = COMBINATIONS[name]
+    return None if values is None else write_values(tmp_path / f"{name}.yaml", values)
+
+
+def test_helm_lint_with_every_combination(tmp_path: Path) -> None:
+    for name in COMBINATIONS:
+        argv = [tool("helm"), "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+        values = _values(tmp_path, name)
+        if values is not None:
+            argv += ["-f", str(values)]
+        out = run(argv).stdout
+        assert "1 chart(s) linted, 0 chart(s) failed" in out, f"{name}: {out}"
+
+
+@pytest.mark.parametrize("name", sorted(COMBINATIONS))
+def test_rendered_manifests_pass_strict_validation(tmp_path: Path, name: str) -> None:
+    _, manifests, _ = template(_values(tmp_path, name))
+    out = validate(manifests, tmp_path)
+    docs = [d for d in yaml.safe_load_all(manifests) if d]
+    core = [d for d in docs if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert out.count("passed for resource") == len(core), out
+
+
+def test_defaults_render_every_part() -> None:
+    docs = render()
+    assert kinds(docs) == sorted([
+        "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "PodDisruptionBudget",
+        "Service", "Service", "ServiceAccount", "StatefulSet",
+    ])
+    assert not any(d["kind"] == "Secret" for d in render(None)), "the chart never holds a secret value"
+
+
+def test_full_render_has_every_optional_part(tmp_path: Path) -> None:
+    docs = render(_values(tmp_path, "full"))
+    assert {"Ingress", "NetworkPolicy", "ServiceMonitor", "PrometheusRule", "Deployment", "ConfigMap"} <= set(kinds(docs))
+    assert not any(d["kind"] == "Secret" for d in docs)
+
+
+def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
+    docs = render(_values(tmp_path, "full"))
+    config = find(docs, "ConfigMap", "durable-harness")["data"]
+    assert config["HARNESS_LOG"] == (
+        "kafka://b1:9093,b2:9093?topic_prefix=acme&partitions=24&replication_factor=3&min_insync_replicas=2"
+    )
+    assert config["HARNESS_APPS"] == "myapp.agents:assistant,myapp.agents:helpers"
+    assert config["HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert config["HARNESS_KAFKA_CONFIG_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert config["HARNESS_KAFKA_CONFIG_SOCKET_KEEPALIVE_ENABLE"] == "true"
+    assert config["HARNESS_KAFKA_CONFIG_SSL_CA_LOCATION"] == "/var/run/harness/kafka-tls/ca.crt"
+    assert not any("PASSWORD" in k or "USERNAME" in k for k in config), "credentials never in the ConfigMap"
+
+    worker = find(docs, "Deployment", "-worker")
+    c = container(worker)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["HARNESS_INSTANCE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["HARNESS_KAFKA_CONFIG_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka-creds", "key": "password"}
+    assert env["HARNESS_SECRET_OPENAI"]["valueFrom"]["secretKeyRef"] == {"name": "model-keys", "key": "openai"}
+    assert env["HARNESS_SECRETS_DIR"]["value"] == "/var/run/harness/secrets"
+    assert env["HARNESS_MAX_SESSIONS"]["value"] == "500"
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["app-secrets"]["mountPath"] == "/var/run/harness/secrets" and mounts["app-secrets"]["readOnly"]
+    assert c["args"] == ["worker"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
+    pod = worker["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["terminationGracePeriodSeconds"] >= 30
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+
+
+def test_statefulset_workers_get_stable_names(tmp_path: Path) -> None:
+    docs = render()
+    sts = find(docs, "StatefulSet", "-worker")
+    headless = find(docs, "Service", "-worker")
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    env = {e["name"]: e for e in container(sts)["env"]}
+    assert env["HARNESS_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    no_static = render(write_values(tmp_path / "v.yaml", {"worker": {"staticMembership": False}}))
+    assert "env" not in container(find(no_static, "StatefulSet"))  # nothing else to set with the defaults
+
+
+def test_gateway_args_follow_the_auth_mode(tmp_path: Path) -> None:
+    gw = container(find(render(_values(tmp_path, "full")), "Deployment", "-gateway"))
+    assert gw["args"] == [
+        "gateway", "--host=0.0.0.0", "--port=8080", "--jwt-secret-file=/var/run/harness/gateway-auth/jwt.key",
+        "--jwt-issuer=https://id.example.com", "--tenant-claim=org",
+    ]
+    keys = container(find(render(_values(tmp_path, "gateway-only")), "Deployment", "-gateway"))
+    assert "--api-keys-file=/var/run/harness/gateway-auth/keys.json" in keys["args"]
+    assert "--open-access" in container(find(render(), "Deployment", "-gateway"))["args"]
+    assert gw["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+
+def test_service_monitors_select_the_services_and_their_metrics_port(tmp_path: Path) -> None:
+    docs = render(_values(tmp_path, "full"))
+    for component in ("worker", "gateway"):
+        sm = find(docs, "ServiceMonitor", f"-{component}")
+        svc = find(docs, "Service", f"-{component}")
+        labels = svc["metadata"]["labels"]
+        assert all(labels.get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+        assert labels[sm["spec"]["jobLabel"]] == f"durable-harness-{component}"
+        assert "metrics" in {p["name"] for p in svc["spec"]["ports"]}
+        assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_prometheus_rule_and_dashboard_configmap_ship_the_files(tmp_path: Path) -> None:
+    docs = render(_values(tmp_path, "full"))
+    rules = yaml.safe_load((CHART / "alerts" / "durable-harness.rules.yaml").read_text())
+    assert find(docs, "PrometheusRule")["spec"] == rules
+    dashboard = find(docs, "ConfigMap", "-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(dashboard["data"]["durable-harness.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "durable-harness.json").read_text())
+
+
+def test_hpa_scales_gateways_only(tmp_path: Path) -> None:
+    docs = render()
+    hpa = find(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"].endswith("-gateway")
+    assert "replicas" not in find(docs, "Deployment", "-gateway")["spec"]  # the HPA owns it
+    fixed = render(_values(tmp_path, "gateway-only"))
+    assert find(fixed, "Deployment", "-gateway")["spec"]["replicas"] == 3
+    assert not any(d["kind"] == "HorizontalPodAutoscaler" for d in fixed)
+
+
+# --------------------------------------------------------------------------- refused values
+
+SCHEMA_REFUSALS = [
+    ({"kafka": {"partitions": 0}}, "partitions"),
+    ({"kafka": {"securityProtocol": "TLS"}}, "securityProtocol"),
+    ({"worker": {"kind": "DaemonSet"}}, "kind"),
+    ({"apps": ["not-a-module-attribute"]}, "apps"),
+    ({"kafak": {"bootstrap": "x:1"}}, "kafak"),
+    ({"logging": {"level": "LOUD"}}, "level"),
+    ({"metrics": {"port": 70000}}, "port"),
+    ({"worker": {"replicas": "three"}}, "replicas"),
+]
+TEMPLATE_REFUSALS = [
+    ({"worker": {"replicas": 13}}, "worker.replicas (13) is above kafka.partitions (12)"),
+    ({"kafka": {"sasl": {"mechanism": "PLAIN"}, "securityProtocol": "SASL_SSL"}}, "kafka.sasl.existingSecret is empty"),
+    ({"kafka": {"sasl": {"mechanism": "PLAIN", "existingSecret": "s"}}}, "needs kafka.securityProtocol SASL_SSL"),
+    ({"kafka": {"config": {"sasl.password": "hunter2"}}}, "looks like a credential"),
+    ({"gateway": {"ingress": {"enabled": True}}}, "gateway.auth.allowOpenIngress"),
+    ({"gateway": {"auth": {"mode": "jwt"}}}, "needs gateway.auth.existingSecret"),
+    ({"worker": {"enabled": False}, "gateway": {"enabled": False}}, "nothing to deploy"),
+]
+
+
+@pytest.mark.parametrize(("values", "says"), SCHEMA_REFUSALS + TEMPLATE_REFUSALS)
+def test_bad_values_are_refused_with_a_clear_line(tmp_path: Path, values: dict[str, Any], says: str) -> None:
+    code, _, err = template(write_values(tmp_path / "bad.yaml", values), check=False)
+    assert code != 0, f"{values} was accepted"
+    assert says in err, err
+    if "hunter2" in json.dumps(values):
+        assert "hunter2" not in err, "a refused secret value is not echoed"
+
+
+# --------------------------------------------------------------------------- docs
+
+
+def _paths(node: Any, prefix: str = "") -> list[tuple[str, bool]]:
+    """Every key path of the values, with whether it is a leaf."""
+    if isinstance(node, dict) and node:
+        out: list[tuple[str, bool]] = [(prefix, False)] if prefix else []
+        for key, value in node.items():
+            out += _paths(value, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    return [(prefix, True)]
+
+
+def test_chart_readme_documents_every_value() -> None:
+    """Each leaf of values.yaml is in the README's tables, itself or through a parent
+    documented whole (e.g. ``worker.resources``)."""
+    paths = _paths(yaml.safe_load((CHART / "values.yaml").read_text()))
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, flags=re.M))
+
+    def covered(path: str) -> bool:
+        parts = path.split(".")
+        return any(".".join(parts[:i]) in documented for i in range(1, len(parts) + 1))
+
+    missing = [p for p, leaf in paths if leaf and not covered(p)]
+    assert not missing, f"values not in helm/durable-harness/README.md: {missing}"
+    unknown = sorted(documented - {p for p, _ in paths})
+    assert not unknown, f"README documents values that do not exist: {unknown}"

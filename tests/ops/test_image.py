@@ -1,0 +1,70 @@
+"""The container image: hadolint finds nothing in the Containerfile; podman builds it from
+the offline Debian base; it runs non-root with a read-only root filesystem, holds no
+installer or compiler, and runs as a worker (host network) that drives a session on the
+test broker until it settles, then stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from ops_podman import Container, podman
+from ops_tools import REPO, free_port, http_get, python_tool, run, wait_for
+
+from harness.client import HarnessClient
+
+
+def test_hadolint_finds_nothing() -> None:
+    proc = run([*python_tool("hadolint"), str(REPO / "Containerfile")], check=False)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def test_image_is_non_root_without_build_tools(harness_image: str) -> None:
+    info = json.loads(run([podman(), "image", "inspect", harness_image]).stdout)[0]
+    config = info["Config"]
+    assert config["User"] == "10001:10001"
+    assert config["Entrypoint"] == ["harness"]
+    probe = (
+        "import importlib.util, shutil, sys; "
+        "found = [m for m in ('pip', 'setuptools', 'ensurepip') if importlib.util.find_spec(m)]; "
+        "found += [b for b in ('gcc', 'cc', 'make', 'pip', 'pip3') if shutil.which(b)]; "
+        "print(found); sys.exit(1 if found else 0)"
+    )
+    proc = run([podman(), "run", "--rm", "--read-only", "--entrypoint", "python3", harness_image, "-c", probe], check=False)
+    assert proc.returncode == 0, f"build tools in the final image: {proc.stdout}{proc.stderr}"
+    helped = run([podman(), "run", "--rm", "--read-only", harness_image, "--help"])
+    assert "worker" in helped.stdout + helped.stderr
+
+
+@pytest.mark.kafka
+def test_image_runs_a_worker_that_settles_a_session(
+    harness_image: str, kafka_bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> None:
+    metrics_port = free_port()
+    worker = Container(
+        harness_image,
+        ["worker", "--log", f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2",
+         "--app", "harness.testing.smoke:harness", "--metrics-port", str(metrics_port)],
+        workdir=tmp_path,
+        options=["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
+    )
+    try:
+        def ready() -> bool:
+            if not worker.running():
+                raise AssertionError(f"the worker container exited\n{worker.describe()}")
+            return http_get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2)[0] == 200
+
+        wait_for(ready, timeout=120, what="the containerized worker ready", details=worker.describe)
+
+        async def session() -> str:
+            async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=2) as client:
+                input_id = await client.send("img-1", "from the image", harness="harness/smoke")
+                return (await client.wait_settled("img-1", input_id, timeout=90)).outcome
+
+        assert asyncio.run(session()) == "completed"
+        assert "worker ready" in worker.output()
+        assert worker.stop(timeout=60) == 0, worker.describe()
+    finally:
+        worker.remove()

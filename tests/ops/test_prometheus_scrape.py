@@ -1,0 +1,202 @@
+"""A real Prometheus scrapes real workers (and, once it exists, the gateway) during a short
+fleet run; every dashboard panel expression and every alert expression parses (promtool)
+and evaluates in that Prometheus, and the key panels return data.
+
+Panels fed by the session runtime's call sites (steps, tool calls, turns, model calls) are
+listed in ``AWAITING_CALL_SITES``: their test is a strict xfail, so it fails as soon as
+they return data, and whoever wires the call sites moves them to ``KEY_PANELS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ops_prometheus import Prometheus, check_exprs, promtool
+from ops_tools import CHART, REPO, Proc, free_port, harness_env, http_get, wait_for
+
+from harness.client import HarnessClient
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+DASHBOARD = CHART / "dashboards" / "durable-harness.json"
+RULES = CHART / "alerts" / "durable-harness.rules.yaml"
+PARTITIONS = 4
+SESSIONS = 12
+KEY_PANELS = {
+    "Partitions owned per worker", "Live sessions by state", "Parked sessions", "Workers up", "Input lag",
+    "Checkpoint age", "Rebuild duration", "Dead letters", "Takeovers and fencing", "Model tokens per second",
+}
+AWAITING_CALL_SITES = {
+    "Steps per second", "Turns per second", "Tool calls per second", "Step latency", "Model call latency",
+}
+GATEWAY_PANELS = {"HTTP requests per second", "HTTP latency p90"}
+VARIABLES = {"$namespace": ".*", "$harness": ".*", "$__rate_interval": "1m", "${datasource}": ""}
+
+
+def dashboard_exprs() -> dict[str, list[str]]:
+    """Panel title -> its expressions, with the dashboard's variables filled in."""
+    out: dict[str, list[str]] = {}
+    for panel in json.loads(DASHBOARD.read_text())["panels"]:
+        exprs = []
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for var, value in VARIABLES.items():
+                expr = expr.replace(var, value)
+            exprs.append(expr)
+        if exprs:
+            out[panel["title"]] = exprs
+    return out
+
+
+def gateway_exists() -> bool:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "gateway", "--help"], env=harness_env(),
+                          capture_output=True, text=True, timeout=60, check=False, cwd=REPO)
+    return proc.returncode == 0
+
+
+@dataclass
+class Run:
+    prometheus: Prometheus
+    workers: list[Proc]
+    metrics_ports: list[int]
+
+
+@pytest.fixture(scope="module")
+def fleet_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Two workers (smoke app) scraped every second by Prometheus with the chart's alert
+    rules loaded, after SESSIONS sessions settled."""
+    import uuid
+
+    workdir = tmp_path_factory.mktemp("scrape")
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}&partitions={PARTITIONS}"
+    ports = [free_port(), free_port()]
+    workers = [
+        Proc(f"worker{i}", [sys.executable, "-m", "harness.cli", "worker", "--app", "harness.testing.smoke:harness"],
+             workdir=workdir, cwd=REPO,
+             env=harness_env(HARNESS_LOG=url, HARNESS_METRICS_PORT=str(port), HARNESS_INSTANCE_ID=f"scrape-{i}"))
+        for i, port in enumerate(ports)
+    ]
+    prometheus = Prometheus(
+        workdir / "prometheus",
+        {"durable-harness-worker": [f"127.0.0.1:{p}" for p in ports]},
+        rule_files=[RULES],
+    )
+    try:
+        for w, port in zip(workers, ports, strict=True):
+            def ready(w: Proc = w, port: int = port) -> bool:
+                w.check_alive()
+                return http_get(f"http://127.0.0.1:{port}/readyz", timeout=2)[0] == 200
+
+            wait_for(ready, timeout=90, what=f"{w.name} ready", details=w.describe)
+        prometheus.start()
+
+        async def sessions() -> None:
+            async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=prefix, partitions=PARTITIONS) as client:
+                ids = [await client.send(f"s{i}", f"message {i}", harness="harness/smoke") for i in range(SESSIONS)]
+                outcomes = await asyncio.gather(
+                    *(client.wait_settled(f"s{i}", ids[i], timeout=90) for i in range(SESSIONS))
+                )
+                assert {o.outcome for o in outcomes} == {"completed"}
+
+        asyncio.run(sessions())
+        # Both targets scraped a few times after the run: rates over the panels' window have
+        # two samples or more.
+        prometheus.wait_data('count(count_over_time(up{job="durable-harness-worker"}[1m]) >= 5) == 2', timeout=60)
+        yield Run(prometheus, workers, ports)
+    finally:
+        prometheus.stop()
+        for w in workers:
+            w.stop()
+
+
+def _returns_data(prometheus: Prometheus, exprs: list[str]) -> bool:
+    return any(prometheus.query(e) for e in exprs)
+
+
+def test_every_dashboard_and_alert_expression_parses(tmp_path: Path) -> None:
+    exprs = {f"{title} #{i}": e for title, es in dashboard_exprs().items() for i, e in enumerate(es)}
+    check_exprs(exprs, tmp_path)
+    promtool("check", "rules", str(RULES))
+
+
+def test_prometheus_scrapes_the_workers(fleet_run: Run) -> None:
+    p = fleet_run.prometheus
+    up = {r["metric"]["instance"]: r["value"][1] for r in p.query('up{job="durable-harness-worker"}')}
+    assert up == {f"127.0.0.1:{port}": "1" for port in fleet_run.metrics_ports}
+    owned = p.query('sum(harness_partitions_owned{job="durable-harness-worker"})')
+    assert owned[0]["value"][1] == str(PARTITIONS), "the two workers own every partition between them"
+    lag = p.query("harness_input_lag_records")
+    assert sorted(int(r["metric"]["partition"]) for r in lag) == list(range(PARTITIONS))
+
+
+def test_alert_rules_load_and_evaluate_in_prometheus(fleet_run: Run) -> None:
+    p = fleet_run.prometheus
+
+    def evaluated() -> list[dict[str, Any]] | None:
+        groups = json.loads(http_get(f"{p.url}/api/v1/rules")[1])["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        return rules if rules and all(r.get("lastEvaluation", "").startswith("20") for r in rules) else None
+
+    rules = wait_for(evaluated, timeout=30, what="the alert rules evaluated")
+    assert isinstance(rules, list)
+    assert {r["name"] for r in rules} == {
+        "HarnessWorkerDown", "HarnessInputLagGrowing", "HarnessDeadLetters", "HarnessFencingStorm",
+        "HarnessRebuildSlow", "HarnessAttemptsExhaustedSpike",
+    }
+    assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
+    firing = [r["name"] for r in rules if r["state"] != "inactive"]
+    assert firing == [], f"a healthy fleet fires {firing}"
+
+
+def test_every_panel_evaluates_and_the_key_panels_return_data(fleet_run: Run) -> None:
+    panels = dashboard_exprs()
+    assert set(panels) >= KEY_PANELS | AWAITING_CALL_SITES | GATEWAY_PANELS
+    empty = []
+    for title, exprs in panels.items():
+        has = _returns_data(fleet_run.prometheus, exprs)  # a query error fails here
+        if title in KEY_PANELS and not has:
+            empty.append(title)
+    assert not empty, f"key panels without data: {empty}"
+
+
+@pytest.mark.xfail(strict=True, reason="the session runtime's metric call sites (steps, tools, turns, model) are not wired yet")
+def test_runtime_panels_return_data(fleet_run: Run) -> None:
+    panels = dashboard_exprs()
+    empty = [t for t in sorted(AWAITING_CALL_SITES) if not _returns_data(fleet_run.prometheus, panels[t])]
+    assert not empty, f"panels without data: {empty}"
+
+
+@pytest.mark.needs_gateway
+def test_prometheus_scrapes_the_gateway(kafka_bootstrap: str, unique_prefix: str, tmp_path: Path) -> None:
+    """The gateway's /metrics on its metrics port, and its HTTP panels return data after a request."""
+    if not gateway_exists():
+        pytest.xfail("`harness gateway` does not exist yet")  # the lead removes this when it lands
+    http_port, metrics_port = free_port(), free_port()
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions={PARTITIONS}"
+    gateway = Proc("gateway", [sys.executable, "-m", "harness.cli", "gateway", "--host", "127.0.0.1",
+                               "--port", str(http_port), "--open-access"],
+                   workdir=tmp_path, cwd=REPO, env=harness_env(HARNESS_LOG=url, HARNESS_METRICS_PORT=str(metrics_port)))
+    prometheus = Prometheus(tmp_path / "prometheus", {"durable-harness-gateway": [f"127.0.0.1:{metrics_port}"]})
+    try:
+        def ready() -> bool:
+            gateway.check_alive()
+            return http_get(f"http://127.0.0.1:{http_port}/readyz", timeout=2)[0] == 200
+
+        wait_for(ready, timeout=90, what="the gateway ready", details=gateway.describe)
+        prometheus.start()
+        assert http_get(f"http://127.0.0.1:{http_port}/healthz")[0] == 200
+        panels = dashboard_exprs()
+        prometheus.wait_data(panels["HTTP requests per second"][0], timeout=60)
+        assert _returns_data(prometheus, panels["SSE subscribers"])
+    finally:
+        prometheus.stop()
+        gateway.stop()

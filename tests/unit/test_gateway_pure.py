@@ -1,0 +1,121 @@
+"""The gateway's pure parts: tenant-scoped ids, receipts, views, SSE framing, settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.ids import split_tenant_session_id, tenant_session_id
+from harness.records import (
+    AskOpened,
+    InputAnswer,
+    InputMessage,
+    InputSettled,
+    LogEntry,
+    ModelResponseRecord,
+    ToolStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from harness.replay.state import fold
+from harness.services.gateway.interim_views import summarize, timeline
+from harness.services.gateway.receipts import receipt_for
+from harness.services.gateway.settings import parse_settings
+from harness.services.gateway.sse import event_frame
+
+SESSION_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,40}", fullmatch=True)
+
+
+@given(tenant=st.text(min_size=1, max_size=30), session_id=SESSION_IDS)
+def test_tenant_session_ids_round_trip(tenant: str, session_id: str) -> None:
+    log_id = tenant_session_id(tenant, session_id)
+    assert split_tenant_session_id(log_id) == (tenant, session_id)
+    assert log_id != session_id  # a tenant's id never equals an untenanted one
+
+
+@given(a=st.tuples(st.text(min_size=1, max_size=10), SESSION_IDS),
+       b=st.tuples(st.text(min_size=1, max_size=10), SESSION_IDS))
+def test_tenant_session_ids_are_one_to_one(a: tuple[str, str], b: tuple[str, str]) -> None:
+    assert (tenant_session_id(*a) == tenant_session_id(*b)) == (a == b)
+
+
+def test_tenant_session_id_format_is_stable() -> None:
+    # never change: these ids are the keys of every record of every tenant's sessions
+    assert tenant_session_id("acme", "s-1") == "t/acme/s-1"
+    assert tenant_session_id("a/b c", "s-1") == "t/a%2Fb%20c/s-1"
+    assert tenant_session_id(None, "s-1") == "s-1"
+    assert split_tenant_session_id("s-1") == (None, "s-1")
+    assert split_tenant_session_id("t/x") == (None, "t/x")
+
+
+def _log(*records: object) -> list[LogEntry]:
+    return [LogEntry(i + 1, r) for i, r in enumerate(records)]  # type: ignore[arg-type]
+
+
+def test_receipts_from_the_log() -> None:
+    sid = "s"
+    entries = _log(
+        InputMessage(sid, 1, "m1", "hi", "h"),
+        TurnStarted(sid, 2, "m1", 1),
+        InputMessage(sid, 3, "m2", "next", None),
+        TurnFinished(sid, 4, "m1", 1, "completed", "ok"),
+        InputSettled(sid, 5, "m1", "completed"),
+        InputMessage(sid, 6, "m3", "third", None),
+    )
+    m1 = receipt_for(entries, "m1")
+    assert m1 is not None and (m1.status, m1.position) == ("accepted", 1)
+    m2 = receipt_for(entries, "m2")
+    assert m2 is not None and (m2.status, m2.position) == ("queued", 3)
+    m3 = receipt_for(entries, "m3", InputMessage(sid, 99, "m3", "third", None))
+    assert m3 is not None and m3.status == "queued"  # m1 had settled by then, m2 had not
+    conflict = receipt_for(entries, "m2", InputMessage(sid, 99, "m2", "other text", None))
+    assert conflict is not None and (conflict.status, conflict.code) == ("rejected", "input_conflict")
+    assert receipt_for(entries, "nope") is None
+
+
+def test_receipt_of_a_message_behind_an_unsettled_one_is_queued() -> None:
+    entries = _log(InputMessage("s", 1, "m1", "hi", "h"), InputMessage("s", 2, "m2", "next", None))
+    r = receipt_for(entries, "m2")
+    assert r is not None and r.status == "queued"
+
+
+def test_views_of_a_waiting_session() -> None:
+    sid = "s"
+    entries = _log(
+        InputMessage(sid, 10, "m1", "please approve", "h"),
+        TurnStarted(sid, 11, "m1", 1),
+        ModelResponseRecord(sid, 12, 1, 0, "asking", ({"id": "c1", "name": "approve", "arguments": {}},)),
+        ToolStarted(sid, 13, "c1", "approve", 1),
+        AskOpened(sid, 14, "c1", "approval", "Approve?", {"type": "object"}),
+    )
+    summary = summarize(fold(sid, entries), now_ms=20, last_ts=14)
+    assert summary.state == "waiting" and [a.name for a in summary.open_asks] == ["approval"]
+    data = summary.to_json()
+    assert json.loads(json.dumps(data)) == data
+    kinds = [item.kind for item in timeline(entries)]
+    assert kinds == ["input", "turn", "model", "tool", "ask"]
+    answered = [*entries, LogEntry(6, InputAnswer(sid, 15, "a1", "c1", "approval", {"ok": True}))]
+    assert summarize(fold(sid, answered), now_ms=20).state == "waiting"  # until the owner takes the answer
+
+
+def test_sse_frames() -> None:
+    assert event_frame("hello", {"a": 1}) == b'event: hello\ndata: {"a":1}\n\n'
+    assert event_frame("x", {"t": "a\nb"}, id=7) == b'id: 7\nevent: x\ndata: {"t":"a\\nb"}\n\n'
+
+
+def test_settings_need_auth_or_open_access(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_settings(["--log", "sqlite:///x.db"], {})
+    assert exc.value.code == 2 and "--open-access" in capsys.readouterr().err
+    s = parse_settings(["--open-access"], {"HARNESS_LOG": "sqlite:///x.db", "HARNESS_APPS": "a:b,c:d",
+                                           "HARNESS_GATEWAY_PORT": "9000"})
+    assert (s.log, s.apps, s.port, s.open_access) == ("sqlite:///x.db", ("a:b", "c:d"), 9000, True)
+    s = parse_settings(["--log", "x", "--api-keys-file", "k", "--tenant-claim", "org"], {})
+    assert s.has_auth and s.tenant_claim == "org" and not s.open_access
+    with pytest.raises(SystemExit):
+        parse_settings(["--log", "x", "--jwt-secret-file", "a", "--jwks-file", "b"], {})
+    with pytest.raises(SystemExit):
+        parse_settings(["--log", "x", "--open-access", "--port", "70000"], {})
