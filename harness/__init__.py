@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.runtime import TurnResult as TurnResult
     from harness.runtime.agent import agent_tool as agent_tool
     from harness.runtime.chat import chat as chat
+    from harness.runtime.worker import Worker as Worker
     from harness.step import StepInfo as StepInfo
     from harness.tools import Tool as Tool
     from harness.tools import ToolDefinition as ToolDefinition
@@ -61,6 +62,7 @@ _EXPORTS = {
     "ToolDefinition": "harness.tools",
     "ToolOutcome": "harness.definition",
     "TurnResult": "harness.runtime",
+    "Worker": "harness.runtime.worker",
     "agent_tool": "harness.runtime.agent",
     "chat": "harness.runtime",
     "define_harness": "harness.definition",

@@ -54,9 +54,13 @@ class HarnessClient:
         bootstrap: Kafka bootstrap servers (``host:port[,host:port]``); or
         log: any session log (``open_log(url)``), e.g. the embedded SQLite file.
         topic_prefix: the topics' prefix on Kafka.
-        partitions: partitions of the sessions topic on Kafka (as every worker and
-            producer of it is configured; a topic of another shape is refused).
+        partitions: None (the default): the sessions topic's partition count is read
+            from the broker. A number is checked against the topic (one of another
+            shape is refused).
         client_config: librdkafka settings (security ...), copied.
+
+    On Kafka the client never creates a topic: workers (or ``harness topics create``)
+    do. Its first call raises ``TopicNotFound`` while the sessions topic is missing.
     """
 
     def __init__(
@@ -64,7 +68,7 @@ class HarnessClient:
         *,
         bootstrap: str | None = None,
         topic_prefix: str = "harness",
-        partitions: int = 12,
+        partitions: int | None = None,
         client_config: Mapping[str, Any] | None = None,
         log: SessionLog | None = None,
     ) -> None:
@@ -74,7 +78,8 @@ class HarnessClient:
             from harness.log.kafka.log import KafkaLog
 
             log = KafkaLog(
-                bootstrap=bootstrap or "", topic_prefix=topic_prefix, partitions=partitions, client_config=client_config
+                bootstrap=bootstrap or "", topic_prefix=topic_prefix, partitions=partitions,
+                client_config=client_config, create_topics=False,
             )
             self._owns_log = True
         else:

@@ -75,7 +75,11 @@ async def _transcript(log_url: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness demo", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="harness demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  harness demo                  # in a temporary folder\n"
+        "  harness demo --dir ./demo     # keep the log: harness show demo-checkout --log sqlite:///demo/sessions.db",
+    )
     parser.add_argument("--dir", help="folder for the log and the fake provider (default: a temporary one)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:

@@ -21,9 +21,12 @@
     │   ├── SessionBusy            another live owner holds the session's lease
     │   ├── CorruptRecord          a stored record cannot be decoded
     │   └── LogUnavailable         the backend cannot be reached / configured
+    │       └── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
     ├── CodecError                 encoding/decoding a record failed
     ├── UnknownHarness             a session names a harness this host does not run
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
+    ├── SessionNotFound            a log holds no record of the session asked for
+    ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
 
 Errors carry structured fields (session id, tool call id, step name, position)
@@ -38,6 +41,7 @@ __all__ = [
     "AskError",
     "AskExpired",
     "CodecError",
+    "ConfigError",
     "CorruptRecord",
     "DefinitionError",
     "DuplicateStepName",
@@ -54,9 +58,11 @@ __all__ = [
     "ReservedRecordType",
     "SecretInStepValue",
     "SessionBusy",
+    "SessionNotFound",
     "StepError",
     "StepValueError",
     "StepValueTooLarge",
+    "TopicNotFound",
     "UnknownHarness",
 ]
 
@@ -222,6 +228,15 @@ class LogUnavailable(LogError):
     """The log backend cannot be reached or is misconfigured."""
 
 
+class TopicNotFound(LogUnavailable):
+    """A topic of the Kafka log does not exist; clients never create it (workers and
+    ``harness topics create`` do)."""
+
+    def __init__(self, message: str, *, topic: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
 class CodecError(HarnessError):
     """A record could not be encoded or decoded; ``raw`` holds the bytes when decoding."""
 
@@ -266,6 +281,21 @@ class ModelError(HarnessError):
         self.kind = kind
         """A short class: rate_limited, server_error, timeout, connection, bad_request,
         auth, forbidden, not_found, stream_cut, config ..."""
+class ConfigError(HarnessError):
+    """A setting given to a command or a service is wrong (an ``--app`` that names no
+    harness, a secrets folder that does not exist ...); the message says how to fix it."""
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class SessionNotFound(HarnessError):
+    """The log holds no record of this session."""
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 class MissingExtra(HarnessError, ImportError):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,19 @@ from harness.step import DurableStep, PlainStep, SyncStep
 from harness.tools import Tool
 
 __all__ = ["CallRun", "apply_after_hook", "error_outcome", "run_tool_call"]
+
+log = logging.getLogger("harness.tool")
+
+
+def _log_failure(event: ToolCallEvent, exc: BaseException, scrubber: SecretScrubber) -> None:
+    """A tool raised: the developer sees it (WARNING, with the traceback), the session's
+    secrets replaced; the model gets the error as the call's result."""
+    where = f" of session {event.session_id}" if event.session_id else ""
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    log.warning(
+        "%s", scrubber.redact_text(f"tool {event.name} (call {event.tool_call_id}{where}) failed: "
+                                   f"{type(exc).__name__}: {exc}\n{trace}")
+    )
 
 
 @dataclass(slots=True)
@@ -151,9 +166,11 @@ async def _run(
     except LogError:
         raise  # the session log failed (or fenced this owner): not the tool's failure
     except StepValueError as exc:
+        _log_failure(event, exc, scrubber)
         # The staged records go along: the session drops them unless a hook replaces the outcome.
         return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__), records=ctx.staged_records)
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's business
+        _log_failure(event, exc, scrubber)
         return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__), records=ctx.staged_records)
     finally:
         step.close()

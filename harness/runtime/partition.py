@@ -31,10 +31,13 @@ from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
+from harness.logs import SECRETS, lease_wait_message
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
+from harness.runtime.gate import Active, SessionGate
 from harness.runtime.session import Session, SessionHost
 from harness.secrets import secret_values
+from harness.views import classify
 
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
 
@@ -55,11 +58,14 @@ class PartitionRuntime:
         harnesses: Mapping[str, Harness],
         partition: int | None = None,
         secrets_for: SecretsFor | None = None,
+        gate: SessionGate | None = None,
     ) -> None:
         self.host = host
         self.partition = partition
         self._harnesses = dict(harnesses)
         self._secrets_for = secrets_for
+        self._gate = gate if gate is not None else SessionGate(None)
+        self._lease_told: dict[str, str | None] = {}  # sessions whose lease wait was logged: holder
         self._entries: dict[str, list[LogEntry]] = {}  # records of sessions not known to be ended
         self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
@@ -205,7 +211,14 @@ class PartitionRuntime:
             if known is not None:
                 known.extend(batch)
                 session = self._sessions.get(sid)
-                if session is not None:
+                if session is not None and self._must_queue(sid, session, batch):
+                    # An idle session with new work while every slot is taken: it waits
+                    # its turn (its handle is closed, writing nothing; it starts again later).
+                    del self._sessions[sid]
+                    with contextlib.suppress(Exception):
+                        await session.close()
+                    self._queue(sid)
+                elif session is not None:
                     await session.ingest(batch)
                 elif any(e.record.IS_INPUT for e in batch) and sid not in self._retry:
                     state = self._fold(sid, known)  # not driven (stopped, rejected): new work
@@ -228,7 +241,9 @@ class PartitionRuntime:
     async def stop(self) -> None:
         """Stop every session without writing anything (revocation, shutdown)."""
         sessions, self._sessions = list(self._sessions.values()), {}
+        self._gate.drop(self)
         for session in sessions:
+            self._gate.release(session.session_id)
             with contextlib.suppress(Exception):
                 await session.close()
         self.live = False
@@ -249,8 +264,16 @@ class PartitionRuntime:
                 await session.close()
             if isinstance(error, FencedError) and not getattr(self.host.log, "has_leases", False):
                 continue  # Kafka: the partition was lost; its revocation stops the rest
-            # SQLite / memory: another process holds (or held) the session's lease: retry.
-            log.warning("session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error)
+            if isinstance(error, SessionBusy):
+                # SQLite / memory: another process holds the session's lease (it may also
+                # release it early): say so once per holder, and keep trying each sweep.
+                if self._lease_told.get(sid, "") != error.owner:
+                    self._lease_told[sid] = error.owner
+                    log.info(lease_wait_message(sid, error.owner, error.lease_until, self.host.clock.now()))
+            else:
+                log.warning(
+                    "session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error
+                )
             self._retry.add(sid)
         for sid in list(self._retry):
             self._retry.discard(sid)
@@ -272,6 +295,7 @@ class PartitionRuntime:
         idle = [sid for sid, s in self._sessions.items() if s.state.ended and not s.busy]
         for sid in idle:
             del self._sessions[sid]
+            self._lease_told.pop(sid, None)
             self._remember_ended(sid, self._entries.pop(sid, []))
         return len(idle)
 
@@ -299,10 +323,59 @@ class PartitionRuntime:
         if harness is None:
             await self._reject_all(sid, state)
             return
+        if not self._gate.try_take(sid, self._active_check(sid)):
+            self._queue(sid)
+            return
+        self._launch(sid, state, harness)
+
+    def _launch(self, sid: str, state: SessionState, harness: Harness) -> None:
         secrets = secret_values(self._secrets_for(sid, harness.name) if self._secrets_for else None)
+        SECRETS.add(secrets)  # log lines never show them
         session = Session(host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False)
         self._sessions[sid] = session
         session.resume()
+
+    # -- max_sessions (the gate) --------------------------------------------------------
+
+    def _active_check(self, sid: str) -> Active:
+        def active() -> bool:
+            """Still holds its slot: driven, and its turn is not parked on a person or a sleep."""
+            session = self._sessions.get(sid)
+            if session is None or session.failed is not None or not session.busy:
+                return False
+            return classify(session.state, now_ms=int(self.host.clock.now() * 1000))[0] == "running"
+
+        return active
+
+    def _must_queue(self, sid: str, session: Session, batch: Sequence[LogEntry]) -> bool:
+        if not self._gate.limited or session.busy or self._gate.holds(sid):
+            return False
+        if not any(isinstance(e.record, InputMessage) for e in batch):
+            return False
+        return not self._gate.try_take(sid, self._active_check(sid))
+
+    def _queue(self, sid: str) -> None:
+        if sid in self._gate.waiting:
+            return  # keeps its place
+        log.info(
+            "session %s waits for a slot: %d sessions running (max_sessions %s), %d waiting",
+            sid, self._gate.running, self._gate.limit, len(self._gate.waiting) + 1,
+        )
+        self._gate.enqueue(sid, self, lambda: self._start_queued(sid))
+
+    async def _start_queued(self, sid: str) -> Active | None:
+        """The gate's turn for ``sid``: start it from its records, if it still has work."""
+        if sid in self._sessions:
+            return None
+        entries = self._entries.get(sid)
+        if entries is None:
+            return None
+        state = self._fold(sid, entries)
+        harness = self._harness_for(state)
+        if state.ended or harness is None:
+            return None
+        self._launch(sid, state, harness)
+        return self._active_check(sid)
 
     async def _reject_all(self, sid: str, state: SessionState) -> None:
         """No loaded harness can run this session: settle its inputs ``rejected``."""
@@ -326,6 +399,7 @@ class PartitionRuntime:
             log.warning("could not reject inputs of session %s: %s", sid, exc)
             return
         self._rejected.update(i.input_id for i in pending)
+        log.info("rejected %d input(s) of session %s: no harness named %r runs here", len(pending), sid, name)
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
 

@@ -8,22 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Set
 from dataclasses import dataclass
-from typing import Any
 
 from harness.replay.state import SessionState
+from harness.views import OpenAsk, open_asks
 
 __all__ = ["OpenAsk", "TurnResult", "open_asks", "settled_result", "waiting_in_log", "waiting_live"]
-
-
-@dataclass(frozen=True, slots=True)
-class OpenAsk:
-    """A question a parked tool is waiting on."""
-
-    tool_call_id: str
-    name: str
-    message: str
-    schema: dict[str, Any]
-    expires_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +48,6 @@ def settled_result(state: SessionState, input_id: str) -> TurnResult | None:
         code=s.code,
         error=(fin.error if fin is not None else None) or s.reason,
     )
-
-
-def open_asks(state: SessionState) -> tuple[OpenAsk, ...]:
-    """Every ask opened by an unfinished call and not answered yet."""
-    out = []
-    for call in state.calls.values():
-        if call.result is not None:
-            continue
-        for name, ask in call.asks.items():
-            if ask.answered is None:
-                o = ask.opened
-                expires = o.expires_at / 1000 if o.expires_at else None
-                out.append(OpenAsk(call.tool_call_id, name, o.message, o.schema, expires))
-    return tuple(out)
 
 
 def waiting_live(

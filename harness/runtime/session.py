@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from harness import ids
+from harness import ids, logs
 from harness.clock import Clock
 from harness.context import check_app_records
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
@@ -62,6 +63,8 @@ from harness.secrets import SecretScrubber, redact_record
 from harness.step import CallScope, DurableStep
 
 __all__ = ["OpenAsk", "Session", "SessionHost", "TurnResult"]
+
+log = logging.getLogger("harness.session")
 
 
 class SessionHost(Protocol):
@@ -246,6 +249,7 @@ class Session:
         self.resume()
 
     async def _take_inputs_guarded(self) -> None:
+        logs.bind(session_id=self.session_id)
         try:
             await self._take_inputs()
         except FencedError as exc:
@@ -313,6 +317,7 @@ class Session:
         if self._fatal is not None:  # fenced (or broken): this handle writes nothing more
             raise self._fatal
         lease = self._host.lease
+        told: str | None = None
         while True:
             try:
                 self._writer = await self._log.claim(self.session_id, owner=self._host.owner_id, lease=lease)
@@ -320,6 +325,9 @@ class Session:
             except SessionBusy as busy:
                 if not wait:
                     raise
+                if busy.owner != told:  # once per holder, not at every retry
+                    told = busy.owner
+                    log.info(logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, self._clock.now()))
                 until = busy.lease_until if busy.lease_until is not None else self._clock.now() + 0.05
                 await self._clock.sleep_until(min(until, self._clock.now() + lease.total_seconds()) + 0.01)
         await self._refresh()  # the previous owner may have written after we folded
@@ -379,6 +387,8 @@ class Session:
             waiter.cancel()
 
     def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, FencedError):
+            log.info("session %s was fenced (another owner took it over); this owner stops driving it", self.session_id)
         self._fatal = exc
         self._writer = None
         for task in (self._driver,):
@@ -430,6 +440,7 @@ class Session:
             self._driver = asyncio.create_task(self._drive(), name=f"drive:{self.session_id}")
 
     async def _drive(self) -> None:
+        logs.bind(session_id=self.session_id)  # this task's own context: every line of the turn
         try:
             while True:
                 await self._take_inputs()
@@ -441,12 +452,18 @@ class Session:
                     n = len(self._state.turns) + 1
                     self._own_turns.add(n)
                     await self._commit([TurnStarted(self.session_id, self._now_ms(), nxt.input_id, n)])
+                    logs.bind(input_id=nxt.input_id)
+                    log.info("turn %d of session %s started (input %s)", n, self.session_id, nxt.input_id)
                     continue
+                logs.bind(input_id=turn.input_id)
                 if turn.turn not in self._own_turns:
                     # Taking over a turn another owner left unfinished.
                     self._own_turns.add(turn.turn)
                     await self._commit(
                         [TurnResumed(self.session_id, self._now_ms(), turn.input_id, turn.turn, turn.attempts + 1)]
+                    )
+                    log.info(
+                        "took over turn %d of session %s (attempt %d)", turn.turn, self.session_id, turn.attempts
                     )
                     continue
                 action = plan_turn(
@@ -493,6 +510,10 @@ class Session:
                 TurnFinished(self.session_id, now, input_id, turn, outcome, text, code, error),
                 InputSettled(self.session_id, now, input_id, outcome, code, error),
             ]
+        )
+        log.info(
+            "turn %d of session %s %s; input %s settled%s", turn, self.session_id, outcome, input_id,
+            self._scrubber.redact_text(f" ({code}: {error})") if code else "",
         )
 
     async def _call_model(self, action: CallModel, now: int) -> None:
@@ -562,6 +583,7 @@ class Session:
 
     async def _run_call(self, decision: CallDecision) -> None:
         call = self._state.calls[decision.tool_call_id]
+        logs.bind(tool_call_id=call.tool_call_id)  # this call's own task
         self._running.add(call.tool_call_id)
         try:
             scope = CallScope(
@@ -631,3 +653,9 @@ class Session:
         records = settle_input(self._state, inp, self._now_ms())
         if records:
             await self._commit(records)
+            for r in records:
+                if isinstance(r, InputSettled):
+                    log.info(
+                        "input %s of session %s settled %s%s", r.input_id, self.session_id, r.outcome,
+                        self._scrubber.redact_text(f" ({r.code}: {r.reason})") if r.code else "",
+                    )

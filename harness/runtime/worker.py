@@ -13,6 +13,7 @@ partition is a ``PartitionRuntime``: rebuild from the log, go live, route new re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -30,6 +31,7 @@ from harness.log.base import SessionLog
 from harness.log.follow import ChangeSource, watch_changes
 from harness.observability import Observation, metrics
 from harness.records import LogEntry
+from harness.runtime.gate import SessionGate
 from harness.runtime.host import HarnessHost
 from harness.runtime.observe import WorkerHealth, observe_runtimes
 from harness.runtime.partition import PartitionRuntime, SecretsFor
@@ -41,6 +43,9 @@ log = logging.getLogger("harness.worker")
 SWEEP_EVERY_S = 1.0
 """How often failed sessions are restarted and ended ones forgotten."""
 SCAN_CHUNK = 2000
+GATE_EVERY_S = 0.05
+"""With ``max_sessions``: how often slots of sessions that stopped running are given to
+waiting ones."""
 BEAT_EVERY_S = 1.0
 """The loop's heartbeat for ``/healthz`` (see ``harness.runtime.observe``)."""
 
@@ -69,6 +74,13 @@ class Worker:
         secrets_for: gives a session's secrets from (session id, harness name).
         live: on Kafka, publish text deltas of streamed model answers to ``<prefix>.live``
             for other processes (``HarnessClient.events(sid, live=True)``); default True.
+        secrets_for: ``secrets_for(session_id, harness_name) -> {name: value}``: the
+            secrets of a session's tools (``ctx.secrets``), asked for each session when
+            the worker starts to drive it. Values never reach the log (SPEC 2.9) nor a
+            log line (they are registered with ``harness.logs.SECRETS``).
+        max_sessions: at most this many sessions running at once (None: no limit);
+            the others wait in order. A session parked on a person or a sleep gives its
+            slot back (see ``harness.runtime.gate``).
     """
 
     def __init__(
@@ -83,6 +95,7 @@ class Worker:
         instance_id: str | None = None,
         secrets_for: SecretsFor | None = None,
         live: bool = True,
+        max_sessions: int | None = None,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -97,6 +110,7 @@ class Worker:
         self.host = HarnessHost(log=log, lease=lease, clock=clock, owner_id=self.owner_id, poll_interval=poll_interval)
         self.instance_id = instance_id
         self.secrets_for = secrets_for
+        self.gate = SessionGate(max_sessions)
         self.stats = WorkerStats()
         self.runtimes: dict[int, PartitionRuntime] = {}
         self.ready = asyncio.Event()  # set once the first rebuild went live
@@ -126,12 +140,14 @@ class Worker:
         rt = self.runtimes.get(partition)
         if rt is None:
             rt = self.runtimes[partition] = PartitionRuntime(
-                host=self.host, harnesses=self.harnesses, partition=partition, secrets_for=self.secrets_for
+                host=self.host, harnesses=self.harnesses, partition=partition, secrets_for=self.secrets_for,
+                gate=self.gate,
             )
         return rt
 
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
+        pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
         metrics.add_source(self)
         beat = asyncio.create_task(self._beat(), name="worker-beat")
         publisher = await self._start_live()
@@ -149,6 +165,10 @@ class Worker:
             self.health.stopping = True
             beat.cancel()
             metrics.remove_source(self)
+            if pump is not None:
+                pump.cancel()
+                with contextlib.suppress(BaseException):
+                    await pump
             for rt in list(self.runtimes.values()):
                 await rt.stop()
             self.runtimes.clear()
@@ -170,6 +190,14 @@ class Worker:
             return None
         self.host.live = publisher
         return publisher
+
+    async def _pump_gate(self) -> None:
+        while True:
+            try:
+                await self.gate.pump()
+            except Exception as exc:  # noqa: BLE001 - a session that cannot start now is retried by the sweep
+                log.warning("starting a waiting session failed: %s", exc)
+            await asyncio.sleep(GATE_EVERY_S)
 
     async def _beat(self) -> None:
         while True:

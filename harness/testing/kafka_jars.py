@@ -9,13 +9,17 @@ The pom is ``tools/kafka/pom.xml`` in a source tree, or the copy shipped in the 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KAFKA_VERSION", "KafkaLaunchError", "ensure_jars", "find_pom"]
+__all__ = ["KAFKA_VERSION", "JarProgress", "KafkaLaunchError", "ensure_jars", "find_pom"]
 
 #: Apache Kafka version resolved from Maven Central (``org.apache.kafka:kafka_2.13``).
 KAFKA_VERSION = "4.1.1"
@@ -69,11 +73,83 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+_DOWNLOADING = re.compile(r"Downloading from [^:]+: (\S+)")
+_DOWNLOADED = re.compile(r"Downloaded from [^:]+: (\S+) \(([\d.,]+) ([kMG]?B)")
+_UNITS = {"B": 1.0, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+@dataclass
+class JarProgress:
+    """What Maven did so far, read from its output lines (``feed``) and the jars copied."""
+
+    downloading: int = 0
+    downloaded: int = 0
+    bytes: float = 0.0
+    copied: int = 0
+
+    def feed(self, line: str) -> bool:
+        """Count one line of Maven's output; True if it changed the progress."""
+        if m := _DOWNLOADED.search(line):
+            self.downloaded += 1
+            self.bytes += float(m.group(2).replace(",", "")) * _UNITS.get(m.group(3), 1.0)
+            return True
+        if _DOWNLOADING.search(line):
+            self.downloading += 1
+            return True
+        return False
+
+    def text(self) -> str:
+        parts = []
+        if self.downloading or self.downloaded:
+            parts.append(f"downloaded {self.downloaded}/{max(self.downloading, self.downloaded)} files "
+                         f"({self.bytes / 1e6:.1f} MB)")
+        if self.copied:
+            parts.append(f"{self.copied} jars in place")
+        return ", ".join(parts) or "resolving"
+
+
+def _run_with_progress(cmd: list[str], out_dir: Path, progress: Callable[[str], None]) -> tuple[int, str]:
+    """Run Maven, reporting progress as it downloads and copies; (exit code, output tail)."""
+    state = JarProgress()
+    lines: list[str] = []
+    changed = threading.Event()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            del lines[:-200]
+            if state.feed(line):
+                changed.set()
+
+    reader = threading.Thread(target=read, name="mvn-output", daemon=True)
+    reader.start()
+    shown = ""
+    while True:
+        done = proc.poll() is not None
+        copied = sum(1 for _ in out_dir.glob("*.jar"))
+        if copied != state.copied:
+            state.copied = copied
+            changed.set()
+        if changed.is_set():
+            changed.clear()
+            if state.text() != shown:
+                shown = state.text()
+                progress(shown)
+        if done:
+            break
+        time.sleep(0.2)
+    reader.join(10)
+    return proc.returncode, "".join(lines)[-4000:]
+
+
 def ensure_jars(
     cache_dir: Path | None = None,
     *,
     version: str = KAFKA_VERSION,
     pom: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Return the directory holding the broker's runtime jars, fetching them if needed.
 
@@ -82,6 +158,8 @@ def ensure_jars(
             ``<cache_dir>/kafka-<version>/libs``.
         version: Kafka version (``-Dkafka.version`` for the pom).
         pom: The resolver pom, default :func:`find_pom`.
+        progress: called with a short text (files downloaded, MB, jars in place) as
+            Maven works, when the jars are not cached yet.
 
     Returns:
         The ``libs`` directory. A no-op once its ``.complete`` marker exists; concurrent
@@ -112,7 +190,7 @@ def ensure_jars(
         try:
             cmd = [
                 mvn,
-                "-q",
+                "-q" if progress is None else "-Dstyle.color=never",
                 "-B",
                 "-f",
                 str(pom or find_pom()),
@@ -120,11 +198,14 @@ def ensure_jars(
                 f"-DoutputDirectory={tmp}",
                 f"-Dkafka.version={version}",
             ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                out = (proc.stdout + proc.stderr)[-4000:]
+            if progress is None:
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                code, out = proc.returncode, (proc.stdout + proc.stderr)[-4000:]
+            else:
+                code, out = _run_with_progress(cmd, tmp, progress)
+            if code != 0:
                 raise KafkaLaunchError(
-                    f"{' '.join(cmd)} failed ({proc.returncode}):\n{out}"
+                    f"{' '.join(cmd)} failed ({code}):\n{out}"
                 )
             jars = sorted(p.name for p in tmp.glob("*.jar"))
             if f"kafka_2.13-{version}.jar" not in jars:

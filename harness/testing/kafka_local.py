@@ -452,7 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="harness kafka-local",
-        description=f"Run a local single-node Apache Kafka {KAFKA_VERSION} broker (KRaft).",
+        description=f"Run a local single-node Apache Kafka {KAFKA_VERSION} broker (KRaft) until Ctrl-C. "
+        "The first run fetches the broker's jars from Maven Central (needs Java 17+ and mvn) into the "
+        "cache; it prints bootstrap=127.0.0.1:<port> once the broker serves.",
+        epilog="example:\n  harness kafka-local --port 9092 --data-dir ~/.cache/harness/broker",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--port", type=int, default=None, help="PLAINTEXT port (default: free)"
@@ -481,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         try:
+            report = _JarReport(sys.stderr)
+            report.finish(ensure_jars(args.cache_dir, progress=report))
+            print(f"kafka-local: starting Apache Kafka {KAFKA_VERSION} (KRaft) ...", file=sys.stderr, flush=True)
             broker.start()
         except KafkaLaunchError as exc:
             print(f"kafka-local: {exc}", file=sys.stderr, flush=True)
@@ -501,6 +508,38 @@ def main(argv: list[str] | None = None) -> int:
         broker.close()
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+class _JarReport:
+    """Reports the first fetch of the jars: one line redrawn on a terminal, else a line
+    per change (at most one a second), and the last state once it is done."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._tty = stream.isatty()
+        self._last = 0.0
+        self.text = ""
+
+    def __call__(self, text: str) -> None:
+        if not self.text:
+            print(f"kafka-local: fetching the Apache Kafka {KAFKA_VERSION} jars with Maven (first run only) ...",
+                  file=self._stream, flush=True)
+        self.text = text
+        if self._tty:
+            self._stream.write(f"\r\x1b[2Kkafka-local: jars: {text}")
+            self._stream.flush()
+            return
+        now = time.monotonic()
+        if now - self._last >= 1.0:
+            self._last = now
+            print(f"kafka-local: jars: {text}", file=self._stream, flush=True)
+
+    def finish(self, libs: Path) -> None:
+        if not self.text:
+            return  # cached: nothing was fetched
+        if self._tty:
+            self._stream.write("\r\x1b[2K")
+        print(f"kafka-local: jars: {self.text}; ready in {libs}", file=self._stream, flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

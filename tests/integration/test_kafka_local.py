@@ -119,3 +119,28 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+def test_cli_reports_jar_download_progress_on_its_first_run(tmp_path: Path) -> None:
+    from harness.testing.kafka_jars import KAFKA_VERSION, ensure_jars
+
+    cache = tmp_path / "cache"
+    err_path = tmp_path / "stderr"
+    cmd = [sys.executable, "-m", "harness", "kafka-local", "--cache-dir", str(cache), "--data-dir", str(tmp_path / "d")]
+    with open(err_path, "w") as err, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line.startswith("bootstrap=127.0.0.1:"), err_path.read_text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+    lines = err_path.read_text().splitlines()
+    assert lines[0] == f"kafka-local: fetching the Apache Kafka {KAFKA_VERSION} jars with Maven (first run only) ..."
+    libs = cache / f"kafka-{KAFKA_VERSION}" / "libs"
+    jars = len(list(libs.glob("*.jar")))
+    assert any(x.startswith("kafka-local: jars: ") and f"{jars} jars in place; ready in {libs}" in x for x in lines)
+    assert lines[-1] == f"kafka-local: starting Apache Kafka {KAFKA_VERSION} (KRaft) ..."
+    told: list[str] = []
+    assert ensure_jars(cache, progress=told.append) == libs and told == []  # cached: nothing to report

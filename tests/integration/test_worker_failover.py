@@ -26,6 +26,7 @@ import confluent_kafka  # noqa: F401 - the dev extra has it; never skipped
 import pytest
 
 from harness.client import HarnessClient
+from harness.log.kafka.log import KafkaLog
 from harness.log.kafka.partitioner import partition_for
 from harness.records import AskOpened, InputSettled, LogEntry, ToolResult, TurnResumed, TurnStarted
 from harness.runtime.group import SESSION_TIMEOUT_MS
@@ -56,9 +57,13 @@ def kafka_url(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> str:
 
 @contextlib.asynccontextmanager
 async def kafka_client(bootstrap: str, prefix: str, partitions: int = PARTITIONS) -> AsyncIterator[HarnessClient]:
-    client = HarnessClient(bootstrap=bootstrap, topic_prefix=prefix, partitions=partitions)
+    # The topics exist before any worker joins (a client never creates them).
+    async with KafkaLog(bootstrap=bootstrap, topic_prefix=prefix, partitions=partitions) as creator:
+        await creator.start()
+    client = HarnessClient(bootstrap=bootstrap, topic_prefix=prefix)  # reads the partition count
     try:
-        await client.log.start()  # the topics exist before any worker joins
+        await client.log.start()
+        assert client.log.settings.partitions == partitions  # type: ignore[attr-defined]
         yield client
     finally:
         await client.close()

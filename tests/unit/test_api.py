@@ -45,6 +45,7 @@ PINNED_ALL = [
     "ToolDefinition",
     "ToolOutcome",
     "TurnResult",
+    "Worker",
     "agent_tool",
     "chat",
     "define_harness",

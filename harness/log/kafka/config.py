@@ -28,6 +28,7 @@ from harness.ids import dead_letter_topic, owner_transactional_id, sessions_topi
 __all__ = [
     "COMMIT_DEADLINE_S",
     "GROUP_COMMIT_LINGER_S",
+    "DEFAULT_PARTITIONS",
     "INIT_TIMEOUT_S",
     "MAX_ABORT_RETRIES",
     "MAX_APPENDS_PER_TRANSACTION",
@@ -38,6 +39,9 @@ __all__ = [
     "classify",
     "parse_kafka_url",
 ]
+
+DEFAULT_PARTITIONS = 12
+"""Partitions of a sessions topic created without a count (a topic that exists keeps its own)."""
 
 TRANSACTION_TIMEOUT_MS = 10_000
 """``transaction.timeout.ms`` of every owner producer.
@@ -114,7 +118,7 @@ class KafkaSettings:
 
     bootstrap: str
     topic_prefix: str = "harness"
-    partitions: int = 12
+    partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = 1
     min_insync_replicas: int | None = None
     topic_config: Mapping[str, str] = field(default_factory=dict)

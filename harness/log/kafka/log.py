@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -46,7 +47,7 @@ from harness.errors import CorruptRecord, FencedError, LogUnavailable
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
-from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
+from harness.log.kafka.config import DEFAULT_PARTITIONS, SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
 from harness.log.kafka.fanout import Fanout
 from harness.log.kafka.index import Indexes, KeyObserver
 from harness.log.kafka.inputs import (
@@ -84,7 +85,8 @@ log = logging.getLogger("harness.log.kafka")
 def open_kafka_log(url: str, **options: Any) -> KafkaLog:
     """Open the Kafka log of ``kafka://host:port[,host:port][?options]``.
 
-    URL options: ``topic_prefix`` (default ``harness``), ``partitions`` (12),
+    URL options: ``topic_prefix`` (default ``harness``), ``partitions`` (the existing
+    topic's count; 12 for a topic this log creates),
     ``replication_factor`` (1), ``min_insync_replicas``, ``registry_url`` (encode with
     Confluent Schema Registry framing). Keyword ``options`` go to :class:`KafkaLog`
     and win over the URL's.
@@ -119,7 +121,12 @@ class KafkaLog:
         bootstrap: ``host:port[,host:port]``.
         topic_prefix: topics are ``<prefix>.sessions`` and ``<prefix>.dead-letter``;
             also the log's ``namespace`` (part of every idempotency key: never change it).
-        partitions: partitions of the sessions topic (created so; validated if it exists).
+        partitions: partitions of the sessions topic: validated if it exists, created so
+            if not. None (the default): the existing topic's count, read from the broker
+            at ``start()``; a topic this log creates gets ``DEFAULT_PARTITIONS``.
+        create_topics: create missing topics (workers, hosts). False for clients that
+            only submit inputs and read (``HarnessClient``, the ``harness`` session
+            commands): a missing sessions topic raises ``TopicNotFound`` at ``start()``.
         replication_factor: for topics this log creates.
         min_insync_replicas: ``min.insync.replicas`` of topics this log creates.
         topic_config: more topic settings for topics this log creates (the defaults are
@@ -127,7 +134,7 @@ class KafkaLog:
         client_config: librdkafka settings (security, ...) for every client; copied.
         codec: the record codec; ``harness.codec.default_codec()`` by default.
 
-    Topics are created on first use (or by ``await start()``).
+    Topics are created (or checked) on first use, or by ``await start()``.
     """
 
     has_leases: ClassVar[bool] = False
@@ -138,17 +145,20 @@ class KafkaLog:
         *,
         bootstrap: str,
         topic_prefix: str = "harness",
-        partitions: int = 12,
+        partitions: int | None = None,
         replication_factor: int = 1,
         min_insync_replicas: int | None = None,
         topic_config: Mapping[str, str] | None = None,
         client_config: Mapping[str, Any] | None = None,
         codec: _Codec | None = None,
+        create_topics: bool = True,
     ) -> None:
+        self._partitions_known = partitions is not None
+        self._create_topics = create_topics
         self.settings = KafkaSettings(
             bootstrap=bootstrap,
             topic_prefix=topic_prefix,
-            partitions=partitions,
+            partitions=partitions if partitions is not None else DEFAULT_PARTITIONS,
             replication_factor=replication_factor,
             min_insync_replicas=min_insync_replicas,
             topic_config=dict(topic_config or {}),
@@ -169,6 +179,7 @@ class KafkaLog:
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
         self._fanout: Fanout | None = None
+        self._quiet_fanout: Fanout | None = None  # shared tails of readers that write nothing
         self._indexes = Indexes(self._latest_checkpoint)
 
     @property
@@ -176,11 +187,19 @@ class KafkaLog:
         return self.settings.topic_prefix
 
     def partition_for(self, session_id: str) -> int:
-        """The partition of the sessions topic that holds ``session_id``."""
+        """The partition of the sessions topic that holds ``session_id``.
+
+        Raises:
+            RuntimeError: the partition count is to be read from the broker and
+                ``start()`` has not run yet.
+        """
+        if not self._partitions_known:
+            raise RuntimeError("the sessions topic's partition count is read from the broker: await start() first")
         return partition_for(session_id, self.settings.partitions)
 
     async def start(self) -> None:
-        """Create the topics when missing and validate them (done lazily otherwise)."""
+        """Create the topics when missing (or check that they exist) and validate them;
+        learn the partition count when it was not given. Done lazily otherwise."""
         if not self._started:
             await asyncio.to_thread(self._start_blocking)
 
@@ -188,7 +207,10 @@ class KafkaLog:
         with self._start_lock:
             self._check_open()
             if not self._started:
-                ensure_topics(self.settings)
+                count = ensure_topics(self.settings, create=self._create_topics, adopt=not self._partitions_known)
+                if count != self.settings.partitions:
+                    self.settings = dataclasses.replace(self.settings, partitions=count)
+                self._partitions_known = True
                 self._started = True
 
     # --- reads ---------------------------------------------------------------------------
@@ -242,21 +264,32 @@ class KafkaLog:
         items = await self._scan_partition(partition, start_offset, end=end_offset, lazy=lazy)
         return await self._skip_corrupt(items)
 
+    async def scan_partition(
+        self, partition: int, start_offset: int = 0, end_offset: int | None = None
+    ) -> list[ReadResult]:
+        """Like :meth:`read_partition`, but an unreadable record comes back as its
+        ``CorruptRecord`` and nothing is dead-lettered: a read that writes nothing."""
+        return await self._scan_partition(partition, start_offset, end=end_offset)
+
     def dead_letter(self, corrupt: CorruptRecord) -> None:
         """Copy an undecodable record to ``<prefix>.dead-letter`` (once per process)."""
         self._dead_letter_all([corrupt])
 
-    async def tail_partition(self, partition: int, start_offset: int = 0) -> AsyncIterator[LogEntry]:
+    async def tail_partition(
+        self, partition: int, start_offset: int = 0, *, dead_letter: bool = True
+    ) -> AsyncIterator[LogEntry]:
         """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
 
         Never ends by itself; close the iterator (``aclose()``, or leave ``async for``) to
         stop. Served by the partition's shared tail (:attr:`fanout`). Poison records are
-        dead-lettered and skipped.
+        dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing)
+        follows the partition with a consumer of its own and skips them quietly.
         """
+        await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
-        await self.start()
-        async for entry in self.fanout.subscribe(partition, after=start_offset):
+        fanout = self.fanout if dead_letter else self._quiet_tails()
+        async for entry in fanout.subscribe(partition, after=start_offset):
             yield entry
 
     async def subscribe(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
@@ -293,12 +326,32 @@ class KafkaLog:
                 )
             return self._fanout
 
+    def _quiet_tails(self) -> Fanout:
+        with self._lock:
+            self._check_open()
+            if self._quiet_fanout is None:
+                self._quiet_fanout = Fanout(
+                    self.settings,
+                    decode=self._codec.decode,
+                    catch_up=self._catch_up_quietly,
+                    on_corrupt=_skip_quietly,
+                    stats=self.stats,
+                )
+            return self._quiet_fanout
+
     async def _catch_up(
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
     ) -> tuple[list[LogEntry], int]:
         items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
         reached = end if len(items) < limit else _seq(items[-1])
         return await self._skip_corrupt(items), reached
+
+    async def _catch_up_quietly(
+        self, partition: int, start: int, end: int, key: bytes | None, limit: int
+    ) -> tuple[list[LogEntry], int]:
+        items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
+        reached = end if len(items) < limit else _seq(items[-1])
+        return [item for item in items if isinstance(item, LogEntry)], reached
 
     async def scan(
         self, session_id: str | None = None, *, after: int | None = None, limit: int | None = None
@@ -310,6 +363,7 @@ class KafkaLog:
         an arbitrary interleaving otherwise (use ``read_partition`` per partition).
         """
         start = after or 0
+        await self.start()
         if session_id is not None:
             held, items = await self._session_items(session_id, after)
             items = [*held, *items]
@@ -355,9 +409,9 @@ class KafkaLog:
         lazy: bool = False,
         must_reach: int = 0,
     ) -> list[ReadResult]:
+        await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
-        await self.start()
         with self._lock:
             must_reach = max(must_reach, self._committed.get(partition, 0))
         index = self._indexes.known(partition)
@@ -626,6 +680,8 @@ class KafkaLog:
         await asyncio.gather(*closing, return_exceptions=True)
         if self._fanout is not None:
             await self._fanout.close()
+        if self._quiet_fanout is not None:
+            await self._quiet_fanout.close()
         await asyncio.to_thread(self._pool.close)
         if self._snapshots is not None:
             await asyncio.to_thread(self._snapshots.close)
@@ -649,6 +705,10 @@ def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
     a cancelled ``disown_partition`` would make the next writer's start fail.
     """
     return asyncio.shield(asyncio.wrap_future(future))
+
+
+def _skip_quietly(corrupt: CorruptRecord) -> None:
+    log.warning("skipping an unreadable record: %s", corrupt)
 
 
 def _seq(item: ReadResult) -> int:

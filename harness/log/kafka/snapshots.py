@@ -69,6 +69,10 @@ class SnapshotStore:
 
     # -- topic -----------------------------------------------------------------------------
 
+    def ensure_topic(self) -> None:
+        """Create ``<prefix>.snapshots`` if it is missing (blocking)."""
+        self._ensure_topic()
+
     def _ensure_topic(self) -> None:
         if self._ready:
             return

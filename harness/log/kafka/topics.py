@@ -1,4 +1,5 @@
-"""Create the log's topics when missing; refuse a sessions topic of the wrong shape."""
+"""Create the log's topics when missing (or check they exist); refuse a sessions topic of the
+wrong shape; probe a cluster."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from harness.errors import LogUnavailable
+from harness.errors import LogUnavailable, TopicNotFound
 from harness.log.kafka.config import ADMIN_TIMEOUT_S, KafkaSettings
 
-__all__ = ["ensure_topics"]
+__all__ = ["ensure_topics", "probe"]
 
 DEAD_LETTER_PARTITIONS = 1
 """Dead letters are rare and read by people and tools; one partition keeps them in order."""
@@ -25,13 +26,26 @@ def _topic_config(settings: KafkaSettings) -> dict[str, str]:
     return config
 
 
-def ensure_topics(settings: KafkaSettings, *, timeout: float = ADMIN_TIMEOUT_S) -> None:
+def ensure_topics(
+    settings: KafkaSettings, *, timeout: float = ADMIN_TIMEOUT_S, create: bool = True, adopt: bool = False
+) -> int:
     """Create ``<prefix>.sessions`` and ``<prefix>.dead-letter`` if missing; validate them.
 
     Blocking (call it from a worker thread). Safe to race with other processes creating
     the same topics.
 
+    Args:
+        create: create missing topics; without it a missing sessions topic raises
+            ``TopicNotFound`` (clients never create topics: workers do).
+        adopt: take the sessions topic's partition count as it is instead of
+            checking it against ``settings.partitions`` (which is then only the count
+            of a topic created here).
+
+    Returns:
+        The sessions topic's partition count.
+
     Raises:
+        TopicNotFound: ``create=False`` and the sessions topic does not exist.
         LogUnavailable: the cluster cannot be reached, refuses to create a topic, or the
             sessions topic exists with a partition count other than ``settings.partitions``
             (sessions would map to other partitions than every other client computes).
@@ -42,6 +56,15 @@ def ensure_topics(settings: KafkaSettings, *, timeout: float = ADMIN_TIMEOUT_S) 
         settings.dead_letter_topic: DEAD_LETTER_PARTITIONS,
     }
     existing = _partition_counts(admin, timeout)
+    if not create:
+        if settings.sessions_topic not in existing:
+            raise TopicNotFound(
+                f"topic {settings.sessions_topic!r} does not exist on {settings.bootstrap}: start a worker "
+                f"on this log (it creates its topics) or run `harness topics create --log URL`; "
+                f"check the topic prefix ({settings.topic_prefix!r})",
+                topic=settings.sessions_topic,
+            )
+        wanted = {settings.sessions_topic: settings.partitions}
     missing = [
         NewTopic(
             name,
@@ -71,12 +94,40 @@ def ensure_topics(settings: KafkaSettings, *, timeout: float = ADMIN_TIMEOUT_S) 
             raise LogUnavailable(f"topics {sorted(wanted)} have no leader after {timeout}s")
         time.sleep(0.05)
     actual = counts[settings.sessions_topic]
-    if actual != settings.partitions:
+    assert actual is not None  # the loop above waited for it
+    if actual != settings.partitions and not adopt:
         raise LogUnavailable(
             f"topic {settings.sessions_topic!r} has {actual} partitions but this log is configured "
             f"for {settings.partitions}: sessions would be looked up in the wrong partitions. "
             f"Open the log with partitions={actual} (never repartition a sessions topic)."
         )
+    return actual
+
+
+def probe(settings: KafkaSettings, *, timeout: float) -> None:
+    """Check within ``timeout`` seconds that the cluster answers a metadata request.
+
+    The Kafka client's own log lines are silenced here: an unreachable broker makes it
+    report every failed connection, and the one error raised says it all.
+
+    Raises:
+        ValueError: the client settings are refused (an unknown librdkafka property ...).
+        LogUnavailable: no broker answered in time.
+    """
+    config = dict(settings.admin_config())
+    config.pop("logger", None)
+    config["log_level"] = 0
+    try:
+        admin = AdminClient(config)
+    except KafkaException as exc:
+        raise ValueError(f"the Kafka client refused its settings: {exc.args[0].str()}") from exc
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise LogUnavailable(
+            f"cannot reach Kafka at {settings.bootstrap} within {timeout:g} s ({exc.args[0].str()}): "
+            "check the address in --log (or HARNESS_LOG) and that the broker is up"
+        ) from exc
 
 
 def _partition_counts(

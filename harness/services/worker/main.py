@@ -1,112 +1,210 @@
 """``harness worker``: a stateless process that drives the sessions it owns.
 
-    harness worker --log kafka://broker:9092?topic_prefix=acme --app myapp.agents:assistant
-    harness worker --log sqlite:///harness.db --app myapp.agents:assistant
+    harness worker --log 'kafka://broker:9092?topic_prefix=acme' --app myapp.agents:assistant
+    harness worker --log sqlite:///harness.db --app myapp.agents:assistant --max-sessions 50
 
-Settings come from the command line or, once at start, from the environment:
+Settings come from the command line or, read once at start, from the environment:
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
-HARNESS_LEASE_SECONDS, HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
-SIGTERM/SIGINT stop the sessions recoverably, leave the consumer group (so partitions
-move at once) and exit 0.
+HARNESS_SECRETS_DIR, HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
+HARNESS_LEASE_SECONDS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
+HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
+is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
+A flag wins over its variable.
+
+SIGTERM/SIGINT stop the sessions recoverably (nothing is written), leave the consumer
+group (so partitions move at once) and exit 0. After a SIGKILL the others take over
+once the group's session timeout (Kafka) or the session leases (SQLite) ran out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import signal
-import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from harness.definition import Harness
-from harness.errors import DefinitionError
-from harness.log import open_log
+from harness import logs
+from harness.cli.common import (
+    CommandParser,
+    add_log_option,
+    open_log_for,
+    positive_float,
+    positive_int,
+    run_command,
+)
+from harness.errors import ConfigError
 from harness.runtime.worker import Worker
+from harness.services.worker.apps import load_harnesses
+from harness.services.worker.secrets import load_secrets, static_secrets_for
+
+__all__ = ["load_harnesses", "main", "parse", "run", "serve"]
+
+log = logging.getLogger("harness.worker")
+
+EXAMPLE = """\
+  harness worker --log sqlite:///harness.db --app myapp.agents:assistant
+  harness worker --log 'kafka://broker:9092?topic_prefix=acme' --app myapp.agents:assistant \\
+      --secrets-dir /etc/harness/secrets --max-sessions 100 --log-format json
+"""
 
 
-def load_harnesses(specs: Sequence[str]) -> list[Harness]:
-    """``module:attribute`` -> harnesses; the attribute may be a Harness, a list of them,
-    or a function returning either."""
-    out: list[Harness] = []
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise DefinitionError(f"--app takes module:attribute, not {spec!r}")
-        value: Any = getattr(importlib.import_module(module_name), attr)
-        if callable(value) and not isinstance(value, Harness):
-            value = value()
-        items = value if isinstance(value, (list, tuple)) else [value]
-        for item in items:
-            if not isinstance(item, Harness):
-                raise DefinitionError(f"{spec} gives {type(item).__name__}, not a Harness (use define_harness)")
-            out.append(item)
-    return out
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    text = env.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} takes a whole number >= 1, not {text!r}", setting=name) from None
+    if value < 1:
+        raise ConfigError(f"{name} takes a whole number >= 1, not {value}", setting=name)
+    return value
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    env = os.environ
-    parser = argparse.ArgumentParser(prog="harness worker", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log", default=env.get("HARNESS_LOG"), help="session log URL")
-    parser.add_argument("--app", action="append", default=None, help="module:attribute of a harness (repeat)")
-    parser.add_argument("--instance-id", default=env.get("HARNESS_INSTANCE_ID"),
-                        help="static group membership (group.instance.id)")
-    parser.add_argument("--lease", type=float, default=float(env.get("HARNESS_LEASE_SECONDS", "30")),
-                        help="session lease seconds (SQLite)")
-    parser.add_argument("--log-level", default=env.get("HARNESS_LOG_LEVEL", "INFO"))
-    parser.add_argument("--metrics-port", type=int, default=env.get("HARNESS_METRICS_PORT") or None,
-                        help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
-    args = parser.parse_args(argv)
+def _env_seconds(env: Mapping[str, str], name: str) -> float | None:
+    text = env.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{name} takes a number of seconds > 0, not {text!r}", setting=name) from None
+    if not value > 0:
+        raise ConfigError(f"{name} takes a number of seconds > 0, not {text}", setting=name)
+    return value
+
+
+def _choice(value: str, name: str, choices: Sequence[str]) -> str:
+    if value.lower() not in choices:
+        raise ConfigError(f"{name} takes one of {', '.join(choices)}, not {value!r}", setting=name)
+    return value.lower()
+
+
+def parser() -> CommandParser:
+    p = CommandParser(prog="harness worker", description=__doc__ or "", example=EXAMPLE)
+    add_log_option(p)
+    p.add_argument("--app", action="append", default=None, metavar="MODULE:ATTR",
+                   help="the harness(es) to run: module:attribute, found from the current folder (repeat)")
+    p.add_argument("--instance-id", default=None, metavar="ID",
+                   help="Kafka static group membership (group.instance.id), e.g. the pod name")
+    p.add_argument("--secrets-dir", default=None, metavar="DIR",
+                   help="one file per secret (a mounted Kubernetes Secret); given to every session")
+    p.add_argument("--max-sessions", type=positive_int("--max-sessions"), default=None, metavar="N",
+                   help="at most N sessions running at once; the others wait in order")
+    p.add_argument("--log-format", default=None, metavar="FORMAT", help="text (default) or json (one object per line)")
+    p.add_argument("--log-level", default=None, metavar="LEVEL", help="debug, info (default), warning, error")
+    p.add_argument("--lease", type=positive_float("--lease"), default=None, metavar="SECONDS",
+                   help="a session's ownership lease on SQLite (default 30): another worker takes a session "
+                   "over once its owner's lease ran out")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
+    return p
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--metrics-port takes a port number, not {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"--metrics-port takes a port number (0-65535), not {value}")
+    return value
+
+
+def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> argparse.Namespace:
+    """The worker's settings: flags first, then the environment (read once)."""
+    env = os.environ if env is None else env
+    args = parser().parse_args(argv)
     if args.app is None:
-        args.app = [a for a in env.get("HARNESS_APPS", "").split(",") if a]
-    if not args.log or not args.app:
-        parser.error("--log and at least one --app are required (or HARNESS_LOG / HARNESS_APPS)")
+        args.app = [a.strip() for a in env.get("HARNESS_APPS", "").split(",") if a.strip()]
+    if not args.app:
+        raise ConfigError("no harness to run: give --app module:attribute (or set HARNESS_APPS)", setting="--app")
+    args.instance_id = args.instance_id or env.get("HARNESS_INSTANCE_ID") or None
+    args.secrets_dir = args.secrets_dir or env.get("HARNESS_SECRETS_DIR") or None
+    if args.max_sessions is None:
+        args.max_sessions = _env_int(env, "HARNESS_MAX_SESSIONS")
+    if args.lease is None:
+        args.lease = _env_seconds(env, "HARNESS_LEASE_SECONDS") or 30.0
+    if args.metrics_port is None and env.get("HARNESS_METRICS_PORT"):
+        try:
+            args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"HARNESS_METRICS_PORT: {exc}", setting="HARNESS_METRICS_PORT") from None
+    args.log_format = _choice(args.log_format or env.get("HARNESS_LOG_FORMAT") or "text",
+                              "--log-format", logs.LOG_FORMATS)
+    level = args.log_level or env.get("HARNESS_LOG_LEVEL") or "info"
+    try:
+        args.log_level = logs.parse_level(level)
+    except ValueError as exc:
+        raise ConfigError(f"--log-level: {exc}", setting="--log-level") from None
     return args
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    """Load the apps and secrets, open the log, run the worker until SIGTERM/SIGINT."""
+    env = os.environ if env is None else env
+    secrets = load_secrets(args.secrets_dir, env)
     harnesses = load_harnesses(args.app)
-    log = open_log(args.log)
-    worker = Worker(log=log, harnesses=harnesses, lease=timedelta(seconds=args.lease), instance_id=args.instance_id)
-    server = None
-    if args.metrics_port is not None:
-        from harness.observability import MetricsServer, enable_metrics
-
-        sink = enable_metrics()
-        server = MetricsServer(port=args.metrics_port, registry=sink.registry,
-                               alive=worker.health.alive, ready=worker.health.ready).start()
-        print(f"metrics port={server.port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    task = asyncio.create_task(worker.run(stop))
-
-    async def announce() -> None:
-        await worker.ready.wait()
-        print(f"worker ready owner={worker.owner_id} harnesses={','.join(worker.harnesses)}", flush=True)
-
-    announcer = asyncio.create_task(announce())
+    worker_log = await open_log_for(args.log, role="worker", env=env)
     try:
-        await task
+        worker = Worker(
+            log=worker_log,
+            harnesses=harnesses,
+            lease=timedelta(seconds=args.lease),
+            instance_id=args.instance_id,
+            secrets_for=static_secrets_for(secrets) if secrets else None,
+            max_sessions=args.max_sessions,
+        )
+        server = None
+        if args.metrics_port is not None:
+            from harness.observability import MetricsServer, enable_metrics
+
+            sink = enable_metrics()
+            server = MetricsServer(port=args.metrics_port, registry=sink.registry,
+                                   alive=worker.health.alive, ready=worker.health.ready).start()
+            print(f"metrics port={server.port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        task = asyncio.create_task(worker.run(stop))
+
+        async def announce() -> None:
+            await worker.ready.wait()
+            extra = f" max_sessions={args.max_sessions}" if args.max_sessions else ""
+            print(f"worker ready owner={worker.owner_id} harnesses={','.join(worker.harnesses)}"
+                  f" secrets={len(secrets)}{extra}", flush=True)
+            log.info("worker ready: %s", ", ".join(worker.harnesses))
+
+        announcer = asyncio.create_task(announce())
+        try:
+            await task
+        finally:
+            announcer.cancel()
+            if server is not None:
+                server.close()
+        log.info("worker stopped")
     finally:
-        announcer.cancel()
-        await log.close()
-        if server is not None:
-            server.close()
+        await worker_log.close()
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run(argv: list[str]) -> Any:
+    """Parse, configure logging, and return the coroutine that serves (for ``run_command``)."""
     args = parse(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return asyncio.run(serve(args))
+    logs.configure(level=args.log_level, fmt=args.log_format)
+    return serve(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``harness worker`` (errors as one line; see ``harness.cli.common.run_command``)."""
+    import sys
+
+    return run_command("harness worker", list(sys.argv[1:] if argv is None else argv), run)
 
 
 if __name__ == "__main__":

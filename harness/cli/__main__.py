@@ -1,0 +1,5 @@
+"""``python -m harness.cli`` (same as ``harness``)."""
+
+from harness.cli import main
+
+raise SystemExit(main())

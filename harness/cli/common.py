@@ -1,0 +1,252 @@
+"""What every ``harness`` command shares: its argument parser, errors as one line,
+opening the log named by ``--log`` (or ``$HARNESS_LOG``), and number checks.
+
+Exit codes: 0 done, 1 a runtime error (a broker down, a session that does not exist,
+an input that failed), 2 a usage error (a wrong option, ``--app``, log URL ...).
+The traceback of an error is printed only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import urllib.parse
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness.errors import ConfigError, HarnessError, LogUnavailable, MissingExtra
+from harness.log.base import SessionLog
+
+__all__ = [
+    "EXIT_RUNTIME",
+    "EXIT_USAGE",
+    "PROBE_TIMEOUT_S",
+    "CommandParser",
+    "add_log_option",
+    "kafka_client_config",
+    "log_url",
+    "open_log_for",
+    "positive_float",
+    "positive_int",
+    "run_command",
+]
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+PROBE_TIMEOUT_S = 5.0
+"""How long a command waits for a Kafka broker's first answer before it says it cannot reach it."""
+
+KAFKA_CONFIG_PREFIX = "HARNESS_KAFKA_CONFIG_"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (exit 2)."""
+
+    def __init__(self, *, prog: str, description: str, example: str, **kw: Any) -> None:
+        super().__init__(
+            prog=prog,
+            description=description,
+            epilog=f"example:\n{example}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            **kw,
+        )
+        self.add_argument("--debug", action="store_true", help="print the traceback of an error")
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def add_log_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log", metavar="URL", default=None,
+        help="the session log: sqlite:///path or kafka://host:port?topic_prefix=... (default: $HARNESS_LOG)",
+    )
+
+
+def positive_int(name: str) -> Callable[[str], int]:
+    """An argparse type: a whole number >= 1."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes a whole number >= 1, not {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} takes a whole number >= 1, not {value}")
+        return value
+
+    return parse
+
+
+def positive_float(name: str) -> Callable[[str], float]:
+    """An argparse type: a number of seconds > 0."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes a number of seconds > 0, not {text!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{name} takes a number of seconds > 0, not {text}")
+        return value
+
+    return parse
+
+
+def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
+    """``HARNESS_KAFKA_CONFIG_<KEY>=value`` -> ``{"<key>": value}``: the key lower-cased
+    with ``_`` as ``.`` (``HARNESS_KAFKA_CONFIG_SASL_PASSWORD`` -> ``sasl.password``)."""
+    out = {}
+    for name, value in env.items():
+        if name.startswith(KAFKA_CONFIG_PREFIX) and len(name) > len(KAFKA_CONFIG_PREFIX):
+            out[name[len(KAFKA_CONFIG_PREFIX):].lower().replace("_", ".")] = value
+    return out
+
+
+def log_url(given: str | None, env: Mapping[str, str]) -> str:
+    url = given or env.get("HARNESS_LOG")
+    if not url:
+        raise ConfigError(
+            "no session log given: pass --log URL or set HARNESS_LOG "
+            "(e.g. --log sqlite:///harness.db or --log 'kafka://127.0.0.1:9092?topic_prefix=acme')",
+            setting="--log",
+        )
+    return url
+
+
+async def open_log_for(
+    given: str | None,
+    *,
+    role: str,
+    env: Mapping[str, str] | None = None,
+    probe_timeout: float = PROBE_TIMEOUT_S,
+    partitions: int | None = None,
+    start: bool = True,
+) -> SessionLog:
+    """Open the log of ``--log`` (or ``$HARNESS_LOG``) for a command, checked and started.
+
+    Args:
+        role: ``client`` (reads and submits inputs; needs the log to exist: never
+            creates a file or a topic) or ``worker`` (creates what is missing).
+        probe_timeout: seconds a Kafka broker has to answer before the command says it
+            cannot be reached (instead of librdkafka's silent retries).
+        partitions: for ``worker`` on Kafka, the partition count of topics created
+            here (overrides the URL's).
+        start: start a Kafka log (check or create its topics); else only probe the cluster.
+
+    Raises:
+        ConfigError: no URL, or one that names no usable log.
+        LogUnavailable: the log does not exist (client) or cannot be reached.
+        MissingExtra: a Kafka URL without the kafka extra.
+    """
+    env = os.environ if env is None else env
+    url = log_url(given, env)
+    if url.startswith("memory:"):
+        raise ConfigError(
+            f"{url!r} lives inside one process; use sqlite:///path or kafka://host:port", setting="--log"
+        )
+    if url.startswith("sqlite:///"):
+        return _open_sqlite(url, role)
+    if url.startswith("kafka://"):
+        return await _open_kafka(
+            url, role=role, env=env, probe_timeout=probe_timeout, partitions=partitions, start=start
+        )
+    raise ConfigError(
+        f"unsupported session log URL {url!r}: use sqlite:///path or kafka://host:port[?topic_prefix=...]",
+        setting="--log",
+    )
+
+
+def _open_sqlite(url: str, role: str) -> SessionLog:
+    from harness.log import open_log
+
+    path = urllib.parse.unquote(url[len("sqlite:///"):])
+    if not path or "?" in path:
+        raise ConfigError(f"{url!r}: expected sqlite:///relative/path or sqlite:////absolute/path", setting="--log")
+    if role == "client" and not Path(path).is_file():
+        raise LogUnavailable(
+            f"no SQLite log at {path} ({Path(path).resolve()}): check --log; "
+            "a worker (or HarnessHost) creates the file when it first opens it"
+        )
+    try:
+        return open_log(url)
+    except ValueError as exc:
+        raise ConfigError(str(exc), setting="--log") from exc
+
+
+async def _open_kafka(
+    url: str, *, role: str, env: Mapping[str, str], probe_timeout: float, partitions: int | None, start: bool
+) -> SessionLog:
+    from harness.log import open_log
+
+    options: dict[str, Any] = {"client_config": kafka_client_config(env)}
+    if role == "client":
+        options["create_topics"] = False
+    elif partitions is not None:
+        options["partitions"] = partitions
+    try:
+        log = open_log(url, **options)
+    except MissingExtra:
+        raise
+    except ValueError as exc:
+        raise ConfigError(str(exc), setting="--log") from exc
+    from harness.log.kafka.topics import probe
+
+    try:
+        await asyncio.to_thread(probe, log.settings, timeout=probe_timeout)  # type: ignore[attr-defined]
+        if start:
+            await log.start()  # type: ignore[attr-defined]
+    except ValueError as exc:
+        await log.close()
+        raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
+    except BaseException:
+        await log.close()
+        raise
+    return log
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text
+
+
+def run_command(
+    prog: str, argv: Sequence[str], main: Callable[[list[str]], int | Coroutine[Any, Any, int]]
+) -> int:
+    """Run a command's ``main(argv)``; an error becomes one line on stderr and an exit code."""
+    debug = "--debug" in argv
+    try:
+        result = main(list(argv))
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except SystemExit as exc:  # argparse (usage errors, --help)
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except ConfigError as exc:
+        _report(prog, _one_line(exc), exc, debug)
+        return EXIT_USAGE
+    except (HarnessError, TimeoutError) as exc:
+        _report(prog, _one_line(exc), exc, debug)
+        return EXIT_RUNTIME
+    except Exception as exc:  # noqa: BLE001 - a bug or an unexpected failure: one line unless --debug
+        _report(prog, f"unexpected error: {type(exc).__name__}: {_one_line(exc)}", exc, debug,
+                hint=" (run with --debug for the traceback)")
+        return EXIT_RUNTIME
+
+
+def _report(prog: str, line: str, exc: BaseException, debug: bool, hint: str = "") -> None:
+    from harness.logs import SECRETS
+
+    if debug:
+        import traceback
+
+        print(SECRETS.scrub("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+    print(SECRETS.scrub(f"{prog}: {line}{'' if debug else hint}"), file=sys.stderr)

@@ -1,0 +1,291 @@
+"""``harness send`` and ``harness answer``: inputs for a session's owner.
+
+They only produce input records and read the log: the worker that owns the session
+takes the input, runs the turn and settles it. ``send`` waits for that settlement
+(a live status line on a terminal) and prints the answer; if the turn stops to wait
+for a person, it prints the open asks and how to answer them (exit 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import uuid
+from typing import IO, Any
+
+from harness.cli.common import EXIT_RUNTIME, CommandParser, add_log_option, open_log_for, positive_float
+from harness.cli.render import ask_lines, clock, style_for
+from harness.cli.sessions import read_existing
+from harness.errors import ConfigError
+from harness.jsonvalues import json_copy
+from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
+from harness.replay import SessionState, fold
+from harness.runtime.answers import judge_answer
+from harness.runtime.catalog import follow_session, scan_session
+from harness.views import classify, open_asks, timeline
+
+__all__ = ["EXIT_WAITING", "main_answer", "main_send"]
+
+EXIT_WAITING = 3
+"""``send``: the turn waits for a person's answer (the open asks are printed)."""
+
+TICK_S = 0.2
+"""How often the status line is redrawn."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StatusLine:
+    """One line on a terminal, redrawn in place; nothing when the stream is not a terminal."""
+
+    FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.enabled = hasattr(stream, "isatty") and stream.isatty()
+        self._text = ""
+        self._started = time.monotonic()
+        self._frame = 0
+
+    def set(self, text: str) -> None:
+        self._text = text
+        self.draw()
+
+    def draw(self) -> None:
+        if not self.enabled or not self._text:
+            return
+        self._frame = (self._frame + 1) % len(self.FRAMES)
+        elapsed = int(time.monotonic() - self._started)
+        self._stream.write(f"\r\x1b[2K{self.FRAMES[self._frame]} {self._text} ({elapsed} s)")
+        self._stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled:
+            self._stream.write("\r\x1b[2K")
+            self._stream.flush()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.draw()
+
+
+def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: int) -> str:
+    """What the session is doing about ``input_id``, in a few words."""
+    inp = state.inputs.get(input_id)
+    if inp is None or inp.turn is None:
+        return f"{input_id} sent; waiting for a worker to take it"
+    name, until = classify(state, now_ms=now)
+    turn = f"turn {inp.turn}"
+    if name == "sleeping":
+        return f"{turn}: sleeping until {clock(until, now)}"
+    last = next((i for i in reversed(timeline(entries[-20:])) if i.kind not in ("input.settled",)), None)
+    if last is None:
+        return f"{turn} running"
+    what = {
+        "turn.started": "calling the model",
+        "turn.resumed": f"taken over by a new owner (attempt {last.attempt})",
+        "model.response": "the model answered" + (f"; calling {last.preview}" if last.preview else ""),
+        "tool.started": f"tool {last.name} running",
+        "step": f"step {last.name} done",
+        "sleep": f"sleeping until {clock(last.wake_at, now)}",
+        "ask": f"asking: {last.text}",
+        "tool.result": f"tool {last.name} finished",
+    }.get(last.kind, "running")
+    return f"{turn}: {what}"
+
+
+def _our_turn_waits(state: SessionState, input_id: str, now: int) -> bool:
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.turn is None or active is None or active.turn != inp.turn:
+        return False
+    return classify(state, now_ms=now)[0] == "waiting"
+
+
+async def _watch(
+    log: Any, session_id: str, input_id: str, state: SessionState, entries: list[LogEntry], after: int,
+    status: StatusLine, *, stop_when_waiting: bool,
+) -> InputSettled | None:
+    """Fold the session's new records until ``input_id`` settles (or, with
+    ``stop_when_waiting``, its turn waits for a person: None)."""
+    def done() -> InputSettled | bool | None:
+        inp = state.inputs.get(input_id)
+        if inp is not None and inp.settled is not None:
+            return inp.settled
+        if stop_when_waiting and _our_turn_waits(state, input_id, _now_ms()):
+            return None
+        return False
+
+    verdict = done()
+    if verdict is not False:
+        return verdict  # type: ignore[return-value]
+    status.set(_progress(state, entries, input_id, _now_ms()))
+    async for entry in follow_session(log, session_id, after=after):
+        entries.append(entry)
+        state.apply_entry(entry)
+        state.mark_read(entry.seq)
+        verdict = done()
+        if verdict is not False:
+            return verdict  # type: ignore[return-value]
+        status.set(_progress(state, entries, input_id, _now_ms()))
+    return None  # pragma: no cover - follow_session never ends
+
+
+async def _wait(coro: Any, timeout: float | None, what: str, session_id: str) -> Any:
+    try:
+        return await asyncio.wait_for(coro, timeout)
+    except TimeoutError:
+        raise TimeoutError(
+            f"{what} within {timeout:g} s; it stays in the log and its owner will still take it "
+            f"('harness show {session_id}' shows where the session is)"
+        ) from None
+
+
+# --- harness send -----------------------------------------------------------------------------------
+
+
+def send_parser() -> CommandParser:
+    parser = CommandParser(
+        prog="harness send",
+        description="Send a user message to a session and wait for the worker that owns it to settle it; "
+        "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person (the open asks "
+        "are printed). It never runs the turn itself.",
+        example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db",
+    )
+    parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
+    parser.add_argument("text", metavar="TEXT", help="the message")
+    parser.add_argument("--harness", metavar="NAME",
+                        help="the harness to run it (needed for a new session; default: the session's own)")
+    parser.add_argument("--input-id", metavar="ID", help="the input's id (resending one has no second effect)")
+    parser.add_argument("--no-wait", action="store_true", help="print the input id and exit once it is in the log")
+    parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
+                        help="give up waiting after this long (default: wait)")
+    parser.add_argument("--json", action="store_true", help="print the settlement as JSON")
+    add_log_option(parser)
+    return parser
+
+
+async def main_send(argv: list[str]) -> int:
+    args = send_parser().parse_args(argv)
+    log = await open_log_for(args.log, role="client")
+    status = StatusLine(sys.stderr)
+    ticker: asyncio.Task[None] | None = None
+    try:
+        entries, _ = await scan_session(log, args.session)
+        state = fold(args.session, entries)
+        harness = args.harness or state.harness
+        if harness is None:
+            raise ConfigError(
+                f"session {args.session!r} is new: give --harness NAME (the harness a worker runs)",
+                setting="--harness",
+            )
+        input_id = args.input_id or f"in-{uuid.uuid4().hex[:12]}"
+        after = entries[-1].seq if entries else 0
+        if input_id not in state.inputs:
+            sent = await log.submit(InputMessage(args.session, _now_ms(), input_id, args.text, harness))
+            if not entries:
+                after = sent.seq - 1  # a new session: follow from its first record
+        if args.no_wait:
+            print(input_id)
+            return 0
+        ticker = asyncio.create_task(status.run())
+        watch = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
+        settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+        status.clear()
+        await log.close()
+    return _report_send(args, state, input_id, settled)
+
+
+def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
+    style = style_for(sys.stdout)
+    if settled is None:
+        asks = open_asks(state)
+        if args.json:
+            print(json.dumps({"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}))
+        else:
+            print(f"{input_id}: the turn waits for a person")
+            for line in ask_lines(asks, args.session, style):
+                print(line)
+        return EXIT_WAITING
+    turn = state.turn_of(input_id)
+    text = turn.finished.text if turn is not None and turn.finished is not None else None
+    if args.json:
+        print(json.dumps({"input_id": input_id, "outcome": settled.outcome, "code": settled.code,
+                          "reason": settled.reason, "text": text}))
+    elif settled.outcome == "completed":
+        print(text if text is not None else "(no text)")
+    if settled.outcome == "completed":
+        return 0
+    why = f" ({settled.code}): {settled.reason}" if settled.code else (f": {settled.reason}" if settled.reason else "")
+    print(f"harness send: input {input_id} {settled.outcome}{why}", file=sys.stderr)
+    return EXIT_RUNTIME
+
+
+# --- harness answer ---------------------------------------------------------------------------------
+
+
+def answer_parser() -> CommandParser:
+    parser = CommandParser(
+        prog="harness answer",
+        description="Answer a question a tool asked (step.ask). The answer is checked against the ask's "
+        "schema here and by the session's owner; a refused answer prints why (exit 1) and the tool "
+        "keeps waiting.",
+        example="  harness answer s-1 call-1.0.0 approval '{\"approved\": true}' --log sqlite:///harness.db",
+    )
+    parser.add_argument("session", metavar="SESSION", help="the session id")
+    parser.add_argument("tool_call_id", metavar="TOOL_CALL_ID", help="the call that asked ('harness show' lists it)")
+    parser.add_argument("ask_name", metavar="ASK_NAME", help="the ask's name")
+    parser.add_argument("value", metavar="JSON", help="the answer, as JSON")
+    parser.add_argument("--input-id", metavar="ID", help="the answer's input id (default: a new one)")
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for the owner to take the answer")
+    parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
+                        help="give up waiting after this long (default: wait)")
+    add_log_option(parser)
+    return parser
+
+
+async def main_answer(argv: list[str]) -> int:
+    parser = answer_parser()
+    args = parser.parse_args(argv)
+    try:
+        value = json_copy(json.loads(args.value), what="answer")
+    except ValueError as exc:
+        parser.error(f"JSON is not valid JSON ({exc}); quote it for the shell, e.g. '{{\"approved\": true}}'")
+    log = await open_log_for(args.log, role="client")
+    try:
+        entries = await read_existing(log, args.session)
+        state = fold(args.session, entries)
+        verdict = judge_answer(state, args.tool_call_id, args.ask_name, value, _now_ms())
+        if not verdict.ok:
+            asks = ", ".join(f"{a.tool_call_id}/{a.name}" for a in open_asks(state)) or "none"
+            print(f"harness answer: answer refused ({verdict.code}): {verdict.reason}; nothing was sent "
+                  f"(open asks: {asks})", file=sys.stderr)
+            return EXIT_RUNTIME
+        input_id = args.input_id or f"answer:{args.tool_call_id}:{args.ask_name}:{uuid.uuid4().hex[:8]}"
+        await log.submit(InputAnswer(args.session, _now_ms(), input_id, args.tool_call_id, args.ask_name, value))
+        if args.no_wait:
+            print(input_id)
+            return 0
+        watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, StatusLine(sys.stderr),
+                       stop_when_waiting=False)
+        settled = await _wait(watch, args.timeout, f"the answer {input_id} was not taken", args.session)
+    finally:
+        await log.close()
+    assert settled is not None
+    if settled.outcome == "completed":
+        print(f"answer accepted: {args.tool_call_id}/{args.ask_name} goes on")
+        return 0
+    print(f"harness answer: answer refused by the session's owner ({settled.code}): {settled.reason}",
+          file=sys.stderr)
+    return EXIT_RUNTIME

@@ -1,0 +1,243 @@
+"""Text for people: session tables and timelines, aligned, coloured on a terminal.
+
+Pure functions from the views (``harness.views``) to lines; colour only when asked
+(``Style(color=True)``: a terminal without ``NO_COLOR``, or ``--color always``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import IO
+
+from harness.views import OpenAsk, SessionSummary, TimelineItem
+
+__all__ = [
+    "Style",
+    "age",
+    "ask_lines",
+    "clock",
+    "session_header",
+    "sessions_table",
+    "state_text",
+    "style_for",
+    "timeline_line",
+    "timeline_lines",
+]
+
+_CODES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35",
+          "cyan": "36"}
+
+
+class Style:
+    """ANSI colours, or none."""
+
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def __call__(self, text: str, *names: str) -> str:
+        if not self.color or not names or not text:
+            return text
+        codes = ";".join(_CODES[n] for n in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+
+def style_for(stream: IO[str], choice: str = "auto") -> Style:
+    """Colour on a terminal (``auto``) unless ``NO_COLOR`` is set or ``TERM=dumb``."""
+    if choice == "always":
+        return Style(True)
+    if choice == "never":
+        return Style(False)
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    return Style(tty and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb")
+
+
+def clock(ms: int | None, now_ms: int, *, millis: bool = False) -> str:
+    """Local time: ``12:00:31`` today, ``2025-11-30 12:00:31`` another day."""
+    if ms is None:
+        return "-"
+    t = time.localtime(ms / 1000)
+    text = time.strftime("%H:%M:%S", t)
+    if millis:
+        text += f".{ms % 1000:03d}"
+    if time.strftime("%Y-%m-%d", t) != time.strftime("%Y-%m-%d", time.localtime(now_ms / 1000)):
+        text = f"{time.strftime('%Y-%m-%d', t)} {text}"
+    return text
+
+
+def age(ms: int | None, now_ms: int) -> str:
+    """``12s ago``, ``3m ago``, ``2h ago``, ``4d ago``."""
+    if ms is None:
+        return "-"
+    seconds = max(0, (now_ms - ms) // 1000)
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def state_text(summary: SessionSummary, now_ms: int) -> str:
+    """``running``, ``waiting for a person``, ``sleeping until 12:00:31``, ``idle``, ``failed (code)``."""
+    if summary.state == "waiting":
+        return "waiting for a person"
+    if summary.state == "sleeping":
+        return f"sleeping until {clock(summary.sleeping_until, now_ms)}"
+    if summary.state == "failed":
+        return f"failed ({summary.last_code})" if summary.last_code else "failed"
+    if summary.partial:
+        return "idle (ended)"
+    return summary.state
+
+
+_STATE_COLOURS = {"running": ("cyan",), "waiting": ("yellow", "bold"), "sleeping": ("blue",), "idle": ("dim",),
+                  "failed": ("red", "bold")}
+
+
+def sessions_table(summaries: Sequence[SessionSummary], now_ms: int, style: Style) -> list[str]:
+    """One row per session: id, harness, state, last activity, open asks, turns."""
+    header = ("SESSION", "HARNESS", "STATE", "LAST ACTIVITY", "ASKS", "TURNS")
+    rows = [
+        (
+            s.session_id,
+            s.harness or "-",
+            state_text(s, now_ms),
+            age(s.last_activity, now_ms),
+            ", ".join(f"{a.tool_call_id}/{a.name}" for a in s.open_asks) or "-",
+            "-" if s.partial else str(s.turns),
+        )
+        for s in summaries
+    ]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: Sequence[str], colours: Sequence[tuple[str, ...]] = ()) -> str:
+        parts = []
+        for i, cell in enumerate(cells):
+            padded = cell if i == len(cells) - 1 else cell.ljust(widths[i])
+            parts.append(style(padded, *(colours[i] if i < len(colours) else ())))
+        return "  ".join(parts).rstrip()
+
+    out = [line(header, [("bold",)] * len(header))]
+    for s, row in zip(summaries, rows, strict=True):
+        out.append(line(row, [(), ("dim",), _STATE_COLOURS.get(s.state, ()), (), ("yellow",) if s.open_asks else ()]))
+    return out
+
+
+def session_header(summary: SessionSummary, now_ms: int, style: Style) -> str:
+    turns = f"{summary.turns} turn{'s' if summary.turns != 1 else ''}"
+    last = f", last {summary.last_outcome}" if summary.last_outcome else ""
+    return "  ·  ".join([
+        style(f"session {summary.session_id}", "bold"),
+        f"harness {summary.harness or '-'}",
+        style(state_text(summary, now_ms), *_STATE_COLOURS.get(summary.state, ())),
+        f"{turns}{last}",
+        f"last activity {clock(summary.last_activity, now_ms)}",
+    ])
+
+
+def ask_lines(asks: Sequence[OpenAsk], session_id: str, style: Style) -> list[str]:
+    """The open asks and the command that answers each."""
+    out = []
+    for a in asks:
+        out.append(f"{style('ask', 'yellow', 'bold')} {a.tool_call_id}/{a.name}: {a.message}")
+        fields = ", ".join(sorted((a.schema or {}).get("properties", {}))) if isinstance(a.schema, dict) else ""
+        hint = f" (fields: {fields})" if fields else ""
+        out.append(style(f"  answer with: harness answer {session_id} {a.tool_call_id} {a.name} 'JSON'{hint}", "dim"))
+    return out
+
+
+_LABELS = {
+    "input.message": ("message", ("bold",)),
+    "input.answer": ("answer", ("yellow",)),
+    "input.records": ("records", ()),
+    "input.settled": ("settled", ("dim",)),
+    "model.response": ("model", ("cyan",)),
+    "tool.started": ("tool", ("green",)),
+    "step": ("step", ()),
+    "sleep": ("sleep", ("blue",)),
+    "ask": ("ask", ("yellow", "bold")),
+    "ask.answered": ("answered", ("yellow",)),
+    "tool.result": ("result", ("green",)),
+    "record": ("record", ("magenta",)),
+}
+
+
+def _quoted(text: str | None, limit: int = 100) -> str:
+    if text is None:
+        return ""
+    one = " ".join(text.split())
+    if len(one) > limit:
+        one = one[: limit - 1] + "…"
+    return f'"{one}"'
+
+
+def _body(item: TimelineItem, now_ms: int, style: Style) -> str:
+    k = item.kind
+    if k == "input.message":
+        settled = f"  → {item.status}" if item.status else "  (not settled yet)"
+        return f"{item.input_id} {_quoted(item.text)}" + style(settled, "red" if item.error else "dim")
+    if k == "input.answer":
+        return f"{item.input_id} for {item.tool_call_id}/{item.name} = {item.preview}"
+    if k == "input.records":
+        return f"{item.input_id} {item.text or ''} {item.preview}".rstrip()
+    if k == "input.settled":
+        why = f" ({item.code}: {item.text})" if item.code else ""
+        return f"{item.input_id} {item.status}{why}"
+    if k == "turn.started":
+        return f"started (input {item.input_id})"
+    if k == "turn.resumed":
+        return f"taken over by a new owner (attempt {item.attempt})"
+    if k == "turn.finished":
+        if item.error:
+            return f"failed ({item.code}): {item.text}" if item.code else f"failed: {item.text}"
+        return f"{item.status} {_quoted(item.text)}".rstrip()
+    if k == "model.response":
+        calls = f"  → {item.preview}" if item.preview else ""
+        return f"{_quoted(item.text) or '(no text)'}{calls}"
+    if k == "tool.started":
+        return f"{item.name} [{item.tool_call_id}] started (attempt {item.attempt})"
+    if k == "step":
+        return f"{item.name} = {item.preview}"
+    if k == "sleep":
+        return f"{item.name} until {clock(item.wake_at, now_ms)}"
+    if k == "ask":
+        if item.status == "answered":
+            answer = f" → {item.preview}"
+        elif item.status == "open":
+            answer = style(" (open: waiting for an answer)", "yellow")
+        else:
+            answer = f" ({item.status})"
+        return f"{item.name} [{item.tool_call_id}] {_quoted(item.text)}{answer}"
+    if k == "ask.answered":
+        return f"{item.name} [{item.tool_call_id}] = {item.preview}"
+    if k == "tool.result":
+        code = f" ({item.code})" if item.error and item.code else ""
+        return f"{item.name} [{item.tool_call_id}]{code} → {item.preview}"
+    if k == "record":
+        return f"{item.name} {item.preview}"
+    return item.kind
+
+
+def timeline_line(item: TimelineItem, now_ms: int, style: Style) -> str:
+    """``12:00:01.123    tool     checkout [c1] started (attempt 1)``"""
+    colours: tuple[str, ...]
+    if item.kind.startswith("turn."):
+        label, colours = f"turn {item.turn}", ("bold",)
+        if item.kind == "turn.resumed":
+            colours = ("magenta", "bold")
+        elif item.error:
+            colours = ("red", "bold")
+    else:
+        label, colours = _LABELS.get(item.kind, (item.kind, ()))
+        if item.error:
+            label, colours = ("error" if item.kind == "tool.result" else label), ("red", "bold")
+    when = style(clock(item.ts, now_ms, millis=True), "dim")
+    indent = "  " * item.depth
+    body = _body(item, now_ms, style)
+    if item.error and item.kind != "input.message":
+        body = style(body, "red")
+    return f"{when}  {indent}{style(label.ljust(9), *colours)}{body}"
+
+
+def timeline_lines(items: Sequence[TimelineItem], now_ms: int, style: Style) -> list[str]:
+    return [timeline_line(i, now_ms, style) for i in items]

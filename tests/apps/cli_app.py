@@ -1,0 +1,124 @@
+"""The app the CLI tests run through ``harness worker --app tests.apps.cli_app:assistant``.
+
+Each user message says what to do (words, in any order): ``order=<id>`` (checkout:
+two steps and an app record), ``ask`` (a person approves), ``nap=<seconds>`` (a durable
+sleep), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``explode``
+(the tool raises an error holding that secret), ``hold`` (the tool waits until the
+test releases it: it creates ``enter-<session>`` in ``$HARNESS_TEST_GATE_DIR`` and
+returns once ``release-<session>`` exists there). The model answers ``done: <results>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.definition import Harness
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+
+class OrderArgs(BaseModel):
+    order_id: str
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class NapArgs(BaseModel):
+    seconds: float
+
+
+class Approval(BaseModel):
+    approved: bool
+
+
+async def checkout_impl(args: OrderArgs, ctx: Any) -> dict[str, Any]:
+    charge = await ctx.step.do(f"charge:{args.order_id}", lambda: {"id": f"ch_{args.order_id}", "amount": 1000})
+    await ctx.step.do(f"invoice:{charge['id']}", lambda: {"id": f"inv_{args.order_id}"})
+    ctx.append([{"type": "order.paid", "order_id": args.order_id}])
+    return {"charge_id": charge["id"]}
+
+
+async def approve_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    answer = await ctx.step.ask("approval", message="Approve the order?", schema=Approval)
+    return {"approved": answer.approved}
+
+
+async def nap_impl(args: NapArgs, ctx: Any) -> dict[str, Any]:
+    await ctx.step.sleep("nap", timedelta(seconds=args.seconds))
+    return {"slept": args.seconds}
+
+
+async def secret_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    value = ctx.secrets.get("api_key", "")
+    other = ctx.secrets.get("db_password", "")
+    return {
+        "api_key_sha256": hashlib.sha256(value.encode()).hexdigest()[:16],
+        "db_password_sha256": hashlib.sha256(other.encode()).hexdigest()[:16],
+        "names": sorted(ctx.secrets),
+    }
+
+
+async def explode_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    raise ValueError(f"the payment API refused key {ctx.secrets.get('api_key', '?')}")
+
+
+async def hold_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    folder = Path(os.environ["HARNESS_TEST_GATE_DIR"])
+    (folder / f"enter-{ctx.session_id}").write_text("")
+    while not (folder / f"release-{ctx.session_id}").exists():
+        await asyncio.sleep(0.05)
+    (folder / f"exit-{ctx.session_id}").write_text("")
+    return {"held": ctx.session_id}
+
+
+def _tool(name: str, args: type[BaseModel], fn: Any) -> Any:
+    return durable_tool(tool_definition(name=name, description=name, input_schema=args), fn)
+
+
+TOOLS = [
+    _tool("checkout", OrderArgs, checkout_impl),
+    _tool("approve", NoArgs, approve_impl),
+    _tool("nap", NapArgs, nap_impl),
+    _tool("secret", NoArgs, secret_impl),
+    _tool("explode", NoArgs, explode_impl),
+    _tool("hold", NoArgs, hold_impl),
+]
+
+
+def script(messages: list[dict[str, Any]]) -> ModelResponse:
+    user = [m["content"] for m in messages if m["role"] == "user"][-1]
+    last = messages[-1]
+    if last["role"] == "tool":  # the batch is done: answer with what the tools said
+        results = [m["content"] for m in messages[messages.index(_last_assistant(messages)) + 1:]]
+        return ModelResponse(text="done: " + "; ".join(json.dumps(json.loads(r), sort_keys=True) for r in results))
+    calls = []
+    if m := re.search(r"order=(\S+)", user):
+        calls.append(ToolCall(id=f"checkout-{m.group(1)}", name="checkout", arguments={"order_id": m.group(1)}))
+    if re.search(r"\bask\b", user):
+        calls.append(ToolCall(id="approve", name="approve", arguments={}))
+    if m := re.search(r"nap=(\S+)", user):
+        calls.append(ToolCall(id="nap", name="nap", arguments={"seconds": float(m.group(1))}))
+    for word in ("secret", "explode", "hold"):
+        if re.search(rf"\b{word}\b", user):
+            calls.append(ToolCall(id=word, name=word, arguments={}))
+    if not calls:
+        return ModelResponse(text=f"you said: {user}")
+    return ModelResponse(text="working on it", tool_calls=calls)
+
+
+def _last_assistant(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(m for m in reversed(messages) if m["role"] == "assistant")
+
+
+assistant: Harness = define_harness(name="tests/cli", model=ScriptedModel(script), tools=TOOLS)

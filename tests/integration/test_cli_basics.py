@@ -1,0 +1,173 @@
+"""The whole CLI: the overview, ``--version``, ``python -m harness``, every command's
+``--help`` with an example, errors as one line (exit 2 usage, 1 runtime, tracebacks only
+with ``--debug``), an unreachable broker, missing logs and topics, ``harness topics create``,
+and ``HarnessClient`` reading the partition count instead of creating topics."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from harness.cli import COMMANDS
+from harness.client import HarnessClient
+from harness.errors import LogUnavailable, TopicNotFound
+from tests.integration.cli_helpers import cli_env
+from tests.integration.fleet_helpers import REPO
+
+
+def harness(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO,
+            module: str = "harness") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120,
+                          env=cli_env(env), cwd=cwd, check=False, stdin=subprocess.DEVNULL)
+
+
+def one_line(out: subprocess.CompletedProcess[str]) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    return lines[0]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- overview, version, help ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["-h"]])
+def test_overview_lists_every_command_with_one_line(args: list[str]) -> None:
+    out = harness(*args)
+    assert out.returncode == 0 and out.stderr == ""
+    for command in COMMANDS:
+        [line] = [x for x in out.stdout.splitlines() if x.strip().startswith(command.name + " ")]
+        assert command.summary in line
+    assert "harness <command> --help" in out.stdout
+
+
+def test_version_and_both_module_entry_points() -> None:
+    out = harness("--version")
+    assert out.returncode == 0 and out.stdout.strip().startswith("harness ") and out.stdout.split()[1][0].isdigit()
+    assert harness("--version", module="harness.cli").stdout == out.stdout
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_every_command_has_help_with_an_example(command: str) -> None:
+    out = harness(command, "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: harness {command}")
+    body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
+    assert f"harness {command} " in body
+
+
+def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
+    out = harness("sesions")
+    assert out.returncode == 2
+    assert one_line(out) == "harness: unknown command 'sesions'; did you mean 'sessions'? 'harness --help' lists the commands"
+
+
+# --- errors ---------------------------------------------------------------------------------------------------
+
+
+def test_no_log_given_is_a_usage_error() -> None:
+    out = harness("sessions")
+    assert out.returncode == 2 and "no session log given: pass --log URL or set HARNESS_LOG" in one_line(out)
+    assert harness("sessions", env={"HARNESS_LOG": "postgres://x"}).returncode == 2
+    memory = harness("show", "s-1", "--log", "memory:")
+    assert memory.returncode == 2 and "lives inside one process" in one_line(memory)
+
+
+def test_a_missing_sqlite_file_is_a_runtime_error_and_is_not_created(tmp_path: Path) -> None:
+    path = tmp_path / "typo.db"
+    out = harness("sessions", "--log", f"sqlite:///{path}")
+    assert out.returncode == 1 and one_line(out).startswith(f"harness sessions: no SQLite log at {path}")
+    assert not path.exists()
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    plain = harness("show", "s-1", "--log", url)
+    debug = harness("show", "s-1", "--log", url, "--debug")
+    assert plain.returncode == debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr and "LogUnavailable" in debug.stderr
+    assert debug.stderr.strip().splitlines()[-1] == one_line(plain)
+
+
+@pytest.mark.parametrize("command", [["sessions"], ["show", "s-1"], ["send", "s-1", "hi", "--harness", "x"],
+                                     ["worker", "--app", "tests.apps.cli_app:assistant"]])
+def test_an_unreachable_broker_is_one_line(command: list[str]) -> None:
+    port = closed_port()
+    out = harness(*command, "--log", f"kafka://127.0.0.1:{port}?topic_prefix=nowhere")
+    assert out.returncode == 1
+    line = one_line(out)
+    assert f"cannot reach Kafka at 127.0.0.1:{port} within 5 s" in line
+    assert "check the address in --log (or HARNESS_LOG) and that the broker is up" in line
+
+
+# --- Kafka topics: clients never create them --------------------------------------------------------------
+
+
+def topics(bootstrap: str, prefix: str) -> dict[str, int]:
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    return {name: len(t.partitions) for name, t in metadata.topics.items() if name.startswith(prefix + ".")}
+
+
+@pytest.mark.kafka
+def test_client_commands_never_create_topics(kafka_bootstrap: str, unique_prefix: str) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}"
+    for command in (["sessions"], ["send", "s-1", "hi", "--harness", "x"], ["show", "s-1"]):
+        out = harness(*command, "--log", url)
+        assert out.returncode == 1
+        assert f"topic '{unique_prefix}.sessions' does not exist" in one_line(out)
+        assert "harness topics create --log URL" in out.stderr
+    assert topics(kafka_bootstrap, unique_prefix) == {}
+
+
+@pytest.mark.kafka
+def test_topics_create_makes_the_three_topics_once(kafka_bootstrap: str, unique_prefix: str) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}"
+    out = harness("topics", "create", "--log", url, "--partitions", "3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"{unique_prefix}.sessions: created, 3 partitions",
+        f"{unique_prefix}.dead-letter: created",
+        f"{unique_prefix}.snapshots: created, 3 partitions",
+    ]
+    assert topics(kafka_bootstrap, unique_prefix) == {
+        f"{unique_prefix}.sessions": 3, f"{unique_prefix}.dead-letter": 1, f"{unique_prefix}.snapshots": 3
+    }
+    again = harness("topics", "create", "--log", url)
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == f"{unique_prefix}.sessions: exists, 3 partitions"
+    other = harness("topics", "create", "--log", url, "--partitions", "4")
+    assert other.returncode == 1 and "has 3 partitions but this log is configured for 4" in one_line(other)
+    listed = harness("sessions", "--log", url)  # a client reads the count: no mismatch
+    assert listed.returncode == 0 and "no sessions in this log" in listed.stderr
+    sqlite = harness("topics", "create", "--log", "sqlite:///x.db")
+    assert sqlite.returncode == 2 and "only Kafka logs have topics" in one_line(sqlite)
+
+
+@pytest.mark.kafka
+async def test_harness_client_reads_the_partition_count_and_never_creates_a_topic(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix) as client:
+        with pytest.raises(TopicNotFound, match="harness topics create"):
+            await client.send("s-1", "hello", harness="x")
+    assert topics(kafka_bootstrap, unique_prefix) == {}
+    out = harness("topics", "create", "--log", f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}",
+                  "--partitions", "5")
+    assert out.returncode == 0, out.stderr
+    async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix) as client:
+        await client.send("s-1", "hello", harness="x", input_id="in-1")
+        assert client.log.settings.partitions == 5  # type: ignore[attr-defined]
+        [entry] = await client.log.read("s-1")
+        assert entry.data["input_id"] == "in-1"
+    async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=6) as client:
+        with pytest.raises(LogUnavailable, match="has 5 partitions"):
+            await client.send("s-1", "hello", harness="x")

@@ -1,0 +1,206 @@
+"""The pure parts behind the CLI and the worker: environment settings, secrets folders,
+log scrubbing and formats, the max-sessions gate, Maven progress, rendering."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import logs
+from harness.cli.common import kafka_client_config
+from harness.cli.render import Style, age, sessions_table, state_text, timeline_line
+from harness.errors import ConfigError
+from harness.runtime.gate import SessionGate
+from harness.services.worker.secrets import load_secrets, secrets_from_dir, secrets_from_env
+from harness.testing.kafka_jars import JarProgress
+from harness.views import OpenAsk, SessionSummary, TimelineItem
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    logs.SECRETS.clear()
+    yield
+    logs.SECRETS.clear()
+
+
+def test_kafka_config_variables_become_librdkafka_keys() -> None:
+    env = {"HARNESS_KAFKA_CONFIG_SASL_PASSWORD": "pw", "HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL": "SASL_SSL",
+           "HARNESS_KAFKA_CONFIG_": "ignored", "HARNESS_LOG": "x"}
+    assert kafka_client_config(env) == {"sasl.password": "pw", "security.protocol": "SASL_SSL"}
+
+
+def test_secrets_folder_in_the_kubernetes_layout(tmp_path: Path) -> None:
+    data = tmp_path / "..2025_01_01_00_00_00.1"
+    data.mkdir()
+    (data / "stripe").write_text("sk_live_1\n")
+    (data / "crlf").write_text("v\r\n")
+    (tmp_path / "..data").symlink_to(data.name)
+    (tmp_path / "stripe").symlink_to("..data/stripe")
+    (tmp_path / "crlf").symlink_to("..data/crlf")
+    (tmp_path / ".dotfile").write_text("no")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "exact").write_text("two\n\n")
+    assert secrets_from_dir(tmp_path) == {"stripe": "sk_live_1", "crlf": "v", "exact": "two\n"}
+
+
+def test_secrets_from_the_environment_and_a_conflict(tmp_path: Path) -> None:
+    assert secrets_from_env({"HARNESS_SECRET_STRIPE_KEY": "k", "HARNESS_SECRET_": "x", "OTHER": "y"}) == {
+        "stripe_key": "k"
+    }
+    (tmp_path / "stripe_key").write_text("file")
+    with pytest.raises(ConfigError, match="given twice"):
+        load_secrets(tmp_path, {"HARNESS_SECRET_STRIPE_KEY": "env"})
+    with pytest.raises(ConfigError, match="no such folder"):
+        load_secrets(tmp_path / "nope", {})
+    got = load_secrets(tmp_path, {"HARNESS_SECRET_OTHER": "o"})
+    assert dict(got) == {"stripe_key": "file", "other": "o"}
+    assert logs.SECRETS.scrub("file and o") == "[secret:stripe_key] and [secret:other]"
+
+
+def _record(logger: str, message: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
+    return logging.LogRecord(logger, logging.WARNING, __file__, 1, message, args, exc_info)
+
+
+def test_secret_filter_scrubs_message_arguments_and_traceback() -> None:
+    logs.SECRETS.add({"api_key": "sk_live_abc", "short": "sk_live"})
+    try:
+        raise ValueError("key sk_live_abc refused")
+    except ValueError as caught:
+        record = _record("harness.tool", "calling with %s", "sk_live_abc", exc=caught)
+    logs.SecretFilter().filter(record)
+    logs.ContextFilter().filter(record)
+    text = logs.TextFormatter().format(record)
+    assert "sk_live" not in text
+    assert "calling with [secret:api_key]" in text and "ValueError: key [secret:api_key] refused" in text
+
+
+def test_json_lines_carry_the_context_of_the_current_task() -> None:
+    stream = io.StringIO()
+    handler = logs.configure(level="debug", fmt="json", stream=stream)
+    try:
+        logs.bind(session_id="s-1", input_id="in-1", tool_call_id=None)
+        logging.getLogger("harness.test").info("turn %d started", 1)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logs.bind(session_id=None, input_id=None)
+    [line] = stream.getvalue().splitlines()
+    data = json.loads(line)
+    assert data["message"] == "turn 1 started" and data["level"] == "INFO" and data["logger"] == "harness.test"
+    assert (data["session_id"], data["input_id"]) == ("s-1", "in-1") and "tool_call_id" not in data
+    assert data["ts"].endswith("Z")
+
+
+def test_log_levels_and_formats_are_checked() -> None:
+    assert logs.parse_level("DEBUG") == logging.DEBUG and logs.parse_level(" warning ") == logging.WARNING
+    with pytest.raises(ValueError, match="unknown log level 'loud'"):
+        logs.parse_level("loud")
+    with pytest.raises(ValueError, match="unknown log format"):
+        logs.configure(fmt="xml")
+
+
+def test_lease_wait_message() -> None:
+    now = time.time()
+    text = logs.lease_wait_message("s-1", "worker:host:1:ab", now + 13.2, now)
+    clock = time.strftime("%H:%M:%S", time.localtime(now + 13.2))
+    assert text == f"waiting for the lease of session s-1, held by worker:host:1:ab until {clock} (14 s)"
+
+
+# --- the gate --------------------------------------------------------------------------------------------
+
+
+async def test_gate_admits_at_most_n_and_starts_the_queue_in_order() -> None:
+    gate = SessionGate(2)
+    running: dict[str, bool] = {}
+    started: list[str] = []
+
+    def active(sid: str) -> bool:
+        return running.get(sid, False)
+
+    def starter(sid: str):  # type: ignore[no-untyped-def]
+        async def start():  # type: ignore[no-untyped-def]
+            started.append(sid)
+            running[sid] = True
+            return lambda: active(sid)
+
+        return start
+
+    for sid in "abcd":
+        if gate.try_take(sid, lambda sid=sid: active(sid)):
+            running[sid] = True
+            started.append(sid)
+        else:
+            gate.enqueue(sid, "owner", starter(sid))
+    assert started == ["a", "b"] and gate.waiting == ["c", "d"]
+    assert not gate.try_take("e", lambda: True), "nobody jumps the queue"
+    await gate.pump()
+    assert started == ["a", "b"]
+    running["a"] = False  # a stopped running (ended, or parked on a person)
+    assert await gate.pump() == 1 and started == ["a", "b", "c"] and gate.waiting == ["d"]
+    gate.drop("owner")
+    running["b"] = False
+    assert await gate.pump() == 0 and gate.running == 1
+
+
+def test_an_unlimited_gate_admits_everyone() -> None:
+    gate = SessionGate(None)
+    assert all(gate.try_take(str(i), lambda: True) for i in range(100)) and gate.running == 0
+    with pytest.raises(ValueError):
+        SessionGate(0)
+
+
+# --- Maven progress ----------------------------------------------------------------------------------------
+
+
+def test_jar_progress_reads_mavens_transfer_lines() -> None:
+    progress = JarProgress()
+    lines = [
+        "[INFO] Scanning for projects...",
+        "Downloading from central: https://repo.maven.apache.org/maven2/org/apache/kafka/kafka_2.13/4.1.1/kafka_2.13-4.1.1.jar",
+        "Downloaded from central: https://repo.maven.apache.org/maven2/org/apache/kafka/kafka_2.13/4.1.1/kafka_2.13-4.1.1.jar (6.5 MB at 3.1 MB/s)",
+        "Downloading from central: https://repo.maven.apache.org/maven2/com/x/y/1/y-1.jar",
+        "Downloaded from central: https://repo.maven.apache.org/maven2/com/x/y/1/y-1.jar (512 kB at 1.0 MB/s)",
+    ]
+    changed = [progress.feed(line) for line in lines]
+    assert changed == [False, True, True, True, True]
+    progress.copied = 2
+    assert progress.text() == "downloaded 2/2 files (7.0 MB), 2 jars in place"
+
+
+# --- rendering ---------------------------------------------------------------------------------------------
+
+
+def test_sessions_table_is_aligned_and_plain_without_colour() -> None:
+    now = 1_000_000_000_000
+    rows = [
+        SessionSummary("s-1", "acme/a", "waiting", last_activity=now - 5000, turns=2,
+                       open_asks=(OpenAsk("c1", "approval", "ok?", {}, None),)),
+        SessionSummary("s-22", None, "failed", last_activity=now - 7_200_000, last_code="model_error", turns=1),
+        SessionSummary("old", None, "idle", partial=True),
+    ]
+    lines = sessions_table(rows, now, Style(False))
+    assert lines[0].split() == ["SESSION", "HARNESS", "STATE", "LAST", "ACTIVITY", "ASKS", "TURNS"]
+    assert lines[1].split() == ["s-1", "acme/a", "waiting", "for", "a", "person", "5s", "ago", "c1/approval", "2"]
+    assert "failed (model_error)" in lines[2] and "2h ago" in lines[2]
+    assert lines[3].split()[2:4] == ["idle", "(ended)"]
+    starts = [line.index(col) for line, col in zip(lines, ["STATE", "waiting", "failed", "idle"], strict=True)]
+    assert len(set(starts)) == 1, lines
+    assert "\x1b[" in sessions_table(rows, now, Style(True))[1]
+    assert age(now - 90_000, now) == "1m ago" and age(None, now) == "-"
+    assert state_text(SessionSummary("x", None, "sleeping", sleeping_until=now), now).startswith("sleeping until ")
+
+
+def test_timeline_line_nests_by_depth() -> None:
+    now = int(time.time() * 1000)
+    step = TimelineItem(seq=5, ts=now, kind="step", depth=2, tool_call_id="c1", name="charge", preview='{"id":1}')
+    line = timeline_line(step, now, Style(False))
+    assert line.endswith('    step     charge = {"id":1}')
+    error = TimelineItem(seq=6, ts=now, kind="tool.result", depth=1, tool_call_id="c1", name="charge",
+                         preview="{}", error=True, code="tool_failed")
+    assert "  error    charge [c1] (tool_failed) → {}" in timeline_line(error, now, Style(False))
