@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from harness.context import check_app_records
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog
 from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry
 
@@ -67,6 +67,7 @@ class HarnessClient:
 
     async def send(self, session_id: str, text: str, *, harness: str | None = None, input_id: str | None = None) -> str:
         """Send a user message; returns its ``input_id`` (resending one has no second effect)."""
+        check_text(text, what="the message text")
         input_id = input_id or f"in-{uuid.uuid4().hex}"
         await self.log.submit(InputMessage(session_id, self._now(), input_id, text, harness))
         return input_id

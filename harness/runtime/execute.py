@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from harness.context import ToolContext
 from harness.definition import Hooks, ToolCallEvent, ToolOutcome
 from harness.errors import LogError, StepValueError
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import json_copy, storable_text
 from harness.secrets import SecretScrubber
 from harness.step import DurableStep, PlainStep, SyncStep
 from harness.tools import Tool
@@ -77,7 +77,7 @@ async def apply_after_hook(
             return outcome, False
         return _as_outcome(replacement), True
     except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error, never the session's
-        return error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"), False
+        return error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")), False
 
 
 async def run_tool_call(
@@ -127,7 +127,7 @@ async def _run(
             if early is not None:
                 return CallRun(_as_outcome(early), replaced_by_hook=True)
         except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error
-            return CallRun(error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"))
+            return CallRun(error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")))
 
     step = make_step()
     ctx = ToolContext(
@@ -154,7 +154,9 @@ async def _run(
         # The staged records go along: the session drops them unless a hook replaces the outcome.
         return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__), records=ctx.staged_records)
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's business
-        return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__), records=ctx.staged_records)
+        return CallRun(
+            error_outcome("tool_failed", storable_text(f"{exc}"), type=type(exc).__name__), records=ctx.staged_records
+        )
     finally:
         step.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

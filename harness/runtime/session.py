@@ -24,7 +24,7 @@ from harness.clock import Clock
 from harness.context import check_app_records
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
 from harness.errors import AskExpired, FencedError, InvalidAnswer, SessionBusy
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog, SessionWriter
 from harness.models.base import ModelResponse
 from harness.records import (
@@ -123,6 +123,7 @@ class Session:
 
     async def send(self, text: str, input_id: str | None = None) -> TurnResult:
         """Send a user message and run its turn; resending an ``input_id`` has no second effect."""
+        check_text(text, what="the message text")
         input_id = input_id or f"in-{uuid.uuid4().hex}"
         await self._refresh()
         if input_id not in self._state.inputs:
@@ -490,6 +491,8 @@ class Session:
             response = await self.harness.model.complete(messages, specs)
             if not isinstance(response, ModelResponse):
                 raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
+            if response.text is not None:
+                check_text(response.text, what="the model's text")
             calls = self._call_records(response, action)
         except Exception as exc:  # noqa: BLE001 - a model failure fails the turn, not the owner
             turn = self._state.active_turn
@@ -504,7 +507,8 @@ class Session:
         seen = set(self._state.calls)
         out = []
         for pos, call in enumerate(response.tool_calls):
-            call_id = call.id or f"call-{action.turn}.{action.index}.{pos}"
+            call_id = check_text(call.id, what="a tool call id") if call.id else f"call-{action.turn}.{action.index}.{pos}"
+            check_text(call.name, what="a tool call's name")
             if call_id in seen:  # ids must be unique in a session: make a repeated one so
                 call_id = f"{call_id}~{action.turn}.{action.index}.{pos}"
             seen.add(call_id)
