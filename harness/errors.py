@@ -7,6 +7,7 @@
     ├── StepError                  a step was used wrongly or its value is refused
     │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
     │   ├── StepValueError         (also a TypeError) a value that is not JSON
+    │   ├── NaiveDatetime          (also a TypeError) a datetime without a timezone
     │   ├── StepValueTooLarge      a value over the configured size limit
     │   ├── SecretInStepValue      a value holding one of the session's secrets
     │   └── NoToolCallError        step.* used outside a tool call
@@ -47,6 +48,7 @@ __all__ = [
     "LogError",
     "LogUnavailable",
     "MissingExtra",
+    "NaiveDatetime",
     "NoToolCallError",
     "NotDurableError",
     "ReservedRecordType",
@@ -94,6 +96,14 @@ class StepValueError(StepError, TypeError):
     def __init__(self, message: str, *, path: str = "$", **kw: Any) -> None:
         super().__init__(message, **kw)
         self.path = path
+
+
+class NaiveDatetime(StepError, TypeError):
+    """A datetime without a timezone (``until``, ``expires_at``): which clock would it be on?"""
+
+    def __init__(self, message: str, *, argument: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.argument = argument
 
 
 class StepValueTooLarge(StepError):

@@ -13,7 +13,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import FunctionType, MethodType
 from typing import Any, TypeVar
 
@@ -24,6 +24,7 @@ from harness.clock import Clock, SystemClock
 from harness.errors import (
     AskExpired,
     DuplicateStepName,
+    NaiveDatetime,
     NotDurableError,
     NoToolCallError,
     SecretInStepValue,
@@ -71,9 +72,21 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _to_epoch(when: datetime) -> float:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+def _to_epoch(when: datetime, argument: str, tool_call_id: str | None = None) -> float:
+    """Seconds since the epoch of an AWARE datetime; a naive one is refused.
+
+    A naive datetime names no clock: ``datetime.now()`` in New York taken as UTC would
+    expire an ask five hours early. So it is refused rather than guessed.
+    """
+    if not isinstance(when, datetime):
+        raise TypeError(f"{argument} must be a datetime with a timezone, not {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise NaiveDatetime(
+            f"{argument}={when.isoformat()} has no timezone; give an aware datetime, "
+            "e.g. datetime.now(UTC) + timedelta(days=1)",
+            argument=argument,
+            tool_call_id=tool_call_id,
+        )
     return when.timestamp()
 
 
@@ -212,7 +225,10 @@ class DurableStep:
         if wake_ms is None:
             if (duration is None) == (until is None):
                 raise self._err(StepError, "step.sleep takes a duration or until=, one of them", name)
-            wake = s.clock.now() + duration.total_seconds() if duration is not None else _to_epoch(until)  # type: ignore[arg-type]
+            if duration is not None:
+                wake = s.clock.now() + duration.total_seconds()
+            else:
+                wake = _to_epoch(until, "until", s.tool_call_id)  # type: ignore[arg-type]
             wake_ms = _ms(wake)
             await s.commit([SleepScheduled(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, wake_ms)])
         await s.clock.sleep_until(wake_ms / 1000)
@@ -232,7 +248,7 @@ class DurableStep:
             raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
         ask = s.call.asks.get(name)
         if ask is None:
-            expires_ms = _ms(_to_epoch(expires_at)) if expires_at is not None else None
+            expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
             await s.commit(
                 [
                     AskOpened(
@@ -268,8 +284,11 @@ class DurableStep:
 class PlainStep:
     """``ctx.step`` in plain mode (SPEC 6.1): nothing is stored, nothing is skipped."""
 
-    def __init__(self, tool_call_id: str, session_id: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, tool_call_id: str, session_id: str | None = None, clock: Clock | None = None, *, chat_id: str = ""
+    ) -> None:
         self._call = tool_call_id
+        self._chat_id = chat_id
         self._names = _Names(session_id, tool_call_id)
         self._clock = clock or SystemClock()
 
@@ -278,7 +297,8 @@ class PlainStep:
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         self._names.take(name, "step")
-        info = StepInfo(idempotency_key=f"plain:{self._call}:{name}", name=name, tool_call_id=self._call, attempt=1)
+        key = ids.plain_idempotency_key(self._chat_id, self._call, name)
+        info = StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
         return json_copy(await _call_fn(fn, info))
 
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
@@ -286,7 +306,8 @@ class PlainStep:
         if (duration is None) == (until is None):
             raise StepError("step.sleep takes a duration or until=, one of them", tool_call_id=self._call, step_name=name)
         now = self._clock.now()
-        await self._clock.sleep_until(now + duration.total_seconds() if duration is not None else _to_epoch(until))  # type: ignore[arg-type]
+        wake = now + duration.total_seconds() if duration is not None else _to_epoch(until, "until", self._call)  # type: ignore[arg-type]
+        await self._clock.sleep_until(wake)
 
     async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
         raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")

@@ -50,6 +50,7 @@ async def chat(
     plain_secrets = secret_values(secrets)
     scrubber = SecretScrubber(plain_secrets)
     hooks = hooks or Hooks()
+    chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
     for _ in range(max_model_calls):
         response = await model.complete(out, specs)
         if not isinstance(response, ModelResponse):
@@ -70,7 +71,7 @@ async def chat(
                     tools=by_name,
                     hooks=hooks,
                     event=ToolCallEvent(None, c["id"], c["name"], c["arguments"], 1),
-                    make_step=functools.partial(PlainStep, c["id"], clock=clock),
+                    make_step=functools.partial(PlainStep, c["id"], clock=clock, chat_id=chat_id),
                     secrets=plain_secrets,
                     scrubber=scrubber,
                     log_id=None,

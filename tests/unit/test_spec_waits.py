@@ -313,3 +313,31 @@ async def test_s3_4_sleep_and_ask_names_share_the_step_namespace(host, log):
     assert caught == ["sleep", "ask", "sleep-twice"]
     assert len(await entries(log, SID, "harness.sleep.scheduled")) == 1
     assert await entries(log, SID, "harness.ask.opened") == []
+
+
+# --- naive datetimes ----------------------------------------------------------------------
+
+
+async def test_s3_naive_datetimes_are_refused_naming_the_argument(host, log, clock):
+    """A datetime without a timezone is ambiguous (``datetime.now()`` in New York is not
+    UTC): ``until`` and ``expires_at`` refuse it with a TypeError, before anything is logged."""
+    caught: dict[str, BaseException] = {}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.sleep("nap", until=datetime(2030, 1, 1))
+        except TypeError as exc:
+            caught["until"] = exc
+        try:
+            await ctx.step.ask("ok?", message="approve?", schema=Approval, expires_at=datetime(2030, 1, 1))
+        except TypeError as exc:
+            caught["expires_at"] = exc
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert set(caught) == {"until", "expires_at"}
+    for argument, exc in caught.items():
+        assert argument in str(exc) and "timezone" in str(exc)
+    assert await entries(log, SID, "harness.sleep.scheduled") == []
+    assert await entries(log, SID, "harness.ask.opened") == []
