@@ -258,12 +258,31 @@ def record_data(record: Record) -> dict[str, Any]:
     return out
 
 
+def entry_type(record: Record) -> str:
+    """The type a reader sees: an app record's own type (``app.memory``), else the record's."""
+    if isinstance(record, AppRecord):
+        return record.record_type
+    return record.TYPE
+
+
+def entry_data(record: Record) -> dict[str, Any]:
+    """The data a reader sees: an app record's body, else the record's fields (SPEC 4.4)."""
+    if isinstance(record, AppRecord) and isinstance(record.body, dict):
+        return dict(record.body)
+    return record_data(record)
+
+
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """A committed record as read back from a log.
 
     ``seq`` is the record's position: increasing within a session, comparable
     within one log (a Kafka offset within the session's partition).
+
+    ``type`` and ``data`` are what readers want (SPEC 4.4): an app record appended by a
+    tool reads back with its own type and its body (``"app.memory"``,
+    ``{"type": "app.memory", ...}``); the ``harness.app.record`` envelope it travels in
+    is an encoding detail, still at hand as ``record_type`` and ``record``.
     """
 
     seq: int
@@ -271,11 +290,16 @@ class LogEntry:
 
     @property
     def type(self) -> str:
+        return entry_type(self.record)
+
+    @property
+    def record_type(self) -> str:
+        """The log record's own type (``harness.app.record`` for an app record)."""
         return self.record.TYPE
 
     @property
     def data(self) -> dict[str, Any]:
-        return record_data(self.record)
+        return entry_data(self.record)
 
     @property
     def session_id(self) -> str:

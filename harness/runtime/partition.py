@@ -31,7 +31,7 @@ from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
-from harness.records import InputMessage, InputSettled, LogEntry
+from harness.records import InputMessage, InputSettled, LogEntry, record_data
 from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
 from harness.runtime.session import Session, SessionHost
 from harness.secrets import secret_values
@@ -117,7 +117,9 @@ class PartitionRuntime:
 
     def _ended_by_control(self, sid: str, entries: list[LogEntry]) -> bool:
         try:
-            return ended_from_control((e.type, _fields(e)) for e in entries if e.type in CONTROL_TYPES)
+            return ended_from_control(
+                (e.record_type, _fields(e)) for e in entries if e.record_type in CONTROL_TYPES
+            )
         except CodecError:
             return False  # the whole fold decides, and reports what it cannot read
 
@@ -333,4 +335,4 @@ class PartitionRuntime:
 def _fields(entry: LogEntry) -> Mapping[str, Any]:
     """A record's plain fields; a lazily read entry gives them without being decoded."""
     fields = getattr(entry, "fields", None)
-    return fields() if callable(fields) else entry.data
+    return fields() if callable(fields) else record_data(entry.record)
