@@ -14,6 +14,12 @@ Wire framing of a value (the decoder tells them apart by the first bytes):
 
 Fields listed in a record class's ``JSON_FIELDS`` travel as JSON text, and so do
 the ``arguments`` of each tool call of a model response.
+
+Schema versions: ``schemas/<type>.avsc`` is the version written today;
+``schemas/history/<type>.<n>.avsc`` are the versions written before (a field added
+with a default). A record is read with the schema its framing names (by fingerprint,
+or by the registry's schema for its id) and resolved to today's, so old bytes decode
+with the new fields at their defaults (``tests/golden``).
 """
 
 from __future__ import annotations
@@ -138,8 +144,17 @@ class _Schema:
     has_tool_calls: bool
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Writer:
+    """A schema records may have been written with: today's (``parsed`` None) or an older one."""
+
+    schema: _Schema  # today's schema of the record type (what decode resolves to)
+    parsed: Any  # the older writer schema, parsed; None for today's
+
+
 _schemas_lock = threading.Lock()
 _schemas: dict[str, _Schema] | None = None
+_writers: dict[bytes, _Writer] | None = None
 
 
 def _load_schemas() -> dict[str, _Schema]:
@@ -152,6 +167,30 @@ def _load_schemas() -> dict[str, _Schema]:
             root = schema_dir()
             _schemas = {cls.TYPE: _build_schema(cls, root) for cls in RECORD_CLASSES}
     return _schemas
+
+
+def _load_writers() -> dict[bytes, _Writer]:
+    """Fingerprint -> writer schema, for today's schemas and every older version."""
+    global _writers
+    if _writers is not None:
+        return _writers
+    schemas = _load_schemas()
+    found = {s.fingerprint: _Writer(s, None) for s in schemas.values()}
+    history = schema_dir() / "history"
+    for path in sorted(history.glob("*.avsc")) if history.is_dir() else ():
+        record_type = path.name.rsplit(".", 2)[0]
+        current = schemas.get(record_type)
+        if current is None:
+            raise _error(f"schema {path} is an older version of no known record type", record_type=record_type)
+        try:
+            parsed = parse_schema(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise _error(f"cannot load schema {path}: {exc}", record_type=record_type) from exc
+        fingerprint = crc64_avro(to_parsing_canonical_form(parsed).encode("utf-8"))
+        found.setdefault(fingerprint, _Writer(current, parsed))
+    with _schemas_lock:
+        _writers = found
+    return found
 
 
 def _build_schema(cls: type[Record], root: Path) -> _Schema:
@@ -213,6 +252,13 @@ class SchemaIdResolver(Protocol):
         ...
 
 
+def _registered_fingerprint(resolver: SchemaIdResolver, schema_id: int) -> bytes | None:
+    """The CRC-64-AVRO fingerprint of the schema registered as ``schema_id``, if the
+    resolver can tell (a registry can: its id may name an older version)."""
+    known = getattr(resolver, "fingerprint_for", None)
+    return known(schema_id) if callable(known) else None
+
+
 class StaticSchemaIds:
     """A fixed ``record type -> schema id`` table (tests, or ids assigned out of band)."""
 
@@ -259,6 +305,12 @@ class ConfluentRegistryClient:
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {}
         self._types: dict[int, str] = {}
+        self._fingerprints: dict[int, bytes] = {}
+
+    def fingerprint_for(self, schema_id: int) -> bytes | None:
+        """The fingerprint of the schema registered as ``schema_id`` (after ``schema_for``)."""
+        with self._lock:
+            return self._fingerprints.get(schema_id)
 
     def subject(self, record_type: str) -> str:
         schema = _load_schemas().get(record_type)
@@ -288,13 +340,15 @@ class ConfluentRegistryClient:
         try:
             raw = json.loads(reply["schema"])
             name = raw["name"] if "." in raw["name"] else f"{raw.get('namespace', '')}.{raw['name']}"
-        except (KeyError, TypeError, ValueError) as exc:
+            fingerprint = crc64_avro(to_parsing_canonical_form(parse_schema(raw)).encode("utf-8"))
+        except Exception as exc:  # noqa: BLE001 - any schema we cannot parse is not ours
             raise _error(f"schema id {schema_id} is not a harness record schema") from exc
         record_type = _record_type_for_name(name)
         if record_type is None:
             raise _error(f"schema id {schema_id} names {name!r}, not a harness record")
         with self._lock:
             self._types[schema_id] = record_type
+            self._fingerprints[schema_id] = fingerprint
         return record_type
 
     def _call(self, method: str, path: str, body: Any) -> Any:
@@ -343,8 +397,7 @@ class RecordCodec:
         self._framing = framing
         self._schema_ids = schema_ids
         self._by_class: dict[type[Record], tuple[_Schema, bytes]] = {}
-        self._by_fingerprint: dict[bytes, _Schema] = {}
-        self._by_id: dict[int, _Schema] = {}
+        self._by_id: dict[int, _Writer] = {}
         self._lock = threading.Lock()
 
     # -- schema facts --
@@ -409,10 +462,10 @@ class RecordCodec:
 
     # -- decode --
 
-    def _schema_for_id(self, schema_id: int, data: bytes) -> _Schema:
-        schema = self._by_id.get(schema_id)
-        if schema is not None:
-            return schema
+    def _schema_for_id(self, schema_id: int, data: bytes) -> _Writer:
+        writer = self._by_id.get(schema_id)
+        if writer is not None:
+            return writer
         if self._schema_ids is None:
             raise _error(
                 "registry-framed record but this codec has no schema_ids resolver",
@@ -420,30 +473,35 @@ class RecordCodec:
             )
         record_type = self._schema_ids.schema_for(schema_id)
         schema = self._schema(record_type)
+        writer = _Writer(schema, None)
+        fingerprint = _registered_fingerprint(self._schema_ids, schema_id)
+        if fingerprint is not None and fingerprint != schema.fingerprint:
+            older = _load_writers().get(fingerprint)
+            if older is None or older.schema is not schema:
+                raise _error(f"schema id {schema_id} is a version of {record_type} this codec does not know", raw=data)
+            writer = older
         with self._lock:
-            self._by_id[schema_id] = schema
-        return schema
+            self._by_id[schema_id] = writer
+        return writer
 
-    def _locate(self, data: bytes) -> tuple[_Schema, int]:
+    def _locate(self, data: bytes) -> tuple[_Writer, int]:
         """The schema named by ``data``'s framing and where its body starts."""
         if data[:2] == SINGLE_OBJECT_MAGIC:
             if len(data) < _SO_HEADER:
                 raise _error("truncated single-object header", raw=data)
-            if not self._by_fingerprint:
-                self._by_fingerprint = {s.fingerprint: s for s in _load_schemas().values()}
-            schema = self._by_fingerprint.get(data[2:_SO_HEADER])
-            if schema is None:
+            writer = _load_writers().get(data[2:_SO_HEADER])
+            if writer is None:
                 raise _error(f"unknown schema fingerprint {data[2:_SO_HEADER].hex()}", raw=data)
-            return schema, _SO_HEADER
+            return writer, _SO_HEADER
         if data[:1] == REGISTRY_MAGIC:
             if len(data) < _REG_HEADER:
                 raise _error("truncated schema registry header", raw=data)
             try:
-                schema = self._schema_for_id(int.from_bytes(data[1:_REG_HEADER], "big"), data)
+                writer = self._schema_for_id(int.from_bytes(data[1:_REG_HEADER], "big"), data)
             except CodecError as exc:
                 exc.raw = data
                 raise
-            return schema, _REG_HEADER
+            return writer, _REG_HEADER
         raise _error(f"unknown framing: first bytes {data[:2].hex() or '(empty)'}", raw=data)
 
     def peek_type(self, data: bytes) -> str:
@@ -452,12 +510,16 @@ class RecordCodec:
         Raises:
             CodecError: unknown framing or schema.
         """
-        return self._locate(bytes(data))[0].record_type
+        return self._locate(bytes(data))[0].schema.record_type
 
-    def _datum(self, data: bytes, schema: _Schema, start: int) -> dict[str, Any]:
+    def _datum(self, data: bytes, writer: _Writer, start: int) -> dict[str, Any]:
+        schema = writer.schema
         buf = BytesIO(data)
         buf.seek(start)
-        datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.parsed, None))
+        if writer.parsed is None:
+            datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.parsed, None))
+        else:  # an older version: resolved to today's schema (new fields get their defaults)
+            datum = typing.cast(dict[str, Any], schemaless_reader(buf, writer.parsed, schema.parsed))
         if buf.tell() != len(data):
             raise _error(
                 f"{len(data) - buf.tell()} trailing bytes after a {schema.record_type} record",
@@ -473,9 +535,10 @@ class RecordCodec:
         only needs a few plain fields of many records (a rebuild classifying sessions).
         """
         data = bytes(data)
-        schema, start = self._locate(data)
+        writer, start = self._locate(data)
+        schema = writer.schema
         try:
-            return schema.record_type, self._datum(data, schema, start)
+            return schema.record_type, self._datum(data, writer, start)
         except HarnessError:
             raise
         except Exception as exc:  # EOFError, UnicodeDecodeError, IndexError ...
@@ -492,9 +555,10 @@ class RecordCodec:
                 data = bytes(data)
             except TypeError as exc:
                 raise _error(f"cannot decode {type(data).__name__}; expected bytes") from exc
-        schema, start = self._locate(data)
+        writer, start = self._locate(data)
+        schema = writer.schema
         try:
-            datum = self._datum(data, schema, start)
+            datum = self._datum(data, writer, start)
             for name in schema.json_fields:
                 datum[name] = _loads(datum[name])
             if schema.has_tool_calls:

@@ -74,8 +74,23 @@ class InputRecords(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class InputCancel(Record):
+    """Cancel an input: its turn stops at the next boundary and settles ``aborted``."""
+
+    TYPE: ClassVar[str] = "harness.input.cancel"
+    IS_INPUT: ClassVar[bool] = True
+
+    input_id: str  # this request's own id (``cancel:<target>`` by default)
+    target_input_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class InputSettled(Record):
-    """The owner's verdict on an input: how it ended, or why it was rejected."""
+    """The owner's verdict on an input: how it ended, or why it was rejected.
+
+    ``input_seq`` names the input record it settles when that is not the first record
+    with this ``input_id`` (a conflicting resend, settled ``rejected``/``input_conflict``).
+    """
 
     TYPE: ClassVar[str] = "harness.input.settled"
 
@@ -83,6 +98,7 @@ class InputSettled(Record):
     outcome: str  # SettledOutcome
     code: str | None = None
     reason: str | None = None
+    input_seq: int | None = None
 
 
 # --- turns -----------------------------------------------------------------------------
@@ -98,13 +114,19 @@ class TurnStarted(Record):
 
 @dataclass(frozen=True, slots=True)
 class TurnResumed(Record):
-    """A new owner took over an unfinished turn; ``attempt`` counts owners (1 = first)."""
+    """A new owner took over an unfinished turn.
+
+    ``attempt`` counts the takeovers that used an attempt (1 = the first owner);
+    ``counted`` is False for the takeover of a parked turn (SPEC 7.5), which keeps
+    the attempt number it found.
+    """
 
     TYPE: ClassVar[str] = "harness.turn.resumed"
 
     input_id: str
     turn: int
     attempt: int
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +252,7 @@ RECORD_CLASSES: tuple[type[Record], ...] = (
     InputMessage,
     InputAnswer,
     InputRecords,
+    InputCancel,
     InputSettled,
     TurnStarted,
     TurnResumed,
