@@ -10,6 +10,7 @@ from harness.replay.planner import (
     ToolPolicy,
     TurnAction,
     decide_call,
+    is_parked,
     plan_turn,
 )
 from harness.replay.probe import CONTROL_TYPES, ended_from_control
@@ -34,5 +35,6 @@ __all__ = [
     "decide_call",
     "ended_from_control",
     "fold",
+    "is_parked",
     "plan_turn",
 ]

@@ -87,11 +87,18 @@ class CallState:
     asks: dict[str, AskState] = field(default_factory=dict)
     result: ToolResult | None = None
     progress_seq: int = -1  # last tool.started / step / sleep / ask.opened of the call
+    progress: tuple[str, str] = ("", "")  # what that was: ("started" | "step" | "sleep" | "ask", name)
     staged: list[AppEntry] = field(default_factory=list)  # app records waiting for the result
 
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+    def progressed(self, seq: int, kind: str, name: str = "") -> None:
+        """Record a progress record of the call (folded in any order: the last one wins)."""
+        if seq >= self.progress_seq:
+            self.progress_seq = seq
+            self.progress = (kind, name)
 
     def waiting_for_person(self) -> bool:
         """The call stopped at an ask: it is open, or its answer came after the call's
@@ -103,7 +110,8 @@ class CallState:
 class TurnState:
     input_id: str
     turn: int
-    attempts: int = 1  # 1 + harness.turn.resumed records
+    attempts: int = 1  # 1 + the harness.turn.resumed records that counted (SPEC 7.5)
+    started_ts: int = 0  # when the turn first started (ms), for Durability.timeout
     responses: list[ModelResponseRecord] = field(default_factory=list)
     finished: TurnFinished | None = None
 
@@ -223,7 +231,7 @@ def _turn_started(state: SessionState, seq: int, r: TurnStarted) -> None:
         state.anomalies += 1
         return
     inp.turn = r.turn
-    state.turns.append(TurnState(input_id=r.input_id, turn=r.turn))
+    state.turns.append(TurnState(input_id=r.input_id, turn=r.turn, started_ts=r.ts))
 
 
 def _turn(state: SessionState, n: int) -> TurnState | None:
@@ -235,7 +243,8 @@ def _turn_resumed(state: SessionState, seq: int, r: TurnResumed) -> None:
     if turn is None or turn.finished is not None:
         state.anomalies += 1
         return
-    turn.attempts = max(turn.attempts, r.attempt)
+    if r.counted:  # a parked turn's takeover uses no attempt (SPEC 7.5)
+        turn.attempts = max(turn.attempts, r.attempt)
 
 
 def _turn_finished(state: SessionState, seq: int, r: TurnFinished) -> None:
@@ -277,7 +286,7 @@ def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.attempts = max(call.attempts + 1, r.attempt)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "started")
 
 
 def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
@@ -288,21 +297,21 @@ def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
         state.anomalies += 1  # first committed value wins
         return
     call.steps[r.name] = r.value
-    call.progress_seq = max(call.progress_seq, seq)
+    call.progressed(seq, "step", r.name)
 
 
 def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.sleeps.setdefault(r.name, r.wake_at)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "sleep", r.name)
 
 
 def _ask_opened(state: SessionState, seq: int, r: AskOpened) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None and r.name not in call.asks:
         call.asks[r.name] = AskState(opened=r)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "ask", r.name)
 
 
 def _ask_answered(state: SessionState, seq: int, r: AskAnswered) -> None:

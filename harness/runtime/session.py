@@ -51,6 +51,7 @@ from harness.replay import (
     RunBatch,
     SessionState,
     conversation,
+    is_parked,
     plan_turn,
 )
 from harness.replay.state import InputState
@@ -429,14 +430,21 @@ class Session:
                     await self._commit([TurnStarted(self.session_id, self._now_ms(), nxt.input_id, n)])
                     continue
                 if turn.turn not in self._own_turns:
-                    # Taking over a turn another owner left unfinished.
+                    # Taking over a turn another owner left unfinished: it uses an attempt
+                    # only if work may have been running (SPEC 7.5).
                     self._own_turns.add(turn.turn)
+                    now = self._now_ms()
+                    counted = not is_parked(self._state, now)
+                    attempt = turn.attempts + 1 if counted else turn.attempts
                     await self._commit(
-                        [TurnResumed(self.session_id, self._now_ms(), turn.input_id, turn.turn, turn.attempts + 1)]
+                        [TurnResumed(self.session_id, now, turn.input_id, turn.turn, attempt, counted)]
                     )
                     continue
                 action = plan_turn(
-                    self._state, self.harness.policies, max_attempts=self.harness.durability.max_attempts
+                    self._state,
+                    self.harness.policies,
+                    max_attempts=self.harness.durability.max_attempts,
+                    now_ms=self._now_ms(),
                 )
                 if action is None:
                     continue
@@ -522,7 +530,9 @@ class Session:
             if decision.action == "cut":
                 head.append(await self._cut_result(decision, now))
         head.extend(
-            ToolStarted(self.session_id, now, d.tool_call_id, d.name, d.attempt) for d in action.to_start
+            ToolStarted(self.session_id, now, d.tool_call_id, d.name, d.attempt)
+            for d in action.to_start
+            if not d.parked  # back to its wait: its last progress stays the wait (SPEC 7.5)
         )
         if head:
             await self._commit(head)
