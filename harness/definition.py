@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -79,10 +80,18 @@ class Durability:
     """The text of the tool error a cut, non-replayable call gets (SPEC 5.3)."""
     max_model_calls: int = 50
     """Model calls in one turn before it fails with ``too_many_model_calls``."""
+    timeout: timedelta | None = None
+    """How long a turn may take, from its first start (takeovers included), before it
+    stops at its next boundary and fails with code ``timeout``; None: no limit. A final
+    answer already logged still completes the turn."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.step_value_limit < 1 or self.max_model_calls < 1:
             raise DefinitionError("durability limits must be positive")
+        if self.timeout is not None and (
+            not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
+        ):
+            raise DefinitionError(f"durability.timeout must be a positive timedelta or None, not {self.timeout!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@
     │   ├── CorruptRecord          a stored record cannot be decoded
     │   └── LogUnavailable         the backend cannot be reached / configured
     ├── CodecError                 encoding/decoding a record failed
+    ├── SessionClosed              a call on a session handle after its close()
+    ├── SecretInName               a name or id holding a session secret (never rewritten)
     ├── UnknownHarness             a session names a harness this host does not run
     └── MissingExtra               an optional dependency is not installed
 
@@ -52,8 +54,10 @@ __all__ = [
     "NoToolCallError",
     "NotDurableError",
     "ReservedRecordType",
+    "SecretInName",
     "SecretInStepValue",
     "SessionBusy",
+    "SessionClosed",
     "StepError",
     "StepValueError",
     "StepValueTooLarge",
@@ -237,6 +241,29 @@ class CodecError(HarnessError):
         super().__init__(message)
         self.raw = raw
         self.record_type = record_type
+
+
+class SessionClosed(HarnessError):
+    """The session handle was closed: open a new one (``host.open``) to go on."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"the handle of session {session_id!r} is closed; open it again with host.open()")
+        self.session_id = session_id
+
+
+class SecretInName(HarnessError, ValueError):
+    """A name or id (step, ask or sleep name; input, session or tool call id) holds a
+    session secret. Names are never rewritten (a rewritten step name would run its step
+    again after a crash), so it is refused before anything is written."""
+
+    def __init__(self, kind: str, *, secret_name: str, session_id: str | None = None) -> None:
+        super().__init__(
+            f"the {kind} holds the session secret {secret_name!r}; names and ids go into the log "
+            "as they are: build them from ids, never from secret values"
+        )
+        self.kind = kind
+        self.secret_name = secret_name
+        self.session_id = session_id
 
 
 class UnknownHarness(HarnessError):

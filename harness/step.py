@@ -5,11 +5,17 @@ returns (SPEC 2.1); a finished step returns its stored value without calling
 ``fn`` again (SPEC 2.3). The rules about values (JSON only, size limit, no
 secrets) are checked before anything is written, so a refused value leaves no
 trace in the log.
+
+A sync ``fn`` never runs on the event loop: it runs on the host's bounded thread
+pool (``HarnessHost(sync_threads=)``), so a blocking call does not stop lease
+renewals, the Kafka group or the other sessions. In a sync tool (already on a pool
+thread) it runs on the tool's own thread. An ``async def`` fn runs on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,7 +37,7 @@ from harness.errors import (
     StepError,
     StepValueTooLarge,
 )
-from harness.jsonvalues import dumps, json_copy
+from harness.jsonvalues import check_text, dumps, json_copy
 from harness.records import AskOpened, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
@@ -66,6 +72,22 @@ class CallScope:
     value_limit: int
     commit: Callable[[list[Record]], Awaitable[None]]
     wait_answer: Callable[[str, float | None], Awaitable[None]]
+    run_sync: RunSync | None = None  # the host's thread pool (None: the loop's default executor)
+    ask_models: dict[tuple[str, str], type[BaseModel]] | None = None  # asks' pydantic models, by (call, name)
+
+
+RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Runs a blocking callable off the event loop and returns its result."""
+
+
+async def _default_run_sync(fn: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def _ms(seconds: float) -> int:
@@ -110,21 +132,43 @@ def _takes_info(fn: Callable[..., Any]) -> bool:
     return len(params) >= 1
 
 
-async def _call_fn(fn: Callable[..., Any], info: StepInfo) -> Any:
-    out = fn(info) if _takes_info(fn) else fn()
-    if inspect.isawaitable(out):
+async def _call_fn(fn: Callable[..., Any], info: StepInfo, run_sync: RunSync | None) -> Any:
+    """``fn``'s value: an async fn on the loop, a sync one on the thread pool."""
+    takes = _takes_info(fn)
+    if _is_async(fn):
+        out = fn(info) if takes else fn()
+    else:
+        out = await (run_sync or _default_run_sync)(functools.partial(fn, info) if takes else fn)
+    if inspect.isawaitable(out):  # a sync callable that returned a coroutine
         out = await out
     return out
 
 
+def _call_fn_here(fn: Callable[..., Any], info: StepInfo, loop: asyncio.AbstractEventLoop) -> Any:
+    """``fn``'s value, called on this (non-loop) thread; a coroutine it returns runs on the loop."""
+    out = fn(info) if _takes_info(fn) else fn()
+    if inspect.isawaitable(out):
+        out = asyncio.run_coroutine_threadsafe(_await(out), loop).result()
+    return out
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
 class _Names:
-    """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4)."""
+    """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4).
 
-    __slots__ = ("_scope", "_used", "closed")
+    A name holding a session secret is refused (SPEC 2.12): it would go into the log
+    as it is, and a rewritten name would not find its stored value after a crash.
+    """
 
-    def __init__(self, session_id: str | None, tool_call_id: str) -> None:
+    __slots__ = ("_scope", "_scrubber", "_used", "closed")
+
+    def __init__(self, session_id: str | None, tool_call_id: str, scrubber: SecretScrubber | None = None) -> None:
         self._used: set[str] = set()
         self._scope = (session_id, tool_call_id)
+        self._scrubber = scrubber
         self.closed = False
 
     def take(self, name: str, kind: str) -> None:
@@ -142,6 +186,9 @@ class _Names:
                 session_id=self._scope[0],
                 tool_call_id=self._scope[1],
             )
+        check_text(name, what=f"a {kind} name")
+        if self._scrubber is not None:
+            self._scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
         if name in self._used:
             raise DuplicateStepName(
                 f"{kind} name {name!r} was already used in this tool call; names must be "
@@ -158,7 +205,7 @@ class DurableStep:
 
     def __init__(self, scope: CallScope) -> None:
         self._s = scope
-        self._names = _Names(scope.session_id, scope.tool_call_id)
+        self._names = _Names(scope.session_id, scope.tool_call_id, scope.scrubber)
 
     def close(self) -> None:
         """The call is over: any later use raises NoToolCallError (SPEC 2.11)."""
@@ -199,20 +246,29 @@ class DurableStep:
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Run ``fn`` once per call and name; return the JSON copy of its value."""
+        stored, info = self.begin(name)
+        if info is None:
+            return stored
+        return await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
+
+    def begin(self, name: str) -> tuple[Any, StepInfo | None]:
+        """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""
         self._names.take(name, "step")
         s = self._s
         if name in s.call.steps:
-            return json_copy(s.call.steps[name])
-        info = StepInfo(
+            return json_copy(s.call.steps[name]), None
+        return None, StepInfo(
             idempotency_key=ids.idempotency_key(s.log_id, s.tool_call_id, name),
             name=name,
             tool_call_id=s.tool_call_id,
             attempt=s.attempt,
         )
-        value = self._check_value(name, await _call_fn(fn, info))
-        await s.commit(
-            [StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)]
-        )
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        """Check ``fn``'s value, commit it, return its JSON copy."""
+        s = self._s
+        value = self._check_value(name, raw)
+        await s.commit([StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)])
         return json_copy(value)
 
     async def sleep(
@@ -246,6 +302,8 @@ class DurableStep:
         s = self._s
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
+        if s.ask_models is not None:  # answers are judged by this model while the tool waits
+            s.ask_models[(s.tool_call_id, name)] = schema
         ask = s.call.asks.get(name)
         if ask is None:
             expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
@@ -296,10 +354,17 @@ class PlainStep:
         self._names.closed = True
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        _, info = self.begin(name)
+        assert info is not None
+        return await self.finish(name, await _call_fn(fn, info, None))
+
+    def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         self._names.take(name, "step")
         key = ids.plain_idempotency_key(self._chat_id, self._call, name)
-        info = StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
-        return json_copy(await _call_fn(fn, info))
+        return None, StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        return json_copy(raw)
 
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         self._names.take(name, "sleep")
@@ -313,6 +378,10 @@ class PlainStep:
         raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")
 
 
+async def _call_on_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
 class SyncStep:
     """``ctx.step`` for a sync tool running in a worker thread: same API, blocking calls."""
 
@@ -324,7 +393,11 @@ class SyncStep:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        return self._run(self._inner.do(name, fn))
+        """Like ``await step.do``; ``fn`` runs on this thread (already off the loop)."""
+        stored, info = self._run(_call_on_loop(self._inner.begin, name))
+        if info is None:
+            return stored
+        return self._run(self._inner.finish(name, _call_fn_here(fn, info, self._loop)))
 
     def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         self._run(self._inner.sleep(name, duration, until=until))

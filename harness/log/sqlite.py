@@ -65,7 +65,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -248,6 +248,13 @@ class SqliteLog:
     async def sessions(self) -> list[str]:
         """Every session with at least one record, in order of its first record."""
         return await self._call(self._sessions)
+
+    async def changes(
+        self, after: int | None, session_ids: Collection[str]
+    ) -> tuple[int, dict[str, list[int]]]:
+        """Where the log ends now, and the positions of records after ``after`` of the
+        given sessions (nothing is decoded). ``after=None``: only where it ends."""
+        return await self._call(self._changes, after, session_ids)
 
     async def lease_info(self, session_id: str) -> LeaseInfo:
         return await self._call(self._lease_info, session_id)
@@ -617,6 +624,18 @@ class SqliteLog:
                 (session_id, after, limit),
             ).fetchall()
         return [_decode_row(self._codec, sid, seq, bytes(value)) for seq, sid, value in rows]
+
+    def _changes(self, after: int | None, session_ids: Collection[str]) -> tuple[int, dict[str, list[int]]]:
+        db = self._db()
+        if after is None:
+            (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
+            return int(end), {}
+        rows = db.execute("SELECT seq, session_id FROM records WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+        found: dict[str, list[int]] = {}
+        for seq, sid in rows:
+            if sid in session_ids:
+                found.setdefault(sid, []).append(seq)
+        return (rows[-1][0] if rows else after), found
 
     def _sessions(self) -> list[str]:
         rows = (

@@ -2,6 +2,7 @@
 
 from harness.replay.conversation import conversation
 from harness.replay.planner import (
+    AbortTurn,
     CallDecision,
     CallModel,
     CompleteTurn,
@@ -13,11 +14,12 @@ from harness.replay.planner import (
     is_parked,
     plan_turn,
 )
-from harness.replay.probe import CONTROL_TYPES, ended_from_control
+from harness.replay.probe import CONTROL_TYPES, control_fields, ended_from_control
 from harness.replay.state import AppEntry, AskState, CallState, InputState, SessionState, TurnState, fold
 
 __all__ = [
     "CONTROL_TYPES",
+    "AbortTurn",
     "AppEntry",
     "AskState",
     "CallDecision",
@@ -31,6 +33,7 @@ __all__ = [
     "ToolPolicy",
     "TurnAction",
     "TurnState",
+    "control_fields",
     "conversation",
     "decide_call",
     "ended_from_control",

@@ -15,6 +15,7 @@ from typing import Literal
 from harness.replay.state import CallState, SessionState, TurnState
 
 __all__ = [
+    "AbortTurn",
     "CallDecision",
     "CallModel",
     "CompleteTurn",
@@ -89,7 +90,15 @@ class FailTurn:
     error: str
 
 
-TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn
+@dataclass(frozen=True, slots=True)
+class AbortTurn:
+    """A cancel input asks for the turn's input: it ends ``aborted``; the cancels settle."""
+
+    turn: int
+    cancel_input_ids: tuple[str, ...]
+
+
+TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn
 
 
 def decide_call(call: CallState, policy: ToolPolicy | None, now_ms: int | None = None) -> CallDecision:
@@ -155,8 +164,9 @@ def plan_turn(
     """The next action of the session's active turn, or None when there is none.
 
     A final answer already logged completes the turn whatever else holds; then a
-    turn over ``max_attempts`` fails ``attempts_exhausted``, and one that started
-    ``timeout_ms`` or more before ``now_ms`` fails ``timeout``.
+    cancel input for the turn's input aborts it; then a turn over ``max_attempts``
+    fails ``attempts_exhausted``, and one that started ``timeout_ms`` or more before
+    ``now_ms`` fails ``timeout``.
     """
     turn = state.active_turn
     if turn is None:
@@ -164,6 +174,9 @@ def plan_turn(
     last = turn.last_response
     if last is not None and not last.tool_calls:
         return CompleteTurn(turn.turn, last.text)  # a final answer wins (SPEC 7.5)
+    cancels = state.cancels.get(turn.input_id)
+    if cancels:
+        return AbortTurn(turn.turn, tuple(cancels))
     if turn.attempts > max_attempts:
         return FailTurn(
             turn.turn,

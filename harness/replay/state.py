@@ -21,6 +21,7 @@ from harness.records import (
     AskAnswered,
     AskOpened,
     InputAnswer,
+    InputCancel,
     InputMessage,
     InputRecords,
     InputSettled,
@@ -34,7 +35,9 @@ from harness.records import (
     TurnFinished,
     TurnResumed,
     TurnStarted,
+    record_data,
 )
+from harness.replay.payload import input_payload
 
 __all__ = ["AppEntry", "AskState", "CallState", "InputState", "SessionState", "TurnState", "fold"]
 
@@ -43,13 +46,13 @@ __all__ = ["AppEntry", "AskState", "CallState", "InputState", "SessionState", "T
 class InputState:
     input_id: str
     seq: int
-    record: InputMessage | InputAnswer | InputRecords
+    record: InputMessage | InputAnswer | InputRecords | InputCancel
     settled: InputSettled | None = None
     turn: int | None = None  # set when a message input started a turn
 
     @property
     def kind(self) -> str:
-        return self.record.TYPE.rsplit(".", 1)[-1]  # message | answer | records
+        return self.record.TYPE.rsplit(".", 1)[-1]  # message | answer | records | cancel
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,11 @@ class SessionState:
     turns: list[TurnState] = field(default_factory=list)
     calls: dict[str, CallState] = field(default_factory=dict)
     app_records: list[AppEntry] = field(default_factory=list)
+    conflicts: dict[int, InputState] = field(default_factory=dict)
+    """Later records reusing an input id with another payload, by position; the owner
+    settles each ``rejected`` / ``input_conflict`` (its ``input_seq`` names it)."""
+    cancels: dict[str, list[str]] = field(default_factory=dict)
+    """Target input id -> ids of the cancel inputs asking for it, not yet settled."""
     anomalies: int = 0
     read_upto: int = field(default=-1, compare=False)
     _ahead: set[int] = field(default_factory=set, repr=False, compare=False)
@@ -159,10 +167,14 @@ class SessionState:
         pending = [i for i in self.inputs.values() if i.settled is None and i.turn is None]
         return sorted(pending, key=lambda i: i.seq)  # folded out of order, taken in log order
 
+    def pending_conflicts(self) -> list[InputState]:
+        """Conflicting reuses of input ids not yet settled, in log order."""
+        return sorted((c for c in self.conflicts.values() if c.settled is None), key=lambda c: c.seq)
+
     @property
     def ended(self) -> bool:
         """Nothing left to do: no active turn and no input waiting."""
-        return self.active_turn is None and not self.pending_inputs()
+        return self.active_turn is None and not self.pending_inputs() and not self.pending_conflicts()
 
     # -- the fold -------------------------------------------------------------------
 
@@ -204,21 +216,44 @@ def fold(session_id: str, entries: Iterable[LogEntry]) -> SessionState:
 # -- handlers, one per record type -------------------------------------------------------
 
 
+def _payload(record: Any) -> tuple[Any, ...]:
+    return input_payload(record.TYPE, record_data(record))
+
+
 def _input(state: SessionState, seq: int, r: Any) -> None:
-    if r.input_id in state.inputs:
-        state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
+    first = state.inputs.get(r.input_id)
+    if first is not None:
+        if _payload(first.record) == _payload(r):
+            state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
+        else:  # the same id with another payload: refused (settled by the owner)
+            state.conflicts[seq] = InputState(input_id=r.input_id, seq=seq, record=r)
         return
     state.inputs[r.input_id] = InputState(input_id=r.input_id, seq=seq, record=r)
     if isinstance(r, InputMessage) and r.harness and state.harness is None:
         state.harness = r.harness
+    if isinstance(r, InputCancel):
+        state.cancels.setdefault(r.target_input_id, []).append(r.input_id)
 
 
 def _settled(state: SessionState, seq: int, r: InputSettled) -> None:
     inp = state.inputs.get(r.input_id)
+    if r.input_seq is not None and inp is not None and r.input_seq != inp.seq:
+        conflict = state.conflicts.get(r.input_seq)
+        if conflict is None or conflict.input_id != r.input_id or conflict.settled is not None:
+            state.anomalies += 1
+        else:
+            conflict.settled = r
+        return
     if inp is None or inp.settled is not None:
         state.anomalies += 1
         return
     inp.settled = r
+    if isinstance(inp.record, InputCancel):
+        waiting = state.cancels.get(inp.record.target_input_id, [])
+        if r.input_id in waiting:
+            waiting.remove(r.input_id)
+        if not waiting:
+            state.cancels.pop(inp.record.target_input_id, None)
     # App records sent from outside land when their input settles completed.
     if r.outcome == "completed" and isinstance(inp.record, InputRecords):
         for body in inp.record.records or ():
@@ -359,6 +394,7 @@ _HANDLERS: dict[type, Any] = {
     InputMessage: _input,
     InputAnswer: _input,
     InputRecords: _input,
+    InputCancel: _input,
     InputSettled: _settled,
     TurnStarted: _turn_started,
     TurnResumed: _turn_resumed,

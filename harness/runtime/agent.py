@@ -49,6 +49,12 @@ class _PrefixedStep:
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         return await self._inner.do(self._prefix + name, fn)
 
+    def begin(self, name: str) -> tuple[Any, Any]:
+        return self._inner.begin(self._prefix + name)
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        return await self._inner.finish(self._prefix + name, raw)
+
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         await self._inner.sleep(self._prefix + name, duration, until=until)
 

@@ -7,6 +7,7 @@ both; only the ``step`` it gets differs. Nothing here writes to a log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from harness.definition import Hooks, ToolCallEvent, ToolOutcome
 from harness.errors import LogError, StepValueError
 from harness.jsonvalues import json_copy, storable_text
 from harness.secrets import SecretScrubber
-from harness.step import DurableStep, PlainStep, SyncStep
+from harness.step import DurableStep, PlainStep, RunSync, SyncStep
 from harness.tools import Tool
 
 __all__ = ["CallRun", "apply_after_hook", "error_outcome", "run_tool_call"]
@@ -90,9 +91,14 @@ async def run_tool_call(
     scrubber: SecretScrubber,
     log_id: str | None,
     durable: bool,
+    run_sync: RunSync | None = None,
 ) -> CallRun:
-    """Run one call to its outcome. Only BaseExceptions (cancellation) escape."""
-    run = await _run(tools, hooks, event, make_step, secrets, scrubber, log_id, durable)
+    """Run one call to its outcome. Only BaseExceptions (cancellation) escape.
+
+    A sync tool runs on ``run_sync`` (the host's bounded thread pool; the loop's
+    default executor when None), never on the event loop.
+    """
+    run = await _run(tools, hooks, event, make_step, secrets, scrubber, log_id, durable, run_sync)
     run.outcome, replaced = await apply_after_hook(hooks, event, run.outcome)
     run.replaced_by_hook = run.replaced_by_hook or replaced
     return run
@@ -107,6 +113,7 @@ async def _run(
     scrubber: SecretScrubber,
     log_id: str | None,
     durable: bool,
+    run_sync: RunSync | None,
 ) -> CallRun:
     tool = tools.get(event.name)
     if tool is None:
@@ -145,7 +152,11 @@ async def _run(
         else:
             ctx.step = SyncStep(step, asyncio.get_running_loop())
             fn = tool.execute
-            value = await asyncio.to_thread(lambda: fn(args, ctx) if tool.takes_ctx else fn(args))
+            call = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
+            if run_sync is not None:
+                value = await run_sync(call)
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(None, call)
             value = await _maybe_await(value)
         content = _result_value(value)
     except LogError:

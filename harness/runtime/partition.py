@@ -31,9 +31,9 @@ from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
-from harness.records import InputMessage, InputSettled, LogEntry, record_data
-from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
-from harness.runtime.session import Session, SessionHost
+from harness.records import InputMessage, InputSettled, LogEntry
+from harness.replay import CONTROL_TYPES, SessionState, control_fields, ended_from_control, fold
+from harness.runtime.core import SessionCore, SessionHost
 from harness.secrets import secret_values
 
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
@@ -64,7 +64,7 @@ class PartitionRuntime:
         self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
         self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
-        self._sessions: dict[str, Session] = {}  # live, driven
+        self._sessions: dict[str, SessionCore] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
         self.live = False
@@ -118,7 +118,7 @@ class PartitionRuntime:
     def _ended_by_control(self, sid: str, entries: list[LogEntry]) -> bool:
         try:
             return ended_from_control(
-                (e.record_type, _fields(e)) for e in entries if e.record_type in CONTROL_TYPES
+                (e.seq, e.record_type, _fields(e)) for e in entries if e.record_type in CONTROL_TYPES
             )
         except CodecError:
             return False  # the whole fold decides, and reports what it cannot read
@@ -278,7 +278,7 @@ class PartitionRuntime:
         return len(idle)
 
     @property
-    def sessions(self) -> Mapping[str, Session]:
+    def sessions(self) -> Mapping[str, SessionCore]:
         return self._sessions
 
     # -- sessions ------------------------------------------------------------------------
@@ -302,7 +302,9 @@ class PartitionRuntime:
             await self._reject_all(sid, state)
             return
         secrets = secret_values(self._secrets_for(sid, harness.name) if self._secrets_for else None)
-        session = Session(host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False)
+        session = SessionCore(
+            host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False
+        )
         self._sessions[sid] = session
         session.resume()
 
@@ -335,4 +337,4 @@ class PartitionRuntime:
 def _fields(entry: LogEntry) -> Mapping[str, Any]:
     """A record's plain fields; a lazily read entry gives them without being decoded."""
     fields = getattr(entry, "fields", None)
-    return fields() if callable(fields) else record_data(entry.record)
+    return fields() if callable(fields) else control_fields(entry.record)

@@ -62,10 +62,11 @@ def settled_result(state: SessionState, input_id: str) -> TurnResult | None:
 
 
 def open_asks(state: SessionState) -> tuple[OpenAsk, ...]:
-    """Every ask opened by an unfinished call and not answered yet."""
+    """Every ask opened by an unfinished call of the active turn and not answered yet."""
     out = []
+    active = state.active_turn
     for call in state.calls.values():
-        if call.result is not None:
+        if call.result is not None or active is None or call.turn != active.turn:
             continue
         for name, ask in call.asks.items():
             if ask.answered is None:

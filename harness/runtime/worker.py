@@ -25,7 +25,7 @@ from harness.definition import Harness
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
 from harness.records import LogEntry
-from harness.runtime.host import HarnessHost
+from harness.runtime.host import DEFAULT_SYNC_THREADS, HarnessHost
 from harness.runtime.partition import PartitionRuntime, SecretsFor
 
 __all__ = ["Worker", "WorkerStats"]
@@ -56,6 +56,8 @@ class Worker:
         lease: ownership lease of a session (SQLite/memory).
         instance_id: Kafka static membership (``group.instance.id``).
         secrets_for: gives a session's secrets from (session id, harness name).
+        sync_threads: how many sync step functions and sync tools run at once (a
+            bounded thread pool, never the event loop; see ``HarnessHost``).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Worker:
         poll_interval: timedelta = timedelta(milliseconds=100),
         instance_id: str | None = None,
         secrets_for: SecretsFor | None = None,
+        sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -80,7 +83,14 @@ class Worker:
         self.log = log
         self.harnesses = by_name
         self.owner_id = owner_id or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.host = HarnessHost(log=log, lease=lease, clock=clock, owner_id=self.owner_id, poll_interval=poll_interval)
+        self.host = HarnessHost(
+            log=log,
+            lease=lease,
+            clock=clock,
+            owner_id=self.owner_id,
+            poll_interval=poll_interval,
+            sync_threads=sync_threads,
+        )
         self.instance_id = instance_id
         self.secrets_for = secrets_for
         self.stats = WorkerStats()

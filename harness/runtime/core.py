@@ -1,0 +1,549 @@
+"""The core of one durable session in one host: its state, its ownership, its inputs.
+
+Every handle a host gives out for a session (``Session``) shares its core, so two
+``send`` calls on one handle, or on two handles of one session in one host, go
+through one state and one claim, and are taken in log order (issue 13).
+
+Inputs (messages, answers, app records, cancels) are always appended first, the same
+way by the owner and by anyone else (``log.submit``), and taken from the log in log
+order: the fold sees each input where the log has it, so the first record of an
+``input_id`` is the same for every reader, and a later one with another payload is
+a conflict the owner settles ``rejected`` / ``input_conflict`` (``input_seq`` names it).
+
+Ownership is claimed by the driver when it has something to write. On a log with
+leases (SQLite, memory) the session is given up again as soon as it is idle (no
+active turn, no input waiting): an idle session holds no lease and no task. When
+another live owner holds it, the core stands by until that lease runs out, and the
+host's poller tells it about new records meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from harness import ids
+from harness.clock import Clock
+from harness.context import check_app_records
+from harness.definition import Harness
+from harness.errors import FencedError, InvalidAnswer, InvalidRecord, SessionBusy, SessionClosed
+from harness.jsonvalues import check_text, json_copy
+from harness.log.base import SessionLog
+from harness.records import (
+    InputAnswer,
+    InputCancel,
+    InputMessage,
+    InputRecords,
+    LogEntry,
+    Record,
+    record_data,
+)
+from harness.replay import SessionState
+from harness.replay.payload import input_payload
+from harness.runtime.answers import judge_answer, settle_conflict, settle_input
+from harness.runtime.driver import TurnDriver
+from harness.runtime.ownership import Ownership
+from harness.runtime.results import TurnResult, settled_result, waiting_in_log, waiting_live
+from harness.secrets import SecretScrubber, redact_record
+
+__all__ = ["SessionCore", "SessionHost"]
+
+
+class SessionHost(Protocol):
+    """What a session needs from the host that opened it (``HarnessHost``)."""
+
+    log: SessionLog
+    clock: Clock
+    lease: timedelta
+    owner_id: str
+    poll_interval: float
+
+    def hold(self, ownership: Ownership) -> None:
+        """Renew this held lease until dropped."""
+        ...
+
+    def drop(self, ownership: Ownership) -> None: ...
+
+    def watch(self, core: SessionCore) -> None:
+        """Hint ``core`` about new records of its session until unwatched."""
+        ...
+
+    def unwatch(self, core: SessionCore) -> None: ...
+
+    async def run_sync(self, fn: Any) -> Any:
+        """Run a blocking callable on the host's bounded thread pool."""
+        ...
+
+
+def _payload(record: Record) -> tuple[Any, ...]:
+    return input_payload(record.TYPE, record_data(record))
+
+
+class SessionCore:
+    """One session's state, ownership, inputs and driver in one host."""
+
+    def __init__(
+        self,
+        *,
+        host: SessionHost,
+        harness: Harness,
+        session_id: str,
+        secrets: Mapping[str, str],
+        state: SessionState,
+        follow: bool = True,
+    ) -> None:
+        self.host = host
+        # follow=True: the host's poller hints the core about new records and it reads
+        # them itself. follow=False: a worker pushes every committed record (ingest).
+        self.follow = follow
+        self.log = host.log
+        self.clock = host.clock
+        self.harness = harness
+        self.session_id = session_id
+        self.secrets = secrets
+        self.log_id = ids.log_id(self.log.namespace, session_id)
+        self.scrubber = SecretScrubber(secrets)
+        self.state = state
+        self.ownership = Ownership(
+            log=self.log,
+            session_id=session_id,
+            owner_id=host.owner_id,
+            lease=host.lease,
+            clock=self.clock,
+            renewals=host,
+            on_lost=self.fail,
+        )
+        self.ask_models: dict[tuple[str, str], type[BaseModel]] = {}  # registered by running asks
+        self.driver = TurnDriver(self)
+        self._changed = asyncio.Event()  # replaced by a fresh one at every change
+        self._task: asyncio.Task[None] | None = None  # the driver's task
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._standby: asyncio.Task[None] | None = None
+        self._busy_until = 0.0
+        self._input_lock = asyncio.Lock()
+        self._refreshing: asyncio.Task[None] | None = None
+        self.fatal: BaseException | None = None
+        self.closed = False
+        if follow:
+            host.watch(self)
+
+    # -- what others read ------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        return self.state.last_seq
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why this core stopped for good (fenced, an I/O failure), if it did."""
+        return self.fatal
+
+    @property
+    def busy(self) -> bool:
+        """A driver task is running (a turn, or inputs being taken)."""
+        return self._task is not None and not self._task.done()
+
+    def now_ms(self) -> int:
+        return round(self.clock.now() * 1000)
+
+    def check_open(self) -> None:
+        """Raise ``SessionClosed`` after close, and the failure of a failed core (fenced: it
+        writes nothing more, not even an input)."""
+        if self.closed:
+            raise SessionClosed(self.session_id)
+        if self.fatal is not None:
+            raise self.fatal
+
+    # -- public operations (through ``Session``) ---------------------------------------------
+
+    def new_input_id(self, prefix: str) -> str:
+        """A random input id that holds none of the session's secrets."""
+        while True:
+            candidate = f"{prefix}-{uuid.uuid4().hex}"
+            if self.scrubber.find_in_name(candidate) is None:
+                return candidate
+
+    def check_name(self, kind: str, name: str) -> None:
+        self.scrubber.check_name(kind, name, session_id=self.session_id)
+
+    async def send(self, text: str, input_id: str | None) -> TurnResult:
+        self.check_open()
+        check_text(text, what="the message text")
+        if input_id is None:
+            input_id = self.new_input_id("in")
+        else:
+            check_text(input_id, what="an input id")
+            self.check_name("input id", input_id)
+        record = InputMessage(self.session_id, self.now_ms(), input_id, text, self.harness.name)
+        return await self._put_input(record)
+
+    async def _put_input(self, record: InputMessage | InputAnswer | InputRecords | InputCancel) -> TurnResult:
+        """Append an input (unless its id is taken) and wait for its result."""
+        self.check_open()
+        await self.refresh()
+        redacted = self._redact(record)
+        first = self.state.inputs.get(record.input_id)
+        seq: int | None = None
+        if first is not None:
+            if _payload(first.record) != _payload(redacted):
+                return TurnResult(
+                    input_id=record.input_id,
+                    outcome="rejected",
+                    code="input_conflict",
+                    error=f"input id {record.input_id!r} was already used with another payload",
+                )
+        else:
+            entry = await self.log.submit(redacted)
+            seq = entry.seq
+            await self.refresh()
+        self._after_new_records()
+        return await self.wait_result(record.input_id, seq)
+
+    async def recover(self) -> list[TurnResult]:
+        self.check_open()
+        await self.refresh()
+        todo = [i.input_id for i in self.state.pending_inputs()]
+        active = self.state.active_turn
+        if active is not None:
+            todo.insert(0, active.input_id)
+        if not todo:
+            return []
+        self.kick()
+        return [await self.wait_result(i) for i in todo]
+
+    async def answer(self, tool_call_id: str, name: str, value: Any, input_id: str | None) -> TurnResult | None:
+        self.check_open()
+        value = json_copy(value, what="answer")
+        if input_id is None:
+            input_id = f"answer:{tool_call_id}:{name}"
+        self.check_name("input id", input_id)
+        await self.refresh()
+        if input_id not in self.state.inputs:
+            verdict = judge_answer(
+                self.state, tool_call_id, name, value, self.now_ms(), self.ask_models.get((tool_call_id, name))
+            )
+            if not verdict.ok:
+                raise InvalidAnswer(
+                    verdict.reason or "answer refused",
+                    reason=verdict.code or "invalid_answer",
+                    session_id=self.session_id,
+                    tool_call_id=tool_call_id,
+                    name=name,
+                )
+        settled = await self._put_input(
+            InputAnswer(self.session_id, self.now_ms(), input_id, tool_call_id, name, value)
+        )
+        if settled.outcome == "rejected":
+            raise InvalidAnswer(
+                settled.error or "answer refused",
+                reason=settled.code or "invalid_answer",
+                session_id=self.session_id,
+                tool_call_id=tool_call_id,
+                name=name,
+            )
+        call = self.state.calls.get(tool_call_id)
+        if call is None:
+            return None
+        return await self.wait_result(self.state.turns[call.turn - 1].input_id)
+
+    async def append_records(self, records: list[dict[str, Any]], input_id: str | None) -> None:
+        self.check_open()
+        checked = [self.scrubber.redact(r) for r in check_app_records(records)]
+        if input_id is None:
+            input_id = self.new_input_id("rec")
+        self.check_name("input id", input_id)
+        settled = await self._put_input(InputRecords(self.session_id, self.now_ms(), input_id, checked))
+        if settled.outcome == "rejected":
+            raise InvalidRecord(settled.error or f"records refused ({settled.code})")
+
+    async def cancel(self, input_id: str) -> TurnResult:
+        self.check_open()
+        self.check_name("input id", input_id)
+        request = InputCancel(self.session_id, self.now_ms(), f"cancel:{input_id}", input_id)
+        verdict = await self._put_input(request)
+        if verdict.outcome == "rejected" and verdict.code != "already_settled":
+            return TurnResult(input_id=input_id, outcome="rejected", code=verdict.code, error=verdict.error)
+        return await self.wait_result(input_id)
+
+    async def records(self, type_: str | None) -> list[dict[str, Any]]:
+        self.check_open()
+        await self.refresh()
+        return [json_copy(e.body) for e in self.state.app_records if type_ is None or e.type == type_]
+
+    async def events(self, after: int | None) -> AsyncIterator[LogEntry]:
+        position = -1 if after is None else after
+        while not self.closed:
+            entries = await self.log.read(self.session_id, after=position)
+            for entry in entries:
+                position = entry.seq
+                yield entry
+            if not entries:
+                await self.next_change()
+
+    # -- reading the log -------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Fold what others committed since we last looked (follow=True only)."""
+        if not self.follow or self.closed:
+            return
+        entries = await self.log.read(self.session_id, after=self.state.read_upto)
+        if entries:
+            for entry in entries:
+                self.state.apply_entry(entry)  # our own appends are skipped: already folded
+            self.state.mark_read(entries[-1].seq)
+            self.notify()
+
+    def hint(self, seqs: Sequence[int]) -> None:
+        """The poller saw new records of this session at ``seqs``."""
+        if self.closed:
+            return
+        state = self.state
+        if seqs and all(s <= state.read_upto or s in state._ahead for s in seqs):
+            return  # our own appends: already folded
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.ensure_future(self._on_hint())
+
+    async def _on_hint(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:  # noqa: BLE001 - the next hint or call reads again
+            return
+        self._after_new_records()
+
+    async def ingest(self, entries: Sequence[LogEntry]) -> None:
+        """Fold records a worker read from the log, then act on new inputs (follow=False)."""
+        if entries:
+            for entry in entries:
+                self.state.apply_entry(entry)  # our own appends come back: skipped
+            self.state.mark_read(max(e.seq for e in entries))
+            self.notify()
+        self._after_new_records()
+
+    def _after_new_records(self) -> None:
+        if self.closed or self.fatal is not None:
+            return
+        if self.busy and (self.state.pending_conflicts() or any(
+            i.kind != "message" for i in self.state.pending_inputs()
+        )):
+            # The driver is inside a turn (e.g. a tool parked on an ask): take the
+            # answer / records / cancel now, beside it.
+            self._spawn(self._take_inputs_guarded(), f"inputs:{self.session_id}")
+        self.resume()
+
+    def resume(self) -> None:
+        """Drive the session if the log shows work: inputs to take or an unfinished turn."""
+        state = self.state
+        if self.clock.now() < self._busy_until:
+            return  # another live owner has it: the stand-by timer tries again
+        if state.pending_inputs() or state.pending_conflicts() or state.active_turn is not None:
+            self.kick()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _redact(self, record: Record) -> Record:
+        return redact_record(record, self.scrubber)
+
+    async def commit(self, records: list[Record]) -> None:
+        """Append as the owner (claiming first if needed) and fold the entries at once."""
+        if self.fatal is not None:
+            raise self.fatal
+        own = self.ownership
+        writer = await own.acquire()
+        own.inflight += 1
+        try:
+            entries = await writer.append([self._redact(r) for r in records])
+        finally:
+            own.inflight -= 1
+        for entry in entries:
+            self.state.apply_entry(entry)
+        self.notify()
+
+    # -- change notification ---------------------------------------------------------------------
+
+    def notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        if self.state.cancels:
+            self.driver.check_interrupt()
+
+    async def next_change(self, *others: asyncio.Future[Any]) -> None:
+        """Wait for the next state change (or for one of ``others`` to finish)."""
+        if not others:  # the common case: no task + asyncio.wait per commit (~15 µs a step)
+            await self._changed.wait()
+            return
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({waiter, *others}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+
+    def fail(self, exc: BaseException) -> None:
+        """This handle lost its ownership for good (fenced) or broke: it writes nothing more."""
+        self.fatal = exc
+        self.ownership.lost()
+        task = self._task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+        self.notify()
+
+    # -- waiting for results -------------------------------------------------------------------
+
+    def result_of(self, input_id: str, seq: int | None = None) -> TurnResult | None:
+        state = self.state
+        inp = state.inputs.get(input_id)
+        if inp is None:
+            return None
+        if inp.kind != "message" and (seq is None or seq == inp.seq):
+            return settled_result(state, input_id)  # answers, records, cancels: only their verdict
+        if seq is not None and seq != inp.seq:
+            conflict = state.conflicts.get(seq)
+            if conflict is None or conflict.settled is None:
+                return None
+            s = conflict.settled
+            return TurnResult(input_id=input_id, outcome=s.outcome, code=s.code, error=s.reason)
+        settled = settled_result(state, input_id)
+        if settled is not None:
+            return settled
+        if self.busy:  # we drive it: waiting once every running call is parked on an ask
+            return waiting_live(state, input_id, self.driver.running, self.driver.parked)
+        if self.clock.now() < self._busy_until:  # another live owner drives it: as the log shows
+            return waiting_in_log(state, input_id)
+        return None  # nobody drives it here yet: the waiter kicks the driver
+
+    async def wait_result(self, input_id: str, seq: int | None = None) -> TurnResult:
+        while True:
+            if self.fatal is not None:
+                raise self.fatal
+            result = self.result_of(input_id, seq)
+            if result is not None:
+                return result
+            if self.closed:
+                raise SessionClosed(self.session_id)
+            if not self.busy and self.clock.now() >= self._busy_until:
+                self.kick()
+            await self.next_change()
+
+    # -- the driver's task ----------------------------------------------------------------------
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    def kick(self) -> None:
+        if self.closed or self.fatal is not None:
+            return
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run_driver())
+            self._task.set_name(f"drive:{self.session_id}")
+
+    async def _run_driver(self) -> None:
+        try:
+            while True:
+                await self.driver.drive()
+                if not await self._released_when_idle():
+                    continue  # new work came in while it was being given up
+                return
+        except SessionBusy as busy:
+            self._stand_by(busy)
+        except FencedError as exc:
+            self.fail(exc)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug or an I/O failure: the waiters raise it
+            self.fatal = exc
+            if not isinstance(exc, Exception):
+                raise  # SystemExit, KeyboardInterrupt: not ours to keep
+        finally:
+            self.notify()
+
+    def _stand_by(self, busy: SessionBusy) -> None:
+        """Another live owner holds the session: try again once its lease runs out."""
+        until = busy.lease_until if busy.lease_until is not None else self.clock.now() + 0.05
+        self._busy_until = until
+        if self._standby is None or self._standby.done():
+            self._standby = asyncio.ensure_future(self._retry_at(until))
+
+    async def _retry_at(self, when: float) -> None:
+        await self.clock.sleep_until(when + 0.001)
+        self._busy_until = 0.0
+        if not self.closed:
+            await self.refresh()
+            self.resume()
+            self.notify()
+
+    async def _released_when_idle(self) -> bool:
+        """Called by the driver once it has nothing to do: on a log with leases, give the
+        session up (an idle session holds no lease). False: new work came in meanwhile."""
+        own = self.ownership
+        if not own.has_leases or not own.held or self.closed:
+            return True
+        if self._side_tasks:  # inputs being taken beside the driver: let them land first
+            await asyncio.wait(list(self._side_tasks))
+        await self.refresh()
+        if not self._idle():
+            return False
+        await own.release()
+        # An input that came in just before the release: take it back up. (One that comes
+        # in after it is seen by its sender's own claim, or by the next hint.)
+        await self.refresh()
+        return self._idle()
+
+    def _idle(self) -> bool:
+        return not self._side_tasks and self.ownership.inflight == 0 and self.state.ended
+
+    # -- inputs from the log -----------------------------------------------------------------------
+
+    async def take_inputs(self) -> None:
+        """Settle answers, app records, cancels and conflicting resends found in the log."""
+        pending = [i for i in self.state.pending_inputs() if i.kind != "message"]
+        conflicts = self.state.pending_conflicts()
+        if not pending and not conflicts:
+            return
+        async with self._input_lock:
+            for conflict in conflicts:
+                if conflict.settled is None:
+                    await self.commit([settle_conflict(self.state, conflict, self.now_ms())])
+            for inp in pending:
+                if self.state.inputs[inp.input_id].settled is None:
+                    records = settle_input(
+                        self.state, inp, self.now_ms(), self.ask_models
+                    )
+                    if records:
+                        await self.commit(records)
+
+    async def _take_inputs_guarded(self) -> None:
+        try:
+            await self.take_inputs()
+        except SessionBusy as busy:
+            self._stand_by(busy)
+        except FencedError as exc:
+            self.fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the waiters raise it
+            self.fatal = exc
+            self.notify()
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop driving (recoverably: nothing is written) and give up ownership at once."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.follow:
+            self.host.unwatch(self)
+        for task in (self._task, self._standby, self._refreshing, *self._side_tasks):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._task = self._standby = None
+        await self.ownership.release()
+        self.notify()
