@@ -19,7 +19,7 @@ from typing import Any
 from harness.context import check_app_records
 from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog
-from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry
+from harness.records import InputAnswer, InputCancel, InputMessage, InputRecords, InputSettled, LogEntry
 
 __all__ = ["HarnessClient"]
 
@@ -60,6 +60,9 @@ class HarnessClient:
         else:
             self._owns_log = False
         self.log: SessionLog = log
+        # (session, input id) -> position of the input this client sent: a reuse of an
+        # input id with another payload is settled on its own position (input_seq).
+        self._sent: dict[tuple[str, str], int] = {}
 
     @staticmethod
     def _now() -> int:
@@ -69,7 +72,8 @@ class HarnessClient:
         """Send a user message; returns its ``input_id`` (resending one has no second effect)."""
         check_text(text, what="the message text")
         input_id = input_id or f"in-{uuid.uuid4().hex}"
-        await self.log.submit(InputMessage(session_id, self._now(), input_id, text, harness))
+        entry = await self.log.submit(InputMessage(session_id, self._now(), input_id, text, harness))
+        self._sent[(session_id, input_id)] = entry.seq
         return input_id
 
     async def answer(
@@ -78,7 +82,8 @@ class HarnessClient:
         """Answer a ``step.ask``; the owner validates it against the ask's schema."""
         input_id = input_id or f"answer:{tool_call_id}:{name}"
         value = json_copy(value, what="answer")
-        await self.log.submit(InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value))
+        entry = await self.log.submit(InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value))
+        self._sent[(session_id, input_id)] = entry.seq
         return input_id
 
     async def append_records(
@@ -87,8 +92,17 @@ class HarnessClient:
         """Append app records to a session (once per ``input_id``)."""
         checked = check_app_records(records)
         input_id = input_id or f"rec-{uuid.uuid4().hex}"
-        await self.log.submit(InputRecords(session_id, self._now(), input_id, checked))
+        entry = await self.log.submit(InputRecords(session_id, self._now(), input_id, checked))
+        self._sent[(session_id, input_id)] = entry.seq
         return input_id
+
+    async def cancel(self, session_id: str, input_id: str) -> str:
+        """Cancel an input: its turn stops at its next boundary and settles ``aborted`` (a
+        queued input never runs). Returns the cancel request's own input id
+        (``cancel:<input_id>``); ``wait_settled(session_id, input_id)`` tells how it ended."""
+        cancel_id = f"cancel:{input_id}"
+        await self.log.submit(InputCancel(session_id, self._now(), cancel_id, input_id))
+        return cancel_id
 
     async def events(self, session_id: str, after: int | None = None) -> AsyncIterator[LogEntry]:
         """The session's committed records from position ``after`` on (all if None), live.
@@ -117,11 +131,19 @@ class HarnessClient:
         Raises:
             TimeoutError: not settled within ``timeout`` seconds.
         """
+        mine = self._sent.get((session_id, input_id))
+        first: int | None = None  # position of the first input record of this id
         async with asyncio.timeout(timeout):
             async for entry in self.events(session_id):
                 record = entry.record
+                if record.IS_INPUT and getattr(record, "input_id", None) == input_id and first is None:
+                    first = entry.seq
                 if isinstance(record, InputSettled) and record.input_id == input_id:
-                    return record
+                    # The verdict on the record this client sent: a reuse of the id with
+                    # another payload is settled on its own position (input_seq).
+                    settles = record.input_seq if record.input_seq is not None else first
+                    if mine is None or settles == mine:
+                        return record
         raise AssertionError("unreachable: events() never ends")
 
     async def close(self) -> None:
