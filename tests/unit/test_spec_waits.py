@@ -342,3 +342,50 @@ async def test_s3_naive_datetimes_are_refused_naming_the_argument(host, log, clo
         assert argument in str(exc) and "timezone" in str(exc)
     assert await entries(log, SID, "harness.sleep.scheduled") == []
     assert await entries(log, SID, "harness.ask.opened") == []
+
+
+# --- answers judged by the tool's own model (issue 7) -------------------------------------
+
+
+async def test_s3_2_answer_is_validated_by_the_asks_pydantic_model_and_a_refused_one_leaves_it_open(
+    hosts, log, other_log
+):
+    from pydantic import field_validator
+
+    class Refund(BaseModel):
+        amount: int
+
+        @field_validator("amount")
+        @classmethod
+        def positive(cls, v: int) -> int:
+            if v <= 0:
+                raise ValueError("must be positive")
+            return v
+
+    got: list[int] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        refund = await ctx.step.ask("refund", message="how much?", schema=Refund)
+        got.append(refund.amount)
+        return refund.amount
+
+    h = harness_of(execute)
+    owner = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+    with pytest.raises(InvalidAnswer) as refused:
+        await owner.answer("c1", "refund", {"amount": -5})  # fits the JSON schema, not the model
+    assert refused.value.reason == "invalid_answer" and "must be positive" in str(refused.value)
+    assert await entries(log, SID, "harness.ask.answered") == []
+
+    # Another server without the tool's code checks the JSON schema only; the owner,
+    # which runs the tool, refuses it and the ask stays open.
+    other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
+    with pytest.raises(InvalidAnswer):
+        await other.answer("c1", "refund", {"amount": 0}, input_id="a-2")
+    assert await entries(log, SID, "harness.ask.answered") == []
+    settled = {s["input_id"]: s for s in await entries(log, SID, "harness.input.settled")}
+    assert settled["a-2"]["outcome"] == "rejected" and settled["a-2"]["code"] == "invalid_answer"
+
+    result = await owner.answer("c1", "refund", {"amount": 7}, input_id="a-3")
+    assert result is not None and result.outcome == "completed"
+    assert got == [7]
