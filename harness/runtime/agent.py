@@ -28,8 +28,9 @@ from pydantic import BaseModel
 from harness.context import ToolContext
 from harness.definition import Harness, ToolCallEvent
 from harness.errors import DefinitionError, HarnessError
-from harness.jsonvalues import dumps
+from harness.jsonvalues import dumps, json_copy
 from harness.models.base import ModelResponse
+from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.secrets import SecretScrubber
 from harness.tools import Tool, ToolDefinition
@@ -66,13 +67,25 @@ class _PrefixedStep:
         """The parent's step stays open: the parent call is still running."""
 
 
-def _response_json(response: ModelResponse) -> dict[str, Any]:
+def _response_json(response: ModelResponse, scrubber: SecretScrubber) -> dict[str, Any]:
+    """The sub-agent's model response as a step value, secrets handled as at the top level:
+    its text redacted, a call whose arguments hold a secret marked refused (it never runs),
+    a call id holding one refused with ``SecretInName`` (the model call fails)."""
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the sub-agent's model returned {type(response).__name__}, not ModelResponse")
-    return {
-        "text": response.text,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in response.tool_calls],
-    }
+    calls: list[dict[str, Any]] = []
+    for c in response.tool_calls:
+        if c.id:
+            scrubber.check_name("tool call id", c.id)
+        arguments = json_copy(dict(c.arguments), what="tool arguments")
+        refused = refusal(scrubber, arguments)
+        call: dict[str, Any] = {"id": c.id, "name": c.name, "arguments": arguments}
+        if refused is not None:
+            call["arguments"] = scrubber.redact(arguments)
+            call["refused"] = refused
+        calls.append(call)
+    text = scrubber.redact_text(response.text) if response.text is not None else None
+    return {"text": text, "tool_calls": calls}
 
 
 def agent_tool(
@@ -111,13 +124,13 @@ def agent_tool(
             snapshot = [dict(m) for m in messages]
 
             async def call_model(snapshot: list[dict[str, Any]] = snapshot) -> dict[str, Any]:
-                return _response_json(await harness.model.complete(snapshot, specs))
+                return _response_json(await harness.model.complete(snapshot, specs), scrubber)
 
             response = await ctx.step.do(f"agent:model:{k}", call_model)
             calls = response["tool_calls"]
             assistant: dict[str, Any] = {"role": "assistant", "content": response["text"] or ""}
             if calls:
-                assistant["tool_calls"] = calls
+                assistant["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls]
             messages.append(assistant)
             if not calls:
                 return {"text": response["text"]}
@@ -148,6 +161,9 @@ async def _run_child(
     def mark(info: Any) -> int:
         started_now.append(info.attempt)
         return int(info.attempt)
+
+    if call.get("refused") is not None:  # its arguments hold a secret: it never runs
+        return {"content": call["refused"], "is_error": True, "code": SECRET_ARGUMENTS_CODE, "records": []}
 
     async def run() -> dict[str, Any]:
         await ctx.step.do(prefix + "started", mark)

@@ -17,9 +17,26 @@ from typing import Any
 from harness.records import ToolResult
 from harness.secrets import SecretScrubber
 
-__all__ = ["SECRET_ARGUMENTS_CODE", "refuse_secret_arguments"]
+__all__ = ["SECRET_ARGUMENTS_CODE", "refuse_secret_arguments", "refusal"]
 
 SECRET_ARGUMENTS_CODE = "secret_in_arguments"
+
+
+def refusal(scrubber: SecretScrubber, arguments: Any) -> dict[str, Any] | None:
+    """The tool error for arguments holding a session secret, or None if they hold none."""
+    found = scrubber.find(arguments) if scrubber else None
+    if found is None:
+        return None
+    secret, path = found
+    return {
+        "error": SECRET_ARGUMENTS_CODE,
+        "message": (
+            f"the argument at {path} contains a session secret ({secret!r}); the call was "
+            "not run. Secrets reach tools through ctx.secrets, never through arguments: "
+            "call the tool again without it."
+        ),
+        "path": path,
+    }
 
 
 def refuse_secret_arguments(
@@ -30,28 +47,9 @@ def refuse_secret_arguments(
     if not scrubber:
         return refused
     for call in calls:
-        found = scrubber.find(call["arguments"])
-        if found is None:
-            continue
-        secret, path = found
-        refused.append(
-            ToolResult(
-                session_id,
-                now_ms,
-                call["id"],
-                call["name"],
-                {
-                    "error": SECRET_ARGUMENTS_CODE,
-                    "message": (
-                        f"the argument at {path} contains a session secret ({secret!r}); the call was "
-                        "not run. Secrets reach tools through ctx.secrets, never through arguments: "
-                        "call the tool again without it."
-                    ),
-                    "path": path,
-                },
-                True,
-                False,
-                SECRET_ARGUMENTS_CODE,
+        content = refusal(scrubber, call["arguments"])
+        if content is not None:
+            refused.append(
+                ToolResult(session_id, now_ms, call["id"], call["name"], content, True, False, SECRET_ARGUMENTS_CODE)
             )
-        )
     return refused
