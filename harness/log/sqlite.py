@@ -90,32 +90,20 @@ from harness.log import (
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
+from harness.log.sqlite_schema import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    append_rows,
+    migrate,
+    namespace_crc,
+    verify_rows,
+)
 from harness.records import Record
 
 __all__ = ["SqliteLog", "SqliteStats", "SqliteWriter"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = "1"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    value BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_session_seq ON records (session_id, seq);
-CREATE TABLE IF NOT EXISTS owners (
-    session_id TEXT PRIMARY KEY,
-    owner TEXT,
-    epoch INTEGER NOT NULL,
-    lease_until REAL
-);
-"""
-
-_INSERT = "INSERT INTO records (session_id, type, value) VALUES (?, ?, ?)"
 _FENCE = "UPDATE owners SET lease_until = ? WHERE session_id = ? AND epoch = ? AND owner = ?"
 
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=10)
@@ -432,7 +420,7 @@ class SqliteLog:
                     self._stats.appends += appends
                     self._stats.offloaded += wait
                 return outcomes
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
             finally:
                 if wait:
@@ -486,12 +474,7 @@ class SqliteLog:
         """The fence check (writers only), then the inserts, one after the other."""
         if writer is not None:
             self._fence(db, writer)
-        seqs: list[int] = []
-        for type_, value in encoded:
-            seq = db.execute(_INSERT, (session_id, type_, value)).lastrowid
-            assert seq is not None  # an INSERT always sets it
-            seqs.append(seq)
-        return seqs
+        return append_rows(db, session_id, encoded)
 
     def _op_claim(self, db: sqlite3.Connection, session_id: str, owner: str, lease_seconds: float) -> int:
         now = self._clock()
@@ -551,24 +534,46 @@ class SqliteLog:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # One statement at a time: executescript() would COMMIT the transaction first.
-                for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                for statement in filter(None, (s.strip() for s in SCHEMA.split(";"))):
                     conn.execute(statement)
-                # INSERT OR IGNORE: the first process to create the file picks the namespace;
-                # it never changes afterwards (it is part of every idempotency key).
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('namespace', ?)", (uuid.uuid4().hex,)
-                )
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-                )
-                namespace = conn.execute("SELECT value FROM meta WHERE key = 'namespace'").fetchone()[0]
+                namespace = self._namespace_of(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.rollback()
                 raise
             conn.execute("PRAGMA busy_timeout = 0")  # on the loop, never wait: see _commit
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # a file this damaged cannot be used
             raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
+        return str(namespace)
+
+    def _namespace_of(self, conn: sqlite3.Connection) -> str:
+        """The file's namespace, made with the file (by the first process to open it), its
+        schema upgraded to this version; a damaged ``meta`` table refuses the file."""
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if not meta and conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+            raise LogUnavailable(f"SQLite log {self._path!r} is corrupt: it holds records but no namespace")
+        if not meta:  # a new file: the namespace never changes afterwards (idempotency keys)
+            namespace = uuid.uuid4().hex
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
+            )
+            return namespace
+        namespace, version = meta.get("namespace"), meta.get("schema_version")
+        if namespace is None or version not in ("1", SCHEMA_VERSION):
+            raise LogUnavailable(
+                f"SQLite log {self._path!r} is corrupt or of an unknown version: its meta table holds {sorted(map(str, meta))} "
+                f"(schema_version {version!r})"
+            )
+        if version == "1":  # made by an older version: checksums and chains for its rows
+            migrate(conn)
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('namespace_crc', ?)", (namespace_crc(namespace),))
+        elif meta.get("namespace_crc") != namespace_crc(namespace):
+            raise LogUnavailable(
+                f"SQLite log {self._path!r} is corrupt: its namespace (part of every idempotency key) "
+                "does not match its checksum"
+            )
         return str(namespace)
 
     def _open_reader(self) -> None:
@@ -600,7 +605,7 @@ class SqliteLog:
         """Run ``fn`` on the reader thread; database failures become ``LogUnavailable``."""
         try:
             return fn(*args)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
 
     def _db(self) -> sqlite3.Connection:
@@ -613,17 +618,33 @@ class SqliteLog:
 
     def _scan(self, session_id: str | None, after: int, limit: int) -> list[LogEntry | CorruptRecord]:
         db = self._db()
-        if session_id is None:
-            rows = db.execute(
-                "SELECT seq, session_id, value FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
-            ).fetchall()
-        else:
-            rows = db.execute(
-                "SELECT seq, session_id, value FROM records WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (session_id, after, limit),
-            ).fetchall()
-        return [_decode_row(self._codec, sid, seq, bytes(value)) for seq, sid, value in rows]
+        head = None
+        db.text_factory = bytes  # text as read: a flipped bit is a bad row, not a UnicodeDecodeError
+        db.execute("BEGIN")  # the rows and the head from one snapshot
+        try:
+            if session_id is None:
+                rows = db.execute(
+                    "SELECT seq, session_id, type, value, prev, crc FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, limit),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT seq, session_id, type, value, prev, crc FROM records "
+                    "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    (session_id, after, limit),
+                ).fetchall()
+                if limit < 0:
+                    head = db.execute(
+                        "SELECT last_seq, crc FROM heads WHERE session_id = ?", (session_id,)
+                    ).fetchone()
+        finally:
+            db.execute("COMMIT")
+            db.text_factory = str
+        checked = verify_rows(rows, session_id=session_id, after=after, head=head, whole=limit < 0)
+        return [
+            item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
+            for item in checked
+        ]
 
     def _changes(self, after: int | None, session_ids: Collection[str]) -> tuple[int, dict[str, list[int]]]:
         db = self._db()
