@@ -62,3 +62,6 @@ def message_key(session_id: str) -> bytes:
 
 RECORD_TYPE_HEADER = "harness.type"
 """Kafka header that names the record type of a message value."""
+
+RECORD_CRC_HEADER = "harness.crc32"
+"""Kafka header holding the CRC-32 (zlib/IEEE) of the message value, 4 bytes big-endian."""

@@ -32,7 +32,7 @@ from harness import ids
 from harness.clock import Clock
 from harness.context import check_app_records
 from harness.definition import Harness
-from harness.errors import FencedError, InvalidAnswer, InvalidRecord, SessionBusy, SessionClosed
+from harness.errors import CorruptRecord, FencedError, InvalidAnswer, InvalidRecord, SessionBusy, SessionClosed
 from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog
 from harness.records import (
@@ -289,15 +289,36 @@ class SessionCore:
     # -- reading the log -------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Fold what others committed since we last looked (follow=True only)."""
+        """Fold what others committed since we last looked (follow=True only).
+
+        Raises:
+            CorruptRecord: a record of the session cannot be read (a changed byte): the
+                session is not driven from here; nobody can know what that record said.
+        """
         if not self.follow or self.closed:
             return
-        entries = await self.log.read(self.session_id, after=self.state.read_upto)
+        await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        entries = await self._read_new()
         if entries:
             for entry in entries:
                 self.state.apply_entry(entry)  # our own appends are skipped: already folded
             self.state.mark_read(entries[-1].seq)
             self.notify()
+
+    async def _read_new(self) -> list[LogEntry]:
+        scan = getattr(self.log, "scan", None)
+        if not callable(scan):
+            return list(await self.log.read(self.session_id, after=self.state.read_upto))
+        items = await scan(self.session_id, after=self.state.read_upto)
+        for item in items:
+            if isinstance(item, CorruptRecord):  # never skipped: a lost step result would run again
+                dead_letter = getattr(self.log, "dead_letter", None)
+                if callable(dead_letter):
+                    await asyncio.to_thread(dead_letter, item)
+                raise item
+        return list(items)
 
     def hint(self, seqs: Sequence[int]) -> None:
         """The poller saw new records of this session at ``seqs``."""
@@ -348,6 +369,20 @@ class SessionCore:
 
     def _redact(self, record: Record) -> Record:
         return redact_record(record, self.scrubber)
+
+    async def ensure_owner(self) -> None:
+        """Claim the session if this core does not hold it, then read what the previous
+        owner wrote after we last looked, so what is decided next is decided on all of it.
+
+        Raises:
+            SessionBusy: another owner's lease is live.
+        """
+        own = self.ownership
+        if own.held:
+            return
+        await own.acquire()
+        if self.follow or own.has_leases:  # (a Kafka worker read its partition after fencing it)
+            await self._catch_up()
 
     async def commit(self, records: list[Record]) -> None:
         """Append as the owner (claiming first if needed) and fold the entries at once."""
@@ -507,6 +542,7 @@ class SessionCore:
         conflicts = self.state.pending_conflicts()
         if not pending and not conflicts:
             return
+        await self.ensure_owner()
         async with self._input_lock:
             for conflict in conflicts:
                 if conflict.settled is None:

@@ -75,6 +75,8 @@ class DriverCore(Protocol):
 
     async def take_inputs(self) -> None: ...
 
+    async def ensure_owner(self) -> None: ...
+
     def notify(self) -> None: ...
 
     async def next_change(self, *others: asyncio.Future[Any]) -> None: ...
@@ -99,8 +101,20 @@ class TurnDriver:
     async def drive(self) -> None:
         core = self.core
         while True:
-            await core.take_inputs()
+            await core.ensure_owner()  # decisions below are made on everything in the log
             state = core.state
+            turn = state.active_turn
+            if turn is not None and turn.turn not in self._own_turns:
+                # Taking over a turn another owner left unfinished, judged on the log as
+                # found (before this owner takes new inputs): it uses an attempt only if
+                # work may have been running (SPEC 7.5).
+                now = core.now_ms()
+                counted = not is_parked(state, now)
+                attempt = turn.attempts + 1 if counted else turn.attempts
+                await core.commit([TurnResumed(core.session_id, now, turn.input_id, turn.turn, attempt, counted)])
+                self._own_turns.add(turn.turn)
+                continue
+            await core.take_inputs()
             turn = state.active_turn
             if turn is None:
                 nxt = next((i for i in state.pending_inputs() if i.kind == "message"), None)
@@ -109,15 +123,6 @@ class TurnDriver:
                 n = len(state.turns) + 1
                 await core.commit([TurnStarted(core.session_id, core.now_ms(), nxt.input_id, n)])
                 self._own_turns.add(n)  # (after the commit: a claim refused with SessionBusy starts nothing)
-                continue
-            if turn.turn not in self._own_turns:
-                # Taking over a turn another owner left unfinished: it uses an attempt
-                # only if work may have been running (SPEC 7.5).
-                now = core.now_ms()
-                counted = not is_parked(state, now)
-                attempt = turn.attempts + 1 if counted else turn.attempts
-                await core.commit([TurnResumed(core.session_id, now, turn.input_id, turn.turn, attempt, counted)])
-                self._own_turns.add(turn.turn)
                 continue
             action = plan_turn(
                 state,

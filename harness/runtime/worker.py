@@ -43,6 +43,7 @@ class WorkerStats:
     sessions: int = 0
     records_ingested: int = 0
     corrupt_records: int = 0
+    parked_sessions: int = 0
     rebuilds: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -125,10 +126,13 @@ class Worker:
         items: list[Any] = await self.log.scan(None, after=after, limit=SCAN_CHUNK)  # type: ignore[attr-defined]
         entries: list[LogEntry] = []
         position = after
+        rt = self.runtime(0)
         for item in items:
             if isinstance(item, CorruptRecord):
+                # Its session is parked (never driven); the others go on.
                 self.stats.corrupt_records += 1
-                log.error("skipping a corrupt record of session %s at %s", item.session_id, item.seq)
+                rt.report_corrupt(item)
+                self.stats.parked_sessions = len(rt.parked)
                 position = max(position, item.seq or position)
                 continue
             entries.append(item)

@@ -64,8 +64,12 @@ async def test_every_call_on_a_closed_handle_raises_session_closed_and_writes_no
 
 
 async def test_close_ends_calls_in_flight_with_session_closed(hosts, log):
+    started = asyncio.Event()
+
     async def execute(args: Args, ctx: Any) -> Any:
-        return (await ctx.step.ask("ok?", message="?", schema=Ok)).ok
+        await ctx.step.do("first", lambda: 1)
+        started.set()
+        await asyncio.Event().wait()  # still running when the handle closes
 
     h = define_harness(
         name="test/handles",
@@ -73,7 +77,6 @@ async def test_close_ends_calls_in_flight_with_session_closed(hosts, log):
         tools=[durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)],
     )
     session = await hosts(owner_id="a").open(h, session_id=SID)
-    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
     events: list[str] = []
 
     async def follow() -> None:
@@ -81,13 +84,16 @@ async def test_close_ends_calls_in_flight_with_session_closed(hosts, log):
             events.append(entry.type)
 
     following = asyncio.create_task(follow())
-    recovering = asyncio.create_task(session.recover())
+    sending = asyncio.create_task(session.send("go", input_id="in-1"))
+    await started.wait()
     await eventually(lambda: events)
+    before = [e.seq for e in await log.read(SID)]
     await session.close()
     with pytest.raises(SessionClosed):
-        await recovering
+        await sending
     await following  # a live events() iterator just ends
     assert (await log.lease_info(SID)).owner is None
+    assert [e.seq for e in await log.read(SID)] == before  # stopped the recoverable way
 
 
 async def test_idle_sessions_hold_no_lease_and_no_task(hosts, log):

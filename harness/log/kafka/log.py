@@ -28,7 +28,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Self
@@ -36,9 +36,10 @@ from typing import Any, ClassVar, Self
 from confluent_kafka import KafkaError, KafkaException
 
 from harness.errors import CorruptRecord, FencedError, LogUnavailable
-from harness.ids import RECORD_TYPE_HEADER, message_key
+from harness.ids import message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import LeaseInfo, LogEntry
+from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
 from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
@@ -193,7 +194,13 @@ class KafkaLog:
         return await self._skip_corrupt(items)
 
     async def read_partition(
-        self, partition: int, start_offset: int = 0, end_offset: int | None = None, *, lazy: bool = False
+        self,
+        partition: int,
+        start_offset: int = 0,
+        end_offset: int | None = None,
+        *,
+        lazy: bool = False,
+        on_corrupt: Callable[[CorruptRecord], object] | None = None,
     ) -> list[LogEntry]:
         """Every session's committed records with ``start_offset <= offset < end_offset``.
 
@@ -203,27 +210,46 @@ class KafkaLog:
         framing is checked now, their body is decoded on first use (a worker's rebuild
         never decodes most records of sessions that ended); a body that then fails to
         decode raises ``CodecError`` and is for the caller to report (``dead_letter``).
+        ``on_corrupt`` is told about every poison record too (a worker parks its session).
         """
         items = await self._scan_partition(partition, start_offset, end=end_offset, lazy=lazy)
+        if on_corrupt is not None:
+            for item in items:
+                if isinstance(item, CorruptRecord):
+                    on_corrupt(item)
         return await self._skip_corrupt(items)
 
     def dead_letter(self, corrupt: CorruptRecord) -> None:
         """Copy an undecodable record to ``<prefix>.dead-letter`` (once per process)."""
         self._dead_letter_all([corrupt])
 
-    async def tail_partition(self, partition: int, start_offset: int = 0) -> AsyncIterator[LogEntry]:
+    async def tail_partition(
+        self,
+        partition: int,
+        start_offset: int = 0,
+        *,
+        on_corrupt: Callable[[CorruptRecord], object] | None = None,
+    ) -> AsyncIterator[LogEntry]:
         """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
 
         Never ends by itself; close the iterator (``aclose()``, or leave ``async for``) to
-        stop. Poison records are dead-lettered and skipped.
+        stop. Poison records are dead-lettered and skipped; ``on_corrupt`` is told about
+        each one too, on the event loop (a worker parks its session).
         """
         await self.start()
+        loop = asyncio.get_running_loop()
+
+        def corrupt(item: CorruptRecord) -> None:  # called on the tail's thread
+            self._dead_letter(item)
+            if on_corrupt is not None:
+                loop.call_soon_threadsafe(on_corrupt, item)
+
         async for entry in tail(
             self.settings,
             self._codec.decode,
             partition=partition,
             start=start_offset,
-            on_corrupt=self._dead_letter,
+            on_corrupt=corrupt,
         ):
             yield entry
 
@@ -360,7 +386,7 @@ class KafkaLog:
                 value=value,
                 key=message_key(record.session_id),
                 partition=partition,
-                headers=[(RECORD_TYPE_HEADER, record_type.encode())],
+                headers=record_headers(record_type, value),
             )
             offset = await asyncio.wait_for(asyncio.wrap_future(future), SUBMIT_TIMEOUT_S)
         except KafkaException as exc:

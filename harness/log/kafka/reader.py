@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from harness.errors import CodecError, CorruptRecord, LogUnavailable
 from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
+from harness.log.kafka.checksum import crc_problem
 from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
 from harness.records import AppRecord, entry_data, entry_type, record_data
 
@@ -175,6 +176,9 @@ def lazy_message(
     try:
         if key is None:
             raise CodecError("no key: a session record's key is its session id")
+        bad_crc = crc_problem(msg.headers(), raw)
+        if bad_crc is not None:
+            raise CodecError(bad_crc)
         return LazyEntry(offset + 1, key.decode("utf-8"), peek(raw), raw, decode, fields)
     except Exception as exc:  # noqa: BLE001 - this one record is unreadable
         return CorruptRecord(
@@ -195,8 +199,10 @@ def decode_message(decode: Decoder, topic: str, partition: int, msg: Any) -> Rea
     key: bytes | None = msg.key()
     session_id = key.decode("utf-8", "replace") if key is not None else None
     try:
+        problem = crc_problem(msg.headers(), raw)
+        if problem is not None:
+            raise CodecError(problem)
         record = decode(raw)
-        problem = None
         if session_id is not None and record.session_id != session_id:
             problem = f"its key names session {session_id!r} but the record belongs to {record.session_id!r}"
     except Exception as exc:  # noqa: BLE001 - any decoder failure makes this one record unreadable
