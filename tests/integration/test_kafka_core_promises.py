@@ -186,7 +186,7 @@ async def test_kafka_waiting_turn_taken_over_uses_no_attempt_and_app_records_rea
         seen = []
         async for entry in client.events("w"):
             seen.append(entry.type)
-            if entry.type == "harness.input.settled":
+            if entry.type == "harness.input.settled" and entry.data["input_id"] == "in-1":
                 break
         assert "app.memory" in seen
     finally:
