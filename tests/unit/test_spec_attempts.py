@@ -8,6 +8,7 @@ running; a final answer already in the log wins over ``attempts_exhausted``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -141,10 +142,8 @@ async def test_s7_5_a_final_answer_in_the_log_wins_over_attempts_exhausted(hosts
     dying = DyingLog(log, lambda batch: any(r.TYPE == "harness.turn.finished" for r in batch))
     h = harness_of(lambda a, c: "ok", max_attempts=1)
     first = await hosts(log_=dying, owner_id="p0").open(h, session_id=SID)
-    try:
+    with contextlib.suppress(Died):
         await first.send("go", input_id="in-1")
-    except Died:
-        pass
     await crash(first)
     assert [e.type for e in await log.read(SID)][-1] == "harness.model.response"
     clock.advance(LEASE.total_seconds() + 1)

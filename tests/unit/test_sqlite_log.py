@@ -397,7 +397,8 @@ async def test_open_log_memory_and_unknown_scheme():
 async def test_open_log_kafka_without_the_client_is_a_missing_extra(monkeypatch):
     import importlib.util
 
-    monkeypatch.setitem(sys.modules, "harness.log.kafka", None)  # import fails
+    monkeypatch.setitem(sys.modules, "harness.log.kafka", None)
+    monkeypatch.setitem(sys.modules, "harness.log.kafka.log", None)  # also when another test imported it  # import fails
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "confluent_kafka" else real_find_spec(name, *a)
@@ -411,6 +412,7 @@ async def test_open_log_kafka_other_import_errors_propagate(monkeypatch):
     import importlib.util
 
     monkeypatch.setitem(sys.modules, "harness.log.kafka", None)
+    monkeypatch.setitem(sys.modules, "harness.log.kafka.log", None)  # also when another test imported it
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # client "installed"
     with pytest.raises(ImportError) as caught:
         open_log("kafka://127.0.0.1:9092")
