@@ -341,7 +341,7 @@ class ConfluentRegistryClient:
             raw = json.loads(reply["schema"])
             name = raw["name"] if "." in raw["name"] else f"{raw.get('namespace', '')}.{raw['name']}"
             fingerprint = crc64_avro(to_parsing_canonical_form(parse_schema(raw)).encode("utf-8"))
-        except Exception as exc:  # noqa: BLE001 - any schema we cannot parse is not ours
+        except Exception as exc:
             raise _error(f"schema id {schema_id} is not a harness record schema") from exc
         record_type = _record_type_for_name(name)
         if record_type is None:

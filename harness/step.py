@@ -87,7 +87,8 @@ async def _default_run_sync(fn: Callable[[], Any]) -> Any:
 def _is_async(fn: Callable[..., Any]) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    call = type(fn).__call__ if not inspect.isfunction(fn) and not inspect.ismethod(fn) else None
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
 
 
 def _ms(seconds: float) -> int:

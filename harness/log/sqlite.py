@@ -559,12 +559,13 @@ class SqliteLog:
                 [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
             )
             return namespace
-        namespace, version = meta.get("namespace"), meta.get("schema_version")
-        if namespace is None or version not in ("1", SCHEMA_VERSION):
+        found, version = meta.get("namespace"), meta.get("schema_version")
+        if found is None or version not in ("1", SCHEMA_VERSION):
             raise LogUnavailable(
                 f"SQLite log {self._path!r} is corrupt or of an unknown version: its meta table holds {sorted(map(str, meta))} "
                 f"(schema_version {version!r})"
             )
+        namespace = str(found)
         if version == "1":  # made by an older version: checksums and chains for its rows
             migrate(conn)
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))

@@ -51,7 +51,8 @@ class _PrefixedStep:
         return await self._inner.do(self._prefix + name, fn)
 
     def begin(self, name: str) -> tuple[Any, Any]:
-        return self._inner.begin(self._prefix + name)
+        begun: tuple[Any, Any] = self._inner.begin(self._prefix + name)
+        return begun
 
     async def finish(self, name: str, raw: Any) -> Any:
         return await self._inner.finish(self._prefix + name, raw)

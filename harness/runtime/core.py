@@ -32,7 +32,14 @@ from harness import ids
 from harness.clock import Clock
 from harness.context import check_app_records
 from harness.definition import Harness
-from harness.errors import CorruptRecord, FencedError, InvalidAnswer, InvalidRecord, SessionBusy, SessionClosed
+from harness.errors import (
+    CorruptRecord,
+    FencedError,
+    InvalidAnswer,
+    InvalidRecord,
+    SessionBusy,
+    SessionClosed,
+)
 from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog
 from harness.records import (
