@@ -24,27 +24,36 @@ with the new fields at their defaults (``tests/golden``).
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import threading
 import typing
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from io import BytesIO
-from operator import attrgetter
-from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from fastavro.schema import to_parsing_canonical_form
+from fastavro import schemaless_reader, schemaless_writer
 
-from harness.errors import CodecError, HarnessError, LogUnavailable
-from harness.records import RECORD_CLASSES, ModelResponseRecord, Record
+from harness.codec_registry import (
+    ConfluentRegistryClient,
+    SchemaIdResolver,
+    StaticSchemaIds,
+    _registered_fingerprint,
+)
+from harness.codec_schemas import (
+    NAMESPACE,
+    _error,
+    _load_schemas,
+    _load_writers,
+    _Schema,
+    _Writer,
+    crc64_avro,
+    schema_dir,
+)
+from harness.errors import CodecError, HarnessError
+from harness.records import ModelResponseRecord, Record
 
 __all__ = [
+    "NAMESPACE",
     "ConfluentRegistryClient",
     "RecordCodec",
     "SchemaIdResolver",
@@ -56,7 +65,6 @@ __all__ = [
     "schema_dir",
 ]
 
-NAMESPACE = "harness.v1"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 REGISTRY_MAGIC = b"\x00"
 _SO_HEADER = 10  # magic (2) + fingerprint (8)
@@ -64,39 +72,6 @@ _REG_HEADER = 5  # magic (1) + schema id (4)
 _TOOL_CALL_KEYS = frozenset(("id", "name", "arguments"))
 
 Framing = Literal["single-object", "registry"]
-
-
-# --- CRC-64-AVRO (Rabin) fingerprint, as in the Avro specification -----------------------
-
-_EMPTY64 = 0xC15D213AA4D7A795
-
-
-def _make_table() -> tuple[int, ...]:
-    table = []
-    for i in range(256):
-        fp = i
-        for _ in range(8):
-            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
-        table.append(fp)
-    return tuple(table)
-
-
-_FP_TABLE = _make_table()
-
-
-def crc64_avro(data: bytes) -> bytes:
-    """CRC-64-AVRO fingerprint of ``data`` as 8 little-endian bytes (single-object order)."""
-    fp = _EMPTY64
-    for byte in data:
-        fp = (fp >> 8) ^ _FP_TABLE[(fp ^ byte) & 0xFF]
-    return fp.to_bytes(8, "little")
-
-
-# --- errors --------------------------------------------------------------------------------
-
-
-def _error(message: str, raw: bytes | None = None, record_type: str | None = None) -> CodecError:
-    return CodecError(message, raw=raw if raw is not None else b"", record_type=record_type)
 
 
 # --- JSON text fields ----------------------------------------------------------------------
@@ -109,267 +84,6 @@ def _reject_constant(name: str) -> Any:
 # Built once: json.dumps/json.loads with non-default options build a new coder per call.
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _loads = json.JSONDecoder(parse_constant=_reject_constant).decode
-
-
-# --- schemas ---------------------------------------------------------------------------------
-
-
-def schema_dir() -> Path:
-    """The folder holding the ``.avsc`` files: packaged ``harness/schemas``, else repo ``schemas/``."""
-    try:
-        packaged = importlib.resources.files("harness") / "schemas"
-        # A zip or namespace-package Traversable is not a Path: use the repo folder then.
-        if isinstance(packaged, Path) and packaged.is_dir():
-            return packaged
-    except (ModuleNotFoundError, NotADirectoryError, OSError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[1] / "schemas"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Schema:
-    """One record type's schema and everything the hot path needs about it."""
-
-    cls: type[Record]
-    record_type: str
-    full_name: str  # harness.v1.<RecordName>
-    parsed: Any  # fastavro parsed schema
-    canonical: str  # Parsing Canonical Form
-    documented: str  # the .avsc as compact JSON, docs included (what a registry gets)
-    fingerprint: bytes
-    names: tuple[str, ...]  # every field, in schema order
-    plain: tuple[str, ...]  # fields that go as they are
-    json_fields: tuple[str, ...]
-    get_plain: attrgetter[Any]
-    has_tool_calls: bool
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Writer:
-    """A schema records may have been written with: today's (``parsed`` None) or an older one."""
-
-    schema: _Schema  # today's schema of the record type (what decode resolves to)
-    parsed: Any  # the older writer schema, parsed; None for today's
-
-
-_schemas_lock = threading.Lock()
-_schemas: dict[str, _Schema] | None = None
-_writers: dict[bytes, _Writer] | None = None
-
-
-def _load_schemas() -> dict[str, _Schema]:
-    """Every record type's schema, read and checked once per process."""
-    global _schemas
-    if _schemas is not None:
-        return _schemas
-    with _schemas_lock:
-        if _schemas is None:
-            root = schema_dir()
-            _schemas = {cls.TYPE: _build_schema(cls, root) for cls in RECORD_CLASSES}
-    return _schemas
-
-
-def _load_writers() -> dict[bytes, _Writer]:
-    """Fingerprint -> writer schema, for today's schemas and every older version."""
-    global _writers
-    if _writers is not None:
-        return _writers
-    schemas = _load_schemas()
-    found = {s.fingerprint: _Writer(s, None) for s in schemas.values()}
-    history = schema_dir() / "history"
-    for path in sorted(history.glob("*.avsc")) if history.is_dir() else ():
-        record_type = path.name.rsplit(".", 2)[0]
-        current = schemas.get(record_type)
-        if current is None:
-            raise _error(f"schema {path} is an older version of no known record type", record_type=record_type)
-        try:
-            parsed = parse_schema(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise _error(f"cannot load schema {path}: {exc}", record_type=record_type) from exc
-        fingerprint = crc64_avro(to_parsing_canonical_form(parsed).encode("utf-8"))
-        found.setdefault(fingerprint, _Writer(current, parsed))
-    with _schemas_lock:
-        _writers = found
-    return found
-
-
-def _build_schema(cls: type[Record], root: Path) -> _Schema:
-    path = root / f"{cls.TYPE}.avsc"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        parsed = parse_schema(raw)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise _error(f"cannot load schema {path}: {exc}", record_type=cls.TYPE) from exc
-    names = tuple(f["name"] for f in raw["fields"])
-    expected = tuple(f.name for f in fields(cls))
-    # The dataclass and the schema must agree exactly, or records would silently lose fields.
-    if names != expected or raw.get("namespace") != NAMESPACE:
-        raise _error(
-            f"schema {path} does not match {cls.__name__}: fields {names} vs {expected}, "
-            f"namespace {raw.get('namespace')!r} vs {NAMESPACE!r}",
-            record_type=cls.TYPE,
-        )
-    has_tool_calls = cls is ModelResponseRecord
-    special = set(cls.JSON_FIELDS) | ({"tool_calls"} if has_tool_calls else set())
-    plain = tuple(n for n in names if n not in special)
-    canonical = to_parsing_canonical_form(parsed)
-    return _Schema(
-        cls=cls,
-        record_type=cls.TYPE,
-        full_name=f"{NAMESPACE}.{raw['name']}",
-        parsed=parsed,
-        canonical=canonical,
-        documented=json.dumps(raw, separators=(",", ":"), ensure_ascii=False),
-        fingerprint=crc64_avro(canonical.encode("utf-8")),
-        names=names,
-        plain=plain,
-        json_fields=tuple(cls.JSON_FIELDS),
-        get_plain=attrgetter(*plain),
-        has_tool_calls=has_tool_calls,
-    )
-
-
-def _record_type_for_name(full_name: str) -> str | None:
-    for schema in _load_schemas().values():
-        if schema.full_name == full_name:
-            return schema.record_type
-    return None
-
-
-# --- schema ids (Confluent Schema Registry framing) -------------------------------------
-
-
-@runtime_checkable
-class SchemaIdResolver(Protocol):
-    """Maps record types to registry schema ids and back."""
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        """The id under which ``schema_json`` (the schema of ``record_type``) is registered."""
-        ...
-
-    def schema_for(self, schema_id: int) -> str:
-        """The record type whose schema has id ``schema_id``; ``CodecError`` if unknown."""
-        ...
-
-
-def _registered_fingerprint(resolver: SchemaIdResolver, schema_id: int) -> bytes | None:
-    """The CRC-64-AVRO fingerprint of the schema registered as ``schema_id``, if the
-    resolver can tell (a registry can: its id may name an older version)."""
-    known = getattr(resolver, "fingerprint_for", None)
-    return known(schema_id) if callable(known) else None
-
-
-class StaticSchemaIds:
-    """A fixed ``record type -> schema id`` table (tests, or ids assigned out of band)."""
-
-    def __init__(self, mapping: Mapping[str, int]) -> None:
-        self._ids = dict(mapping)
-        self._types = {schema_id: record_type for record_type, schema_id in self._ids.items()}
-        if len(self._types) != len(self._ids):
-            raise ValueError("schema ids must be unique per record type")
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        try:
-            return self._ids[record_type]
-        except KeyError:
-            raise _error(f"no schema id for record type {record_type!r}", record_type=record_type) from None
-
-    def schema_for(self, schema_id: int) -> str:
-        try:
-            return self._types[schema_id]
-        except KeyError:
-            raise _error(f"unknown schema id {schema_id}") from None
-
-
-class ConfluentRegistryClient:
-    """A minimal Confluent Schema Registry client (stdlib ``urllib`` only), caching ids.
-
-    Subjects follow TopicRecordNameStrategy: ``<subject_prefix>-harness.v1.<RecordName>``,
-    where ``subject_prefix`` is the sessions topic (``<prefix>.sessions``).
-    Registry unreachable or failing -> :class:`~harness.errors.LogUnavailable` (retry);
-    an id the registry does not know, or a schema that is not ours -> :class:`CodecError`.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        subject_prefix: str = "harness.sessions",
-        timeout: float = 10.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._url = url.rstrip("/")
-        self._subject_prefix = subject_prefix
-        self._timeout = timeout
-        self._headers = dict(headers or {})
-        self._lock = threading.Lock()
-        self._ids: dict[str, int] = {}
-        self._types: dict[int, str] = {}
-        self._fingerprints: dict[int, bytes] = {}
-
-    def fingerprint_for(self, schema_id: int) -> bytes | None:
-        """The fingerprint of the schema registered as ``schema_id`` (after ``schema_for``)."""
-        with self._lock:
-            return self._fingerprints.get(schema_id)
-
-    def subject(self, record_type: str) -> str:
-        schema = _load_schemas().get(record_type)
-        if schema is None:
-            raise _error(f"unknown record type {record_type!r}", record_type=record_type)
-        return f"{self._subject_prefix}-{schema.full_name}"
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        with self._lock:
-            cached = self._ids.get(record_type)
-        if cached is not None:
-            return cached
-        subject = urllib.parse.quote(self.subject(record_type), safe="")
-        reply = self._call("POST", f"/subjects/{subject}/versions", {"schema": schema_json})
-        schema_id = int(reply["id"])
-        with self._lock:
-            self._ids[record_type] = schema_id
-            self._types[schema_id] = record_type
-        return schema_id
-
-    def schema_for(self, schema_id: int) -> str:
-        with self._lock:
-            cached = self._types.get(schema_id)
-        if cached is not None:
-            return cached
-        reply = self._call("GET", f"/schemas/ids/{int(schema_id)}", None)
-        try:
-            raw = json.loads(reply["schema"])
-            name = raw["name"] if "." in raw["name"] else f"{raw.get('namespace', '')}.{raw['name']}"
-            fingerprint = crc64_avro(to_parsing_canonical_form(parse_schema(raw)).encode("utf-8"))
-        except Exception as exc:
-            raise _error(f"schema id {schema_id} is not a harness record schema") from exc
-        record_type = _record_type_for_name(name)
-        if record_type is None:
-            raise _error(f"schema id {schema_id} names {name!r}, not a harness record")
-        with self._lock:
-            self._types[schema_id] = record_type
-            self._fingerprints[schema_id] = fingerprint
-        return record_type
-
-    def _call(self, method: str, path: str, body: Any) -> Any:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(self._url + path, data=data, method=method)
-        request.add_header("Accept", "application/vnd.schemaregistry.v1+json")
-        if data is not None:
-            request.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        for key, value in self._headers.items():
-            request.add_header(key, value)
-        try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404 and method == "GET":
-                raise _error(f"schema registry does not know {path}") from exc
-            if 400 <= exc.code < 500:
-                raise _error(f"schema registry refused {method} {path}: HTTP {exc.code}") from exc
-            raise LogUnavailable(f"schema registry {self._url} failed: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise LogUnavailable(f"schema registry {self._url} unreachable: {exc}") from exc
 
 
 # --- the codec -----------------------------------------------------------------------------

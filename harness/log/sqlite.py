@@ -64,7 +64,6 @@ import contextlib
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -92,10 +91,12 @@ from harness.log import (
 from harness.log.base import LeaseInfo, LogEntry
 from harness.log.sqlite_schema import (
     SCHEMA,
-    SCHEMA_VERSION,
     append_rows,
-    migrate,
-    namespace_crc,
+    namespace_of,
+    select_changes,
+    select_owner,
+    select_rows,
+    select_sessions,
     verify_rows,
 )
 from harness.records import Record
@@ -536,7 +537,7 @@ class SqliteLog:
                 # One statement at a time: executescript() would COMMIT the transaction first.
                 for statement in filter(None, (s.strip() for s in SCHEMA.split(";"))):
                     conn.execute(statement)
-                namespace = self._namespace_of(conn)
+                namespace = namespace_of(conn, self._path)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.rollback()
@@ -544,37 +545,6 @@ class SqliteLog:
             conn.execute("PRAGMA busy_timeout = 0")  # on the loop, never wait: see _commit
         except (sqlite3.Error, UnicodeDecodeError) as exc:  # a file this damaged cannot be used
             raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
-        return str(namespace)
-
-    def _namespace_of(self, conn: sqlite3.Connection) -> str:
-        """The file's namespace, made with the file (by the first process to open it), its
-        schema upgraded to this version; a damaged ``meta`` table refuses the file."""
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        if not meta and conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
-            raise LogUnavailable(f"SQLite log {self._path!r} is corrupt: it holds records but no namespace")
-        if not meta:  # a new file: the namespace never changes afterwards (idempotency keys)
-            namespace = uuid.uuid4().hex
-            conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?)",
-                [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
-            )
-            return namespace
-        found, version = meta.get("namespace"), meta.get("schema_version")
-        if found is None or version not in ("1", SCHEMA_VERSION):
-            raise LogUnavailable(
-                f"SQLite log {self._path!r} is corrupt or of an unknown version: its meta table holds {sorted(map(str, meta))} "
-                f"(schema_version {version!r})"
-            )
-        namespace = str(found)
-        if version == "1":  # made by an older version: checksums and chains for its rows
-            migrate(conn)
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('namespace_crc', ?)", (namespace_crc(namespace),))
-        elif meta.get("namespace_crc") != namespace_crc(namespace):
-            raise LogUnavailable(
-                f"SQLite log {self._path!r} is corrupt: its namespace (part of every idempotency key) "
-                "does not match its checksum"
-            )
         return str(namespace)
 
     def _open_reader(self) -> None:
@@ -618,29 +588,7 @@ class SqliteLog:
     # transaction (an old snapshot) open and later reads would miss new commits.
 
     def _scan(self, session_id: str | None, after: int, limit: int) -> list[LogEntry | CorruptRecord]:
-        db = self._db()
-        head = None
-        db.text_factory = bytes  # text as read: a flipped bit is a bad row, not a UnicodeDecodeError
-        db.execute("BEGIN")  # the rows and the head from one snapshot
-        try:
-            if session_id is None:
-                rows = db.execute(
-                    "SELECT seq, session_id, type, value, prev, crc FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                    (after, limit),
-                ).fetchall()
-            else:
-                rows = db.execute(
-                    "SELECT seq, session_id, type, value, prev, crc FROM records "
-                    "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                    (session_id, after, limit),
-                ).fetchall()
-                if limit < 0:
-                    head = db.execute(
-                        "SELECT last_seq, crc FROM heads WHERE session_id = ?", (session_id,)
-                    ).fetchone()
-        finally:
-            db.execute("COMMIT")
-            db.text_factory = str
+        rows, head = select_rows(self._db(), session_id, after, limit)
         checked = verify_rows(rows, session_id=session_id, after=after, head=head, whole=limit < 0)
         return [
             item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
@@ -648,34 +596,16 @@ class SqliteLog:
         ]
 
     def _changes(self, after: int | None, session_ids: Collection[str]) -> tuple[int, dict[str, list[int]]]:
-        db = self._db()
-        if after is None:
-            (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
-            return int(end), {}
-        rows = db.execute("SELECT seq, session_id FROM records WHERE seq > ? ORDER BY seq", (after,)).fetchall()
-        found: dict[str, list[int]] = {}
-        for seq, sid in rows:
-            if sid in session_ids:
-                found.setdefault(sid, []).append(seq)
-        return (rows[-1][0] if rows else after), found
+        return select_changes(self._db(), after, session_ids)
 
     def _sessions(self) -> list[str]:
-        rows = (
-            self._db()
-            .execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)")
-            .fetchall()
-        )
-        return [sid for (sid,) in rows]
+        return select_sessions(self._db())
 
     def _lease_info(self, session_id: str) -> LeaseInfo:
-        rows = (
-            self._db()
-            .execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,))
-            .fetchall()
-        )
-        if not rows:
+        row = select_owner(self._db(), session_id)
+        if row is None:
             return LeaseInfo(owner=None, epoch=0, lease_until=None)
-        owner, epoch, lease_until = rows[0]
+        owner, epoch, lease_until = row
         return LeaseInfo(owner=owner, epoch=epoch, lease_until=lease_until)
 
 

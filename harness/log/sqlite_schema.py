@@ -1,4 +1,4 @@
-"""The SQLite log's tables, their checksums, and the upgrade of older files.
+"""The SQLite log's tables: their queries, their checksums, the upgrade of older files.
 
 Every stored record is verified when it is read, so a flipped bit on disk is a
 ``CorruptRecord`` at its position, never a silently changed value:
@@ -20,20 +20,27 @@ from __future__ import annotations
 
 import sqlite3
 import struct
+import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from harness.errors import CorruptRecord
+from harness.errors import CorruptRecord, LogUnavailable
 
 __all__ = [
     "INSERT",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "append_rows",
     "head_crc",
     "migrate",
     "namespace_crc",
+    "namespace_of",
     "row_crc",
+    "select_changes",
+    "select_owner",
+    "select_rows",
+    "select_sessions",
     "verify_rows",
 ]
 
@@ -180,3 +187,92 @@ def verify_rows(
                 _corrupt(session_id, last_seq, b"", f"its last record is seq={last_seq}, but the read ended at {seen}")
             )
     return out
+
+
+def namespace_of(conn: sqlite3.Connection, path: str) -> str:
+    """The file's namespace, made with the file (by the first process to open it), its
+    schema upgraded to this version; a damaged ``meta`` table refuses the file."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if not meta and conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+        raise LogUnavailable(f"SQLite log {path!r} is corrupt: it holds records but no namespace")
+    if not meta:  # a new file: the namespace never changes afterwards (idempotency keys)
+        namespace = uuid.uuid4().hex
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
+        )
+        return namespace
+    found, version = meta.get("namespace"), meta.get("schema_version")
+    if found is None or version not in ("1", SCHEMA_VERSION):
+        raise LogUnavailable(
+            f"SQLite log {path!r} is corrupt or of an unknown version: its meta table holds {sorted(map(str, meta))} "
+            f"(schema_version {version!r})"
+        )
+    namespace = str(found)
+    if version == "1":  # made by an older version: checksums and chains for its rows
+        migrate(conn)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('namespace_crc', ?)", (namespace_crc(namespace),))
+    elif meta.get("namespace_crc") != namespace_crc(namespace):
+        raise LogUnavailable(
+            f"SQLite log {path!r} is corrupt: its namespace (part of every idempotency key) "
+            "does not match its checksum"
+        )
+    return str(namespace)
+
+
+# --- reads (on the reader thread; every statement runs to its end: a statement left
+# unfinished would keep its read transaction, an old snapshot, open) ------------------------
+
+
+def select_rows(
+    db: sqlite3.Connection, session_id: str | None, after: int, limit: int
+) -> tuple[list[tuple[Any, ...]], tuple[int, int] | None]:
+    """Rows after ``after`` (of one session, or all), text as bytes, and for a whole read of
+    one session (``limit`` < 0) its head, from one snapshot."""
+    head = None
+    db.text_factory = bytes  # text as read: a flipped bit is a bad row, not a UnicodeDecodeError
+    db.execute("BEGIN")
+    try:
+        if session_id is None:
+            rows = db.execute(
+                "SELECT seq, session_id, type, value, prev, crc FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        else:
+            rows = db.execute(
+                "SELECT seq, session_id, type, value, prev, crc FROM records "
+                "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, after, limit),
+            ).fetchall()
+            if limit < 0:
+                head = db.execute("SELECT last_seq, crc FROM heads WHERE session_id = ?", (session_id,)).fetchone()
+    finally:
+        db.execute("COMMIT")
+        db.text_factory = str
+    return rows, head
+
+
+def select_changes(
+    db: sqlite3.Connection, after: int | None, session_ids: Collection[str]
+) -> tuple[int, dict[str, list[int]]]:
+    """Where the log ends, and the positions after ``after`` of records of ``session_ids``."""
+    if after is None:
+        (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
+        return int(end), {}
+    rows = db.execute("SELECT seq, session_id FROM records WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+    found: dict[str, list[int]] = {}
+    for seq, sid in rows:
+        if sid in session_ids:
+            found.setdefault(sid, []).append(seq)
+    return (rows[-1][0] if rows else after), found
+
+
+def select_sessions(db: sqlite3.Connection) -> list[str]:
+    rows = db.execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)").fetchall()
+    return [sid for (sid,) in rows]
+
+
+def select_owner(db: sqlite3.Connection, session_id: str) -> tuple[str | None, int, float | None] | None:
+    rows = db.execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)).fetchall()
+    return rows[0] if rows else None
