@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -30,30 +29,22 @@ from pydantic import BaseModel
 
 from harness import ids
 from harness.clock import Clock
-from harness.context import check_app_records
 from harness.definition import Harness
 from harness.errors import (
     CorruptRecord,
     FencedError,
-    InvalidAnswer,
-    InvalidRecord,
     SessionBusy,
     SessionClosed,
 )
-from harness.jsonvalues import check_text, json_copy
 from harness.log.base import SessionLog
 from harness.records import (
-    InputAnswer,
-    InputCancel,
-    InputMessage,
-    InputRecords,
     LogEntry,
     Record,
     record_data,
 )
 from harness.replay import SessionState
 from harness.replay.payload import input_payload
-from harness.runtime.answers import judge_answer, settle_conflict, settle_input
+from harness.runtime.answers import settle_conflict, settle_input
 from harness.runtime.driver import TurnDriver
 from harness.runtime.ownership import Ownership
 from harness.runtime.results import TurnResult, settled_result, waiting_in_log, waiting_live
@@ -169,129 +160,8 @@ class SessionCore:
 
     # -- public operations (through ``Session``) ---------------------------------------------
 
-    def new_input_id(self, prefix: str) -> str:
-        """A random input id that holds none of the session's secrets."""
-        while True:
-            candidate = f"{prefix}-{uuid.uuid4().hex}"
-            if self.scrubber.find_in_name(candidate) is None:
-                return candidate
-
     def check_name(self, kind: str, name: str) -> None:
         self.scrubber.check_name(kind, name, session_id=self.session_id)
-
-    async def send(self, text: str, input_id: str | None) -> TurnResult:
-        self.check_open()
-        check_text(text, what="the message text")
-        if input_id is None:
-            input_id = self.new_input_id("in")
-        else:
-            check_text(input_id, what="an input id")
-            self.check_name("input id", input_id)
-        record = InputMessage(self.session_id, self.now_ms(), input_id, text, self.harness.name)
-        return await self._put_input(record)
-
-    async def _put_input(self, record: InputMessage | InputAnswer | InputRecords | InputCancel) -> TurnResult:
-        """Append an input (unless its id is taken) and wait for its result."""
-        self.check_open()
-        await self.refresh()
-        redacted = self._redact(record)
-        first = self.state.inputs.get(record.input_id)
-        seq: int | None = None
-        if first is not None:
-            if _payload(first.record) != _payload(redacted):
-                return TurnResult(
-                    input_id=record.input_id,
-                    outcome="rejected",
-                    code="input_conflict",
-                    error=f"input id {record.input_id!r} was already used with another payload",
-                )
-        else:
-            entry = await self.log.submit(redacted)
-            seq = entry.seq
-            await self.refresh()
-        self._after_new_records()
-        return await self.wait_result(record.input_id, seq)
-
-    async def recover(self) -> list[TurnResult]:
-        self.check_open()
-        await self.refresh()
-        todo = [i.input_id for i in self.state.pending_inputs()]
-        active = self.state.active_turn
-        if active is not None:
-            todo.insert(0, active.input_id)
-        if not todo:
-            return []
-        self.kick()
-        return [await self.wait_result(i) for i in todo]
-
-    async def answer(self, tool_call_id: str, name: str, value: Any, input_id: str | None) -> TurnResult | None:
-        self.check_open()
-        value = json_copy(value, what="answer")
-        if input_id is None:
-            input_id = f"answer:{tool_call_id}:{name}"
-        self.check_name("input id", input_id)
-        await self.refresh()
-        if input_id not in self.state.inputs:
-            verdict = judge_answer(
-                self.state, tool_call_id, name, value, self.now_ms(), self.ask_models.get((tool_call_id, name))
-            )
-            if not verdict.ok:
-                raise InvalidAnswer(
-                    verdict.reason or "answer refused",
-                    reason=verdict.code or "invalid_answer",
-                    session_id=self.session_id,
-                    tool_call_id=tool_call_id,
-                    name=name,
-                )
-        settled = await self._put_input(
-            InputAnswer(self.session_id, self.now_ms(), input_id, tool_call_id, name, value)
-        )
-        if settled.outcome == "rejected":
-            raise InvalidAnswer(
-                settled.error or "answer refused",
-                reason=settled.code or "invalid_answer",
-                session_id=self.session_id,
-                tool_call_id=tool_call_id,
-                name=name,
-            )
-        call = self.state.calls.get(tool_call_id)
-        if call is None:
-            return None
-        return await self.wait_result(self.state.turns[call.turn - 1].input_id)
-
-    async def append_records(self, records: list[dict[str, Any]], input_id: str | None) -> None:
-        self.check_open()
-        checked = [self.scrubber.redact(r) for r in check_app_records(records)]
-        if input_id is None:
-            input_id = self.new_input_id("rec")
-        self.check_name("input id", input_id)
-        settled = await self._put_input(InputRecords(self.session_id, self.now_ms(), input_id, checked))
-        if settled.outcome == "rejected":
-            raise InvalidRecord(settled.error or f"records refused ({settled.code})")
-
-    async def cancel(self, input_id: str) -> TurnResult:
-        self.check_open()
-        self.check_name("input id", input_id)
-        request = InputCancel(self.session_id, self.now_ms(), f"cancel:{input_id}", input_id)
-        verdict = await self._put_input(request)
-        if verdict.outcome == "rejected" and verdict.code != "already_settled":
-            return TurnResult(input_id=input_id, outcome="rejected", code=verdict.code, error=verdict.error)
-        return await self.wait_result(input_id)
-
-    async def records(self, type_: str | None) -> list[dict[str, Any]]:
-        self.check_open()
-        await self.refresh()
-        return [json_copy(e.body) for e in self.state.app_records if type_ is None or e.type == type_]
-
-    async def events(self, after: int | None) -> AsyncIterator[LogEntry]:
-        position = -1 if after is None else after
-        while not self.closed:
-            entries = await self.log.read(self.session_id, after=position)
-            for entry in entries:
-                position = entry.seq
-                yield entry
-            if not entries:
-                await self.next_change()
 
     # -- reading the log -------------------------------------------------------------------
 
@@ -342,7 +212,7 @@ class SessionCore:
             await self.refresh()
         except Exception:  # noqa: BLE001 - the next hint or call reads again
             return
-        self._after_new_records()
+        self.after_new_records()
 
     async def ingest(self, entries: Sequence[LogEntry]) -> None:
         """Fold records a worker read from the log, then act on new inputs (follow=False)."""
@@ -351,9 +221,9 @@ class SessionCore:
                 self.state.apply_entry(entry)  # our own appends come back: skipped
             self.state.mark_read(max(e.seq for e in entries))
             self.notify()
-        self._after_new_records()
+        self.after_new_records()
 
-    def _after_new_records(self) -> None:
+    def after_new_records(self) -> None:
         if self.closed or self.fatal is not None:
             return
         if self.busy and (self.state.pending_conflicts() or any(
@@ -374,7 +244,7 @@ class SessionCore:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def _redact(self, record: Record) -> Record:
+    def redact(self, record: Record) -> Record:
         return redact_record(record, self.scrubber)
 
     async def ensure_owner(self) -> None:
@@ -399,7 +269,7 @@ class SessionCore:
         writer = await own.acquire()
         own.inflight += 1
         try:
-            entries = await writer.append([self._redact(r) for r in records])
+            entries = await writer.append([self.redact(r) for r in records])
         finally:
             own.inflight -= 1
         for entry in entries:

@@ -18,6 +18,7 @@ from harness.definition import Harness
 from harness.errors import SessionClosed
 from harness.records import LogEntry
 from harness.replay import SessionState
+from harness.runtime import calls
 from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.results import OpenAsk, TurnResult
 
@@ -98,11 +99,11 @@ class Session:
         Resending an ``input_id`` with the same text has no second effect; with another
         text the result is ``rejected`` with code ``input_conflict`` (nothing is written).
         """
-        return await self._call(self._core.send(text, input_id))
+        return await self._call(calls.send(self._core, text, input_id))
 
     async def recover(self) -> list[TurnResult]:
         """Take over (once the old owner's lease expired) and finish what the log left open."""
-        return await self._call(self._core.recover())
+        return await self._call(calls.recover(self._core))
 
     async def answer(
         self, tool_call_id: str, name: str, value: Any, input_id: str | None = None
@@ -114,28 +115,28 @@ class Session:
                 (the tool's pydantic model where this host runs the tool); the tool keeps
                 waiting.
         """
-        return await self._call(self._core.answer(tool_call_id, name, value, input_id))
+        return await self._call(calls.answer(self._core, tool_call_id, name, value, input_id))
 
     async def append_records(self, records: list[dict[str, Any]], input_id: str | None = None) -> None:
         """Append app records outside a tool; resending an ``input_id`` appends once (SPEC 4.3)."""
-        await self._call(self._core.append_records(records, input_id))
+        await self._call(calls.append_records(self._core, records, input_id))
 
     async def cancel(self, input_id: str) -> TurnResult:
         """Cancel an input: its turn stops at the next boundary and settles ``aborted``
         (a queued input never runs). Returns how the input ended (``aborted``, or its
         outcome if it had already settled; ``rejected`` / ``unknown_input`` if there is
         no such input)."""
-        return await self._call(self._core.cancel(input_id))
+        return await self._call(calls.cancel(self._core, input_id))
 
     async def records(self, type: str | None = None) -> list[dict[str, Any]]:  # noqa: A002 - SPEC name
         """App records in log order (only those of ``type`` if given)."""
-        return await self._call(self._core.records(type))
+        return await self._call(calls.records(self._core, type))
 
     async def events(self, after: int | None = None) -> AsyncIterator[LogEntry]:
         """Committed records of the session, from position ``after`` on, live until closed."""
         if self._closed:
             raise SessionClosed(self.session_id)
-        async for entry in self._core.events(after):
+        async for entry in calls.events(self._core, after):
             if self._closed:
                 return
             yield entry
