@@ -115,7 +115,10 @@ class HostPoller:
             await asyncio.sleep(self._interval)
 
     async def _renew(self) -> None:
-        due = list(self._held)
+        if not self._held:
+            return
+        now = next(iter(self._held)).clock.now()
+        due = [o for o in self._held if now >= o.next_renewal]  # (a thousand held: no coroutine each)
         if not due:
             return
         outcomes = await asyncio.gather(*(o.renew_if_due() for o in due), return_exceptions=True)
