@@ -355,6 +355,9 @@ class SessionCore:
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run_driver())
             self._task.set_name(f"drive:{self.session_id}")
+            # A BaseException it lets through (SystemExit ...) is also in self.fatal,
+            # which the waiters raise: nobody needs the task's own copy.
+            self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _run_driver(self) -> None:
         try:
