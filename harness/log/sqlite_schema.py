@@ -81,6 +81,12 @@ def _b(text: str | bytes) -> bytes:
     return text.encode() if isinstance(text, str) else bytes(text)
 
 
+_NEXT = (
+    "SELECT (SELECT last_seq FROM heads WHERE session_id = ?), "
+    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0)"
+)
+
+
 def row_crc(seq: int, prev: int, session_id: str | bytes, type_: str | bytes, value: bytes) -> int:
     head = struct.pack(">qq", seq, prev) + _b(session_id) + b"\x00" + _b(type_) + b"\x00"
     return zlib.crc32(value, zlib.crc32(head))
@@ -98,11 +104,8 @@ def append_rows(
     db: sqlite3.Connection, session_id: str, encoded: Sequence[tuple[str, bytes]]
 ) -> list[int]:
     """Insert ``encoded`` (type, bytes) as the session's next records, chained and checksummed."""
-    row = db.execute("SELECT last_seq FROM heads WHERE session_id = ?", (session_id,)).fetchone()
-    prev: int = row[0] if row is not None else 0
-    (last,) = db.execute(
-        "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0)"
-    ).fetchone()
+    head, last = db.execute(_NEXT, (session_id,)).fetchone()
+    prev: int = head if head is not None else 0
     seqs: list[int] = []
     for type_, value in encoded:
         last += 1
