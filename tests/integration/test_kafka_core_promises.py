@@ -143,7 +143,7 @@ async def test_concurrent_first_sends_on_a_fresh_kafka_handle_each_settle_once(
     h = define_harness(name="echo", model=ScriptedModel(respond))
     try:
         async with HarnessHost(log=log) as host:
-            for run in range(12):
+            for run in range(25):  # (7/8)^25: a 1-in-8 race shows with 96% odds
                 session = await host.open(h, session_id=f"s-{run}")
                 results = await asyncio.gather(
                     *(session.send(f"m{i}", input_id=f"in-{i}") for i in range(20)), return_exceptions=True
