@@ -24,11 +24,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.context import check_app_records
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log.base import SessionLog
 from harness.log.follow import subscribe
-from harness.records import InputAnswer, InputMessage, InputRecords, InputSettled, LogEntry, Record
+from harness.records import (
+    InputAnswer,
+    InputCancel,
+    InputMessage,
+    InputRecords,
+    InputSettled,
+    LogEntry,
+    Record,
+)
 
 __all__ = ["HarnessClient", "InputReceipt"]
 
@@ -85,6 +93,9 @@ class HarnessClient:
         else:
             self._owns_log = False
         self.log: SessionLog = log
+        # (session, input id) -> position of the input this client sent: a reuse of an
+        # input id with another payload is settled on its own position (input_seq).
+        self._sent: dict[tuple[str, str], int] = {}
 
     @staticmethod
     def _now() -> int:
@@ -97,7 +108,9 @@ class HarnessClient:
     async def send(
         self, session_id: str, text: str, *, harness: str | None = None, input_id: str | None = None
     ) -> InputReceipt:
-        """Send a user message; resending an ``input_id`` has no second effect."""
+        """Send a user message; resending an ``input_id`` with the same text has no second
+        effect; with another text it is settled ``rejected`` / ``input_conflict``."""
+        check_text(text, what="the message text")
         input_id = input_id or f"in-{uuid.uuid4().hex}"
         return await self._submit(InputMessage(session_id, self._now(), input_id, text, harness), input_id)
 
@@ -118,6 +131,14 @@ class HarnessClient:
         checked = check_app_records(records)
         input_id = input_id or f"rec-{uuid.uuid4().hex}"
         return await self._submit(InputRecords(session_id, self._now(), input_id, checked), input_id)
+
+    async def cancel(self, session_id: str, input_id: str) -> InputReceipt:
+        """Cancel an input: its turn stops at its next boundary and settles ``aborted`` (a
+        queued input never runs). Returns the receipt of the cancel request itself (its
+        input id is ``cancel:<input_id>``); ``wait_settled(session_id, input_id)`` tells
+        how the cancelled input ended."""
+        cancel_id = f"cancel:{input_id}"
+        return await self._submit(InputCancel(session_id, self._now(), cancel_id, input_id), cancel_id)
 
     def events(
         self, session_id: str, after: int | None = None, *, live: bool = False
@@ -166,15 +187,22 @@ class HarnessClient:
             TimeoutError: not settled within ``timeout`` seconds.
         """
         if isinstance(input, InputReceipt):
-            input_id, after = input.input_id, input.position
+            input_id, mine, after = input.input_id, input.position, input.position - 1
         else:
-            input_id, after = input, None
+            input_id, mine, after = input, None, None
+        first: int | None = None  # position of the first input record of this id seen
         committed = self._committed_events(session_id, after)
         async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
             async for entry in entries:
                 record = entry.record
+                if record.IS_INPUT and getattr(record, "input_id", None) == input_id and first is None:
+                    first = entry.seq
                 if isinstance(record, InputSettled) and record.input_id == input_id:
-                    return record
+                    # The verdict on the record this client sent: a reuse of the id with
+                    # another payload is settled on its own position (input_seq).
+                    settles = record.input_seq if record.input_seq is not None else first
+                    if mine is None or settles == mine:
+                        return record
         raise AssertionError("unreachable: events() never ends")
 
     async def close(self) -> None:

@@ -14,32 +14,46 @@ Wire framing of a value (the decoder tells them apart by the first bytes):
 
 Fields listed in a record class's ``JSON_FIELDS`` travel as JSON text, and so do
 the ``arguments`` of each tool call of a model response.
+
+Schema versions: ``schemas/<type>.avsc`` is the version written today;
+``schemas/history/<type>.<n>.avsc`` are the versions written before (a field added
+with a default). A record is read with the schema its framing names (by fingerprint,
+or by the registry's schema for its id) and resolved to today's, so old bytes decode
+with the new fields at their defaults (``tests/golden``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.resources
 import json
 import threading
 import typing
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from io import BytesIO
-from operator import attrgetter
-from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from fastavro.schema import to_parsing_canonical_form
+from fastavro import schemaless_reader, schemaless_writer
 
-from harness.errors import CodecError, HarnessError, LogUnavailable
-from harness.records import RECORD_CLASSES, ModelResponseRecord, Record
+from harness.codec_registry import (
+    ConfluentRegistryClient,
+    SchemaIdResolver,
+    StaticSchemaIds,
+    _registered_fingerprint,
+)
+from harness.codec_schemas import (
+    NAMESPACE,
+    _error,
+    _load_schemas,
+    _load_writers,
+    _Schema,
+    _Writer,
+    crc64_avro,
+    schema_dir,
+)
+from harness.errors import CodecError, HarnessError
+from harness.records import ModelResponseRecord, Record
 
 __all__ = [
+    "NAMESPACE",
     "ConfluentRegistryClient",
     "RecordCodec",
     "SchemaIdResolver",
@@ -51,7 +65,6 @@ __all__ = [
     "schema_dir",
 ]
 
-NAMESPACE = "harness.v1"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 REGISTRY_MAGIC = b"\x00"
 _SO_HEADER = 10  # magic (2) + fingerprint (8)
@@ -59,39 +72,6 @@ _REG_HEADER = 5  # magic (1) + schema id (4)
 _TOOL_CALL_KEYS = frozenset(("id", "name", "arguments"))
 
 Framing = Literal["single-object", "registry"]
-
-
-# --- CRC-64-AVRO (Rabin) fingerprint, as in the Avro specification -----------------------
-
-_EMPTY64 = 0xC15D213AA4D7A795
-
-
-def _make_table() -> tuple[int, ...]:
-    table = []
-    for i in range(256):
-        fp = i
-        for _ in range(8):
-            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
-        table.append(fp)
-    return tuple(table)
-
-
-_FP_TABLE = _make_table()
-
-
-def crc64_avro(data: bytes) -> bytes:
-    """CRC-64-AVRO fingerprint of ``data`` as 8 little-endian bytes (single-object order)."""
-    fp = _EMPTY64
-    for byte in data:
-        fp = (fp >> 8) ^ _FP_TABLE[(fp ^ byte) & 0xFF]
-    return fp.to_bytes(8, "little")
-
-
-# --- errors --------------------------------------------------------------------------------
-
-
-def _error(message: str, raw: bytes | None = None, record_type: str | None = None) -> CodecError:
-    return CodecError(message, raw=raw if raw is not None else b"", record_type=record_type)
 
 
 # --- JSON text fields ----------------------------------------------------------------------
@@ -104,265 +84,6 @@ def _reject_constant(name: str) -> Any:
 # Built once: json.dumps/json.loads with non-default options build a new coder per call.
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _loads = json.JSONDecoder(parse_constant=_reject_constant).decode
-
-
-# --- schemas ---------------------------------------------------------------------------------
-
-
-def schema_dir() -> Path:
-    """The folder holding the ``.avsc`` files: packaged ``harness/schemas``, else repo ``schemas/``."""
-    try:
-        packaged = importlib.resources.files("harness") / "schemas"
-        # A zip or namespace-package Traversable is not a Path: use the repo folder then.
-        if isinstance(packaged, Path) and packaged.is_dir():
-            return packaged
-    except (ModuleNotFoundError, NotADirectoryError, OSError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[1] / "schemas"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Schema:
-    """One record type's schema and everything the hot path needs about it."""
-
-    cls: type[Record]
-    record_type: str
-    full_name: str  # harness.v1.<RecordName>
-    parsed: Any  # fastavro parsed schema
-    canonical: str  # Parsing Canonical Form
-    documented: str  # the .avsc as compact JSON, docs included (what a registry gets)
-    fingerprint: bytes
-    names: tuple[str, ...]  # every field, in schema order
-    plain: tuple[str, ...]  # fields that go as they are
-    json_fields: tuple[str, ...]
-    get_plain: attrgetter[Any]
-    has_tool_calls: bool
-    writer: Any = None  # an earlier version's parsed schema, for records written with it
-
-
-_schemas_lock = threading.Lock()
-_schemas: dict[str, _Schema] | None = None
-
-
-def _load_schemas() -> dict[str, _Schema]:
-    """Every record type's schema, read and checked once per process."""
-    global _schemas
-    if _schemas is not None:
-        return _schemas
-    with _schemas_lock:
-        if _schemas is None:
-            root = schema_dir()
-            _schemas = {cls.TYPE: _build_schema(cls, root) for cls in RECORD_CLASSES}
-    return _schemas
-
-
-def _build_schema(cls: type[Record], root: Path) -> _Schema:
-    path = root / f"{cls.TYPE}.avsc"
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        parsed = parse_schema(raw)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise _error(f"cannot load schema {path}: {exc}", record_type=cls.TYPE) from exc
-    names = tuple(f["name"] for f in raw["fields"])
-    expected = tuple(f.name for f in fields(cls))
-    # The dataclass and the schema must agree exactly, or records would silently lose fields.
-    if names != expected or raw.get("namespace") != NAMESPACE:
-        raise _error(
-            f"schema {path} does not match {cls.__name__}: fields {names} vs {expected}, "
-            f"namespace {raw.get('namespace')!r} vs {NAMESPACE!r}",
-            record_type=cls.TYPE,
-        )
-    has_tool_calls = cls is ModelResponseRecord
-    special = set(cls.JSON_FIELDS) | ({"tool_calls"} if has_tool_calls else set())
-    plain = tuple(n for n in names if n not in special)
-    canonical = to_parsing_canonical_form(parsed)
-    return _Schema(
-        cls=cls,
-        record_type=cls.TYPE,
-        full_name=f"{NAMESPACE}.{raw['name']}",
-        parsed=parsed,
-        canonical=canonical,
-        documented=json.dumps(raw, separators=(",", ":"), ensure_ascii=False),
-        fingerprint=crc64_avro(canonical.encode("utf-8")),
-        names=names,
-        plain=plain,
-        json_fields=tuple(cls.JSON_FIELDS),
-        get_plain=attrgetter(*plain),
-        has_tool_calls=has_tool_calls,
-    )
-
-
-_history_lock = threading.Lock()
-_history: dict[bytes, _Schema] | None = None
-
-
-def _history_schemas() -> dict[bytes, _Schema]:
-    """Earlier versions of the schemas, by fingerprint (``schemas/history/<type>.<n>.avsc``).
-
-    A record written with an earlier version still decodes: Avro schema resolution
-    reads it with its writer schema into today's fields (a field added since gets its
-    default). Every schema change adds the previous version here.
-    """
-    global _history
-    if _history is not None:
-        return _history
-    with _history_lock:
-        if _history is None:
-            current = _load_schemas()
-            found: dict[bytes, _Schema] = {}
-            for path in sorted((schema_dir() / "history").glob("*.avsc")):
-                record_type = path.name.rsplit(".", 2)[0]
-                if record_type not in current:
-                    raise _error(f"schema history file {path} names no known record type")
-                try:
-                    writer = parse_schema(json.loads(path.read_text(encoding="utf-8")))
-                except (OSError, ValueError, TypeError, KeyError) as exc:
-                    raise _error(f"cannot load schema {path}: {exc}", record_type=record_type) from exc
-                fingerprint = crc64_avro(to_parsing_canonical_form(writer).encode("utf-8"))
-                found[fingerprint] = dataclasses.replace(
-                    current[record_type], writer=writer, fingerprint=fingerprint
-                )
-            _history = found
-    return _history
-
-
-def _record_type_for_name(full_name: str) -> str | None:
-    for schema in _load_schemas().values():
-        if schema.full_name == full_name:
-            return schema.record_type
-    return None
-
-
-# --- schema ids (Confluent Schema Registry framing) -------------------------------------
-
-
-@runtime_checkable
-class SchemaIdResolver(Protocol):
-    """Maps record types to registry schema ids and back."""
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        """The id under which ``schema_json`` (the schema of ``record_type``) is registered."""
-        ...
-
-    def schema_for(self, schema_id: int) -> str:
-        """The record type whose schema has id ``schema_id``; ``CodecError`` if unknown."""
-        ...
-
-
-class StaticSchemaIds:
-    """A fixed ``record type -> schema id`` table (tests, or ids assigned out of band)."""
-
-    def __init__(self, mapping: Mapping[str, int]) -> None:
-        self._ids = dict(mapping)
-        self._types = {schema_id: record_type for record_type, schema_id in self._ids.items()}
-        if len(self._types) != len(self._ids):
-            raise ValueError("schema ids must be unique per record type")
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        try:
-            return self._ids[record_type]
-        except KeyError:
-            raise _error(f"no schema id for record type {record_type!r}", record_type=record_type) from None
-
-    def schema_for(self, schema_id: int) -> str:
-        try:
-            return self._types[schema_id]
-        except KeyError:
-            raise _error(f"unknown schema id {schema_id}") from None
-
-
-class ConfluentRegistryClient:
-    """A minimal Confluent Schema Registry client (stdlib ``urllib`` only), caching ids.
-
-    Subjects follow TopicRecordNameStrategy: ``<subject_prefix>-harness.v1.<RecordName>``,
-    where ``subject_prefix`` is the sessions topic (``<prefix>.sessions``).
-    Registry unreachable or failing -> :class:`~harness.errors.LogUnavailable` (retry);
-    an id the registry does not know, or a schema that is not ours -> :class:`CodecError`.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        subject_prefix: str = "harness.sessions",
-        timeout: float = 10.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._url = url.rstrip("/")
-        self._subject_prefix = subject_prefix
-        self._timeout = timeout
-        self._headers = dict(headers or {})
-        self._lock = threading.Lock()
-        self._ids: dict[str, int] = {}
-        self._types: dict[int, str] = {}
-        self._fingerprints: dict[int, bytes] = {}
-
-    def subject(self, record_type: str) -> str:
-        schema = _load_schemas().get(record_type)
-        if schema is None:
-            raise _error(f"unknown record type {record_type!r}", record_type=record_type)
-        return f"{self._subject_prefix}-{schema.full_name}"
-
-    def id_for(self, record_type: str, schema_json: str) -> int:
-        with self._lock:
-            cached = self._ids.get(record_type)
-        if cached is not None:
-            return cached
-        subject = urllib.parse.quote(self.subject(record_type), safe="")
-        reply = self._call("POST", f"/subjects/{subject}/versions", {"schema": schema_json})
-        schema_id = int(reply["id"])
-        with self._lock:
-            self._ids[record_type] = schema_id
-            self._types[schema_id] = record_type
-        return schema_id
-
-    def schema_for(self, schema_id: int) -> str:
-        with self._lock:
-            cached = self._types.get(schema_id)
-        if cached is not None:
-            return cached
-        reply = self._call("GET", f"/schemas/ids/{int(schema_id)}", None)
-        try:
-            raw = json.loads(reply["schema"])
-            name = raw["name"] if "." in raw["name"] else f"{raw.get('namespace', '')}.{raw['name']}"
-        except (KeyError, TypeError, ValueError) as exc:
-            raise _error(f"schema id {schema_id} is not a harness record schema") from exc
-        record_type = _record_type_for_name(name)
-        if record_type is None:
-            raise _error(f"schema id {schema_id} names {name!r}, not a harness record")
-        try:
-            canonical = to_parsing_canonical_form(parse_schema(raw))
-        except Exception as exc:
-            raise _error(f"schema id {schema_id} is not a valid Avro schema: {exc}") from exc
-        with self._lock:
-            self._types[schema_id] = record_type
-            self._fingerprints[schema_id] = crc64_avro(canonical.encode("utf-8"))
-        return record_type
-
-    def fingerprint_for(self, schema_id: int) -> bytes | None:
-        """The CRC-64-AVRO fingerprint of the schema registered as ``schema_id`` (once read)."""
-        with self._lock:
-            return self._fingerprints.get(schema_id)
-
-    def _call(self, method: str, path: str, body: Any) -> Any:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(self._url + path, data=data, method=method)
-        request.add_header("Accept", "application/vnd.schemaregistry.v1+json")
-        if data is not None:
-            request.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        for key, value in self._headers.items():
-            request.add_header(key, value)
-        try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404 and method == "GET":
-                raise _error(f"schema registry does not know {path}") from exc
-            if 400 <= exc.code < 500:
-                raise _error(f"schema registry refused {method} {path}: HTTP {exc.code}") from exc
-            raise LogUnavailable(f"schema registry {self._url} failed: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise LogUnavailable(f"schema registry {self._url} unreachable: {exc}") from exc
 
 
 # --- the codec -----------------------------------------------------------------------------
@@ -390,8 +111,7 @@ class RecordCodec:
         self._framing = framing
         self._schema_ids = schema_ids
         self._by_class: dict[type[Record], tuple[_Schema, bytes]] = {}
-        self._by_fingerprint: dict[bytes, _Schema] = {}
-        self._by_id: dict[int, _Schema] = {}
+        self._by_id: dict[int, _Writer] = {}
         self._lock = threading.Lock()
 
     # -- schema facts --
@@ -456,10 +176,10 @@ class RecordCodec:
 
     # -- decode --
 
-    def _schema_for_id(self, schema_id: int, data: bytes) -> _Schema:
-        schema = self._by_id.get(schema_id)
-        if schema is not None:
-            return schema
+    def _schema_for_id(self, schema_id: int, data: bytes) -> _Writer:
+        writer = self._by_id.get(schema_id)
+        if writer is not None:
+            return writer
         if self._schema_ids is None:
             raise _error(
                 "registry-framed record but this codec has no schema_ids resolver",
@@ -467,34 +187,35 @@ class RecordCodec:
             )
         record_type = self._schema_ids.schema_for(schema_id)
         schema = self._schema(record_type)
-        fingerprint_for = getattr(self._schema_ids, "fingerprint_for", None)
-        if fingerprint_for is not None:  # a registry knows the writer schema: maybe an earlier version
-            schema = _history_schemas().get(fingerprint_for(schema_id) or b"", schema)
+        writer = _Writer(schema, None)
+        fingerprint = _registered_fingerprint(self._schema_ids, schema_id)
+        if fingerprint is not None and fingerprint != schema.fingerprint:
+            older = _load_writers().get(fingerprint)
+            if older is None or older.schema is not schema:
+                raise _error(f"schema id {schema_id} is a version of {record_type} this codec does not know", raw=data)
+            writer = older
         with self._lock:
-            self._by_id[schema_id] = schema
-        return schema
+            self._by_id[schema_id] = writer
+        return writer
 
-    def _locate(self, data: bytes) -> tuple[_Schema, int]:
+    def _locate(self, data: bytes) -> tuple[_Writer, int]:
         """The schema named by ``data``'s framing and where its body starts."""
         if data[:2] == SINGLE_OBJECT_MAGIC:
             if len(data) < _SO_HEADER:
                 raise _error("truncated single-object header", raw=data)
-            if not self._by_fingerprint:
-                known = {**_history_schemas(), **{s.fingerprint: s for s in _load_schemas().values()}}
-                self._by_fingerprint = known
-            schema = self._by_fingerprint.get(data[2:_SO_HEADER])
-            if schema is None:
+            writer = _load_writers().get(data[2:_SO_HEADER])
+            if writer is None:
                 raise _error(f"unknown schema fingerprint {data[2:_SO_HEADER].hex()}", raw=data)
-            return schema, _SO_HEADER
+            return writer, _SO_HEADER
         if data[:1] == REGISTRY_MAGIC:
             if len(data) < _REG_HEADER:
                 raise _error("truncated schema registry header", raw=data)
             try:
-                schema = self._schema_for_id(int.from_bytes(data[1:_REG_HEADER], "big"), data)
+                writer = self._schema_for_id(int.from_bytes(data[1:_REG_HEADER], "big"), data)
             except CodecError as exc:
                 exc.raw = data
                 raise
-            return schema, _REG_HEADER
+            return writer, _REG_HEADER
         raise _error(f"unknown framing: first bytes {data[:2].hex() or '(empty)'}", raw=data)
 
     def peek_type(self, data: bytes) -> str:
@@ -503,15 +224,16 @@ class RecordCodec:
         Raises:
             CodecError: unknown framing or schema.
         """
-        return self._locate(bytes(data))[0].record_type
+        return self._locate(bytes(data))[0].schema.record_type
 
-    def _datum(self, data: bytes, schema: _Schema, start: int) -> dict[str, Any]:
+    def _datum(self, data: bytes, writer: _Writer, start: int) -> dict[str, Any]:
+        schema = writer.schema
         buf = BytesIO(data)
         buf.seek(start)
-        if schema.writer is None:
+        if writer.parsed is None:
             datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.parsed, None))
-        else:  # written with an earlier version: resolve into today's fields
-            datum = typing.cast(dict[str, Any], schemaless_reader(buf, schema.writer, schema.parsed))
+        else:  # an older version: resolved to today's schema (new fields get their defaults)
+            datum = typing.cast(dict[str, Any], schemaless_reader(buf, writer.parsed, schema.parsed))
         if buf.tell() != len(data):
             raise _error(
                 f"{len(data) - buf.tell()} trailing bytes after a {schema.record_type} record",
@@ -527,9 +249,10 @@ class RecordCodec:
         only needs a few plain fields of many records (a rebuild classifying sessions).
         """
         data = bytes(data)
-        schema, start = self._locate(data)
+        writer, start = self._locate(data)
+        schema = writer.schema
         try:
-            return schema.record_type, self._datum(data, schema, start)
+            return schema.record_type, self._datum(data, writer, start)
         except HarnessError:
             raise
         except Exception as exc:  # EOFError, UnicodeDecodeError, IndexError ...
@@ -546,9 +269,10 @@ class RecordCodec:
                 data = bytes(data)
             except TypeError as exc:
                 raise _error(f"cannot decode {type(data).__name__}; expected bytes") from exc
-        schema, start = self._locate(data)
+        writer, start = self._locate(data)
+        schema = writer.schema
         try:
-            datum = self._datum(data, schema, start)
+            datum = self._datum(data, writer, start)
             for name in schema.json_fields:
                 datum[name] = _loads(datum[name])
             if schema.has_tool_calls:

@@ -98,6 +98,10 @@ class Durability:
     model_backoff_max: timedelta = timedelta(seconds=60)
     """The longest wait between two tries of a model call, ``Retry-After`` included (a
     provider asking for a longer wait gets this long, then the next try)."""
+    timeout: timedelta | None = None
+    """How long a turn may take, from its first start (takeovers included), before it
+    stops at its next boundary and fails with code ``timeout``; None: no limit. A final
+    answer already logged still completes the turn."""
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.step_value_limit < 1 or self.max_model_calls < 1:
@@ -108,6 +112,10 @@ class Durability:
             raise DefinitionError("durability.model_backoff and model_backoff_max are timedeltas")
         if self.model_backoff <= timedelta(0) or self.model_backoff_max < self.model_backoff:
             raise DefinitionError("durability.model_backoff must be positive and at most model_backoff_max")
+        if self.timeout is not None and (
+            not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
+        ):
+            raise DefinitionError(f"durability.timeout must be a positive timedelta or None, not {self.timeout!r}")
 
 
 @dataclass(frozen=True, slots=True)

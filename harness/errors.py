@@ -7,6 +7,7 @@
     ├── StepError                  a step was used wrongly or its value is refused
     │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
     │   ├── StepValueError         (also a TypeError) a value that is not JSON
+    │   ├── NaiveDatetime          (also a TypeError) a datetime without a timezone
     │   ├── StepValueTooLarge      a value over the configured size limit
     │   ├── SecretInStepValue      a value holding one of the session's secrets
     │   └── NoToolCallError        step.* used outside a tool call
@@ -23,6 +24,8 @@
     │   └── LogUnavailable         the backend cannot be reached / configured
     │       └── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
     ├── CodecError                 encoding/decoding a record failed
+    ├── SessionClosed              a call on a session handle after its close()
+    ├── SecretInName               a name or id holding a session secret (never rewritten)
     ├── UnknownHarness             a session names a harness this host does not run
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
     ├── SessionNotFound            a log holds no record of the session asked for
@@ -53,11 +56,14 @@ __all__ = [
     "LogUnavailable",
     "MissingExtra",
     "ModelError",
+    "NaiveDatetime",
     "NoToolCallError",
     "NotDurableError",
     "ReservedRecordType",
+    "SecretInName",
     "SecretInStepValue",
     "SessionBusy",
+    "SessionClosed",
     "SessionNotFound",
     "StepError",
     "StepValueError",
@@ -102,6 +108,14 @@ class StepValueError(StepError, TypeError):
     def __init__(self, message: str, *, path: str = "$", **kw: Any) -> None:
         super().__init__(message, **kw)
         self.path = path
+
+
+class NaiveDatetime(StepError, TypeError):
+    """A datetime without a timezone (``until``, ``expires_at``): which clock would it be on?"""
+
+    def __init__(self, message: str, *, argument: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.argument = argument
 
 
 class StepValueTooLarge(StepError):
@@ -244,6 +258,29 @@ class CodecError(HarnessError):
         super().__init__(message)
         self.raw = raw
         self.record_type = record_type
+
+
+class SessionClosed(HarnessError):
+    """The session handle was closed: open a new one (``host.open``) to go on."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"the handle of session {session_id!r} is closed; open it again with host.open()")
+        self.session_id = session_id
+
+
+class SecretInName(HarnessError, ValueError):
+    """A name or id (step, ask or sleep name; input, session or tool call id) holds a
+    session secret. Names are never rewritten (a rewritten step name would run its step
+    again after a crash), so it is refused before anything is written."""
+
+    def __init__(self, kind: str, *, secret_name: str, session_id: str | None = None) -> None:
+        super().__init__(
+            f"the {kind} holds the session secret {secret_name!r}; names and ids go into the log "
+            "as they are: build them from ids, never from secret values"
+        )
+        self.kind = kind
+        self.secret_name = secret_name
+        self.session_id = session_id
 
 
 class UnknownHarness(HarnessError):

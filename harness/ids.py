@@ -25,6 +25,15 @@ def idempotency_key(log_id_: str, tool_call_id: str, step_name: str) -> str:
     return f"{log_id_}:{tool_call_id}:{step_name}"
 
 
+def plain_idempotency_key(chat_id: str, tool_call_id: str, step_name: str) -> str:
+    """``plain:<chat id>:<tool call id>:<step name>``: a step of plain mode (``chat()``, SPEC 2.4).
+
+    ``chat_id`` is new for every ``chat()`` call, so a model that reuses its call ids
+    across conversations never makes two real charges share a key.
+    """
+    return f"plain:{chat_id}:{tool_call_id}:{step_name}"
+
+
 def sessions_topic(prefix: str) -> str:
     return f"{prefix}.sessions"
 
@@ -90,3 +99,7 @@ def split_tenant_session_id(log_session_id: str) -> tuple[str | None, str]:
 
             return unquote(tenant), session_id
     return None, log_session_id
+
+
+RECORD_CRC_HEADER = "harness.crc32"
+"""Kafka header holding the CRC-32 (zlib/IEEE) of the message value, 4 bytes big-endian."""

@@ -74,8 +74,23 @@ class InputRecords(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class InputCancel(Record):
+    """Cancel an input: its turn stops at the next boundary and settles ``aborted``."""
+
+    TYPE: ClassVar[str] = "harness.input.cancel"
+    IS_INPUT: ClassVar[bool] = True
+
+    input_id: str  # this request's own id (``cancel:<target>`` by default)
+    target_input_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class InputSettled(Record):
-    """The owner's verdict on an input: how it ended, or why it was rejected."""
+    """The owner's verdict on an input: how it ended, or why it was rejected.
+
+    ``input_seq`` names the input record it settles when that is not the first record
+    with this ``input_id`` (a conflicting resend, settled ``rejected``/``input_conflict``).
+    """
 
     TYPE: ClassVar[str] = "harness.input.settled"
 
@@ -83,6 +98,7 @@ class InputSettled(Record):
     outcome: str  # SettledOutcome
     code: str | None = None
     reason: str | None = None
+    input_seq: int | None = None
 
 
 # --- turns -----------------------------------------------------------------------------
@@ -98,13 +114,19 @@ class TurnStarted(Record):
 
 @dataclass(frozen=True, slots=True)
 class TurnResumed(Record):
-    """A new owner took over an unfinished turn; ``attempt`` counts owners (1 = first)."""
+    """A new owner took over an unfinished turn.
+
+    ``attempt`` counts the takeovers that used an attempt (1 = the first owner);
+    ``counted`` is False for the takeover of a parked turn (SPEC 7.5), which keeps
+    the attempt number it found.
+    """
 
     TYPE: ClassVar[str] = "harness.turn.resumed"
 
     input_id: str
     turn: int
     attempt: int
+    counted: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +291,7 @@ RECORD_CLASSES: tuple[type[Record], ...] = (
     InputMessage,
     InputAnswer,
     InputRecords,
+    InputCancel,
     InputSettled,
     TurnStarted,
     TurnResumed,
@@ -299,12 +322,31 @@ def record_data(record: Record) -> dict[str, Any]:
     return out
 
 
+def entry_type(record: Record) -> str:
+    """The type a reader sees: an app record's own type (``app.memory``), else the record's."""
+    if isinstance(record, AppRecord):
+        return record.record_type
+    return record.TYPE
+
+
+def entry_data(record: Record) -> dict[str, Any]:
+    """The data a reader sees: an app record's body, else the record's fields (SPEC 4.4)."""
+    if isinstance(record, AppRecord) and isinstance(record.body, dict):
+        return dict(record.body)
+    return record_data(record)
+
+
 @dataclass(frozen=True, slots=True)
 class LogEntry:
     """A committed record as read back from a log.
 
     ``seq`` is the record's position: increasing within a session, comparable
     within one log (a Kafka offset within the session's partition).
+
+    ``type`` and ``data`` are what readers want (SPEC 4.4): an app record appended by a
+    tool reads back with its own type and its body (``"app.memory"``,
+    ``{"type": "app.memory", ...}``); the ``harness.app.record`` envelope it travels in
+    is an encoding detail, still at hand as ``record_type`` and ``record``.
     """
 
     seq: int
@@ -312,11 +354,16 @@ class LogEntry:
 
     @property
     def type(self) -> str:
+        return entry_type(self.record)
+
+    @property
+    def record_type(self) -> str:
+        """The log record's own type (``harness.app.record`` for an app record)."""
         return self.record.TYPE
 
     @property
     def data(self) -> dict[str, Any]:
-        return record_data(self.record)
+        return entry_data(self.record)
 
     @property
     def session_id(self) -> str:

@@ -5,15 +5,21 @@ returns (SPEC 2.1); a finished step returns its stored value without calling
 ``fn`` again (SPEC 2.3). The rules about values (JSON only, size limit, no
 secrets) are checked before anything is written, so a refused value leaves no
 trace in the log.
+
+A sync ``fn`` never runs on the event loop: it runs on the host's bounded thread
+pool (``HarnessHost(sync_threads=)``), so a blocking call does not stop lease
+renewals, the Kafka group or the other sessions. In a sync tool (already on a pool
+thread) it runs on the tool's own thread. An ``async def`` fn runs on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import FunctionType, MethodType
 from typing import Any, TypeVar
 
@@ -24,13 +30,14 @@ from harness.clock import Clock, SystemClock
 from harness.errors import (
     AskExpired,
     DuplicateStepName,
+    NaiveDatetime,
     NotDurableError,
     NoToolCallError,
     SecretInStepValue,
     StepError,
     StepValueTooLarge,
 )
-from harness.jsonvalues import dumps, json_copy
+from harness.jsonvalues import check_text, dumps, json_copy
 from harness.records import AskOpened, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
@@ -65,15 +72,44 @@ class CallScope:
     value_limit: int
     commit: Callable[[list[Record]], Awaitable[None]]
     wait_answer: Callable[[str, float | None], Awaitable[None]]
+    run_sync: RunSync | None = None  # the host's thread pool (None: the loop's default executor)
+    ask_models: dict[tuple[str, str], type[BaseModel]] | None = None  # asks' pydantic models, by (call, name)
+
+
+RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""Runs a blocking callable off the event loop and returns its result."""
+
+
+async def _default_run_sync(fn: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    call = type(fn).__call__ if not inspect.isfunction(fn) and not inspect.ismethod(fn) else None
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
 
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _to_epoch(when: datetime) -> float:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+def _to_epoch(when: datetime, argument: str, tool_call_id: str | None = None) -> float:
+    """Seconds since the epoch of an AWARE datetime; a naive one is refused.
+
+    A naive datetime names no clock: ``datetime.now()`` in New York taken as UTC would
+    expire an ask five hours early. So it is refused rather than guessed.
+    """
+    if not isinstance(when, datetime):
+        raise TypeError(f"{argument} must be a datetime with a timezone, not {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise NaiveDatetime(
+            f"{argument}={when.isoformat()} has no timezone; give an aware datetime, "
+            "e.g. datetime.now(UTC) + timedelta(days=1)",
+            argument=argument,
+            tool_call_id=tool_call_id,
+        )
     return when.timestamp()
 
 
@@ -97,21 +133,43 @@ def _takes_info(fn: Callable[..., Any]) -> bool:
     return len(params) >= 1
 
 
-async def _call_fn(fn: Callable[..., Any], info: StepInfo) -> Any:
-    out = fn(info) if _takes_info(fn) else fn()
-    if inspect.isawaitable(out):
+async def _call_fn(fn: Callable[..., Any], info: StepInfo, run_sync: RunSync | None) -> Any:
+    """``fn``'s value: an async fn on the loop, a sync one on the thread pool."""
+    takes = _takes_info(fn)
+    if _is_async(fn):
+        out = fn(info) if takes else fn()
+    else:
+        out = await (run_sync or _default_run_sync)(functools.partial(fn, info) if takes else fn)
+    if inspect.isawaitable(out):  # a sync callable that returned a coroutine
         out = await out
     return out
 
 
+def _call_fn_here(fn: Callable[..., Any], info: StepInfo, loop: asyncio.AbstractEventLoop) -> Any:
+    """``fn``'s value, called on this (non-loop) thread; a coroutine it returns runs on the loop."""
+    out = fn(info) if _takes_info(fn) else fn()
+    if inspect.isawaitable(out):
+        out = asyncio.run_coroutine_threadsafe(_await(out), loop).result()
+    return out
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
 class _Names:
-    """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4)."""
+    """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4).
 
-    __slots__ = ("_scope", "_used", "closed")
+    A name holding a session secret is refused (SPEC 2.12): it would go into the log
+    as it is, and a rewritten name would not find its stored value after a crash.
+    """
 
-    def __init__(self, session_id: str | None, tool_call_id: str) -> None:
+    __slots__ = ("_scope", "_scrubber", "_used", "closed")
+
+    def __init__(self, session_id: str | None, tool_call_id: str, scrubber: SecretScrubber | None = None) -> None:
         self._used: set[str] = set()
         self._scope = (session_id, tool_call_id)
+        self._scrubber = scrubber
         self.closed = False
 
     def take(self, name: str, kind: str) -> None:
@@ -129,6 +187,9 @@ class _Names:
                 session_id=self._scope[0],
                 tool_call_id=self._scope[1],
             )
+        check_text(name, what=f"a {kind} name")
+        if self._scrubber is not None:
+            self._scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
         if name in self._used:
             raise DuplicateStepName(
                 f"{kind} name {name!r} was already used in this tool call; names must be "
@@ -145,7 +206,7 @@ class DurableStep:
 
     def __init__(self, scope: CallScope) -> None:
         self._s = scope
-        self._names = _Names(scope.session_id, scope.tool_call_id)
+        self._names = _Names(scope.session_id, scope.tool_call_id, scope.scrubber)
 
     def close(self) -> None:
         """The call is over: any later use raises NoToolCallError (SPEC 2.11)."""
@@ -186,20 +247,29 @@ class DurableStep:
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Run ``fn`` once per call and name; return the JSON copy of its value."""
+        stored, info = self.begin(name)
+        if info is None:
+            return stored
+        return await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
+
+    def begin(self, name: str) -> tuple[Any, StepInfo | None]:
+        """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""
         self._names.take(name, "step")
         s = self._s
         if name in s.call.steps:
-            return json_copy(s.call.steps[name])
-        info = StepInfo(
+            return json_copy(s.call.steps[name]), None
+        return None, StepInfo(
             idempotency_key=ids.idempotency_key(s.log_id, s.tool_call_id, name),
             name=name,
             tool_call_id=s.tool_call_id,
             attempt=s.attempt,
         )
-        value = self._check_value(name, await _call_fn(fn, info))
-        await s.commit(
-            [StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)]
-        )
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        """Check ``fn``'s value, commit it, return its JSON copy."""
+        s = self._s
+        value = self._check_value(name, raw)
+        await s.commit([StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)])
         return json_copy(value)
 
     async def sleep(
@@ -212,7 +282,10 @@ class DurableStep:
         if wake_ms is None:
             if (duration is None) == (until is None):
                 raise self._err(StepError, "step.sleep takes a duration or until=, one of them", name)
-            wake = s.clock.now() + duration.total_seconds() if duration is not None else _to_epoch(until)  # type: ignore[arg-type]
+            if duration is not None:
+                wake = s.clock.now() + duration.total_seconds()
+            else:
+                wake = _to_epoch(until, "until", s.tool_call_id)  # type: ignore[arg-type]
             wake_ms = _ms(wake)
             await s.commit([SleepScheduled(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, wake_ms)])
         await s.clock.sleep_until(wake_ms / 1000)
@@ -230,9 +303,11 @@ class DurableStep:
         s = self._s
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
+        if s.ask_models is not None:  # answers are judged by this model while the tool waits
+            s.ask_models[(s.tool_call_id, name)] = schema
         ask = s.call.asks.get(name)
         if ask is None:
-            expires_ms = _ms(_to_epoch(expires_at)) if expires_at is not None else None
+            expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
             await s.commit(
                 [
                     AskOpened(
@@ -268,8 +343,11 @@ class DurableStep:
 class PlainStep:
     """``ctx.step`` in plain mode (SPEC 6.1): nothing is stored, nothing is skipped."""
 
-    def __init__(self, tool_call_id: str, session_id: str | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, tool_call_id: str, session_id: str | None = None, clock: Clock | None = None, *, chat_id: str = ""
+    ) -> None:
         self._call = tool_call_id
+        self._chat_id = chat_id
         self._names = _Names(session_id, tool_call_id)
         self._clock = clock or SystemClock()
 
@@ -277,19 +355,32 @@ class PlainStep:
         self._names.closed = True
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        _, info = self.begin(name)
+        assert info is not None
+        return await self.finish(name, await _call_fn(fn, info, None))
+
+    def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         self._names.take(name, "step")
-        info = StepInfo(idempotency_key=f"plain:{self._call}:{name}", name=name, tool_call_id=self._call, attempt=1)
-        return json_copy(await _call_fn(fn, info))
+        key = ids.plain_idempotency_key(self._chat_id, self._call, name)
+        return None, StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        return json_copy(raw)
 
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         self._names.take(name, "sleep")
         if (duration is None) == (until is None):
             raise StepError("step.sleep takes a duration or until=, one of them", tool_call_id=self._call, step_name=name)
         now = self._clock.now()
-        await self._clock.sleep_until(now + duration.total_seconds() if duration is not None else _to_epoch(until))  # type: ignore[arg-type]
+        wake = now + duration.total_seconds() if duration is not None else _to_epoch(until, "until", self._call)  # type: ignore[arg-type]
+        await self._clock.sleep_until(wake)
 
     async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
         raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")
+
+
+async def _call_on_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 class SyncStep:
@@ -303,7 +394,11 @@ class SyncStep:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        return self._run(self._inner.do(name, fn))
+        """Like ``await step.do``; ``fn`` runs on this thread (already off the loop)."""
+        stored, info = self._run(_call_on_loop(self._inner.begin, name))
+        if info is None:
+            return stored
+        return self._run(self._inner.finish(name, _call_fn_here(fn, info, self._loop)))
 
     def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         self._run(self._inner.sleep(name, duration, until=until))

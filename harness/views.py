@@ -91,10 +91,12 @@ class OpenAsk:
 
 
 def open_asks(state: SessionState) -> tuple[OpenAsk, ...]:
-    """Every ask opened by an unfinished call and not answered yet."""
+    """Every ask opened by an unfinished call of the active turn and not answered yet
+    (a turn that ended, e.g. cancelled, leaves no ask open)."""
     out = []
+    active = state.active_turn
     for call in state.calls.values():
-        if call.result is not None:
+        if call.result is not None or active is None or call.turn != active.turn:
             continue
         for name, ask in call.asks.items():
             if ask.answered is None:

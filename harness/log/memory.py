@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar, Self
@@ -117,6 +117,22 @@ class MemoryLog:
         with self._lock:
             self._check_open()
             return list(self._by_session)
+
+    async def positions_since(
+        self, after: int | None, session_ids: Collection[str]
+    ) -> tuple[int, dict[str, list[int]]]:
+        """Where the log ends now, and the positions of records after ``after`` of the
+        given sessions (nothing is decoded). ``after=None``: only where it ends."""
+        with self._lock:
+            self._check_open()
+            end = len(self._rows)
+            if after is None:
+                return end, {}
+            found: dict[str, list[int]] = {}
+            for row in self._rows[after:]:
+                if row.session_id in session_ids:
+                    found.setdefault(row.session_id, []).append(row.seq)
+        return end, found
 
     async def lease_info(self, session_id: str) -> LeaseInfo:
         with self._lock:

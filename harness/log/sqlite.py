@@ -64,8 +64,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -90,32 +89,22 @@ from harness.log import (
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
+from harness.log.sqlite_schema import (
+    SCHEMA,
+    append_rows,
+    namespace_of,
+    select_changes,
+    select_owner,
+    select_rows,
+    select_sessions,
+    verify_rows,
+)
 from harness.records import Record
 
 __all__ = ["SqliteLog", "SqliteStats", "SqliteWriter"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = "1"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    value BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS records_session_seq ON records (session_id, seq);
-CREATE TABLE IF NOT EXISTS owners (
-    session_id TEXT PRIMARY KEY,
-    owner TEXT,
-    epoch INTEGER NOT NULL,
-    lease_until REAL
-);
-"""
-
-_INSERT = "INSERT INTO records (session_id, type, value) VALUES (?, ?, ?)"
 _FENCE = "UPDATE owners SET lease_until = ? WHERE session_id = ? AND epoch = ? AND owner = ?"
 
 DEFAULT_BUSY_TIMEOUT = timedelta(seconds=10)
@@ -248,6 +237,13 @@ class SqliteLog:
     async def sessions(self) -> list[str]:
         """Every session with at least one record, in order of its first record."""
         return await self._call(self._sessions)
+
+    async def positions_since(
+        self, after: int | None, session_ids: Collection[str]
+    ) -> tuple[int, dict[str, list[int]]]:
+        """Where the log ends now, and the positions of records after ``after`` of the
+        given sessions (nothing is decoded). ``after=None``: only where it ends."""
+        return await self._call(self._changes, after, session_ids)
 
     async def lease_info(self, session_id: str) -> LeaseInfo:
         return await self._call(self._lease_info, session_id)
@@ -425,7 +421,7 @@ class SqliteLog:
                     self._stats.appends += appends
                     self._stats.offloaded += wait
                 return outcomes
-            except sqlite3.Error as exc:
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
             finally:
                 if wait:
@@ -479,12 +475,7 @@ class SqliteLog:
         """The fence check (writers only), then the inserts, one after the other."""
         if writer is not None:
             self._fence(db, writer)
-        seqs: list[int] = []
-        for type_, value in encoded:
-            seq = db.execute(_INSERT, (session_id, type_, value)).lastrowid
-            assert seq is not None  # an INSERT always sets it
-            seqs.append(seq)
-        return seqs
+        return append_rows(db, session_id, encoded)
 
     def _op_claim(self, db: sqlite3.Connection, session_id: str, owner: str, lease_seconds: float) -> int:
         now = self._clock()
@@ -544,23 +535,15 @@ class SqliteLog:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # One statement at a time: executescript() would COMMIT the transaction first.
-                for statement in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                for statement in filter(None, (s.strip() for s in SCHEMA.split(";"))):
                     conn.execute(statement)
-                # INSERT OR IGNORE: the first process to create the file picks the namespace;
-                # it never changes afterwards (it is part of every idempotency key).
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('namespace', ?)", (uuid.uuid4().hex,)
-                )
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-                )
-                namespace = conn.execute("SELECT value FROM meta WHERE key = 'namespace'").fetchone()[0]
+                namespace = namespace_of(conn, self._path)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.rollback()
                 raise
             conn.execute("PRAGMA busy_timeout = 0")  # on the loop, never wait: see _commit
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # a file this damaged cannot be used
             raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
         return str(namespace)
 
@@ -593,7 +576,7 @@ class SqliteLog:
         """Run ``fn`` on the reader thread; database failures become ``LogUnavailable``."""
         try:
             return fn(*args)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeDecodeError) as exc:
             raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
 
     def _db(self) -> sqlite3.Connection:
@@ -605,36 +588,24 @@ class SqliteLog:
     # transaction (an old snapshot) open and later reads would miss new commits.
 
     def _scan(self, session_id: str | None, after: int, limit: int) -> list[LogEntry | CorruptRecord]:
-        db = self._db()
-        if session_id is None:
-            rows = db.execute(
-                "SELECT seq, session_id, value FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, limit),
-            ).fetchall()
-        else:
-            rows = db.execute(
-                "SELECT seq, session_id, value FROM records WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (session_id, after, limit),
-            ).fetchall()
-        return [_decode_row(self._codec, sid, seq, bytes(value)) for seq, sid, value in rows]
+        rows, head = select_rows(self._db(), session_id, after, limit)
+        checked = verify_rows(rows, session_id=session_id, after=after, head=head, whole=limit < 0)
+        return [
+            item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
+            for item in checked
+        ]
+
+    def _changes(self, after: int | None, session_ids: Collection[str]) -> tuple[int, dict[str, list[int]]]:
+        return select_changes(self._db(), after, session_ids)
 
     def _sessions(self) -> list[str]:
-        rows = (
-            self._db()
-            .execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)")
-            .fetchall()
-        )
-        return [sid for (sid,) in rows]
+        return select_sessions(self._db())
 
     def _lease_info(self, session_id: str) -> LeaseInfo:
-        rows = (
-            self._db()
-            .execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,))
-            .fetchall()
-        )
-        if not rows:
+        row = select_owner(self._db(), session_id)
+        if row is None:
             return LeaseInfo(owner=None, epoch=0, lease_until=None)
-        owner, epoch, lease_until = rows[0]
+        owner, epoch, lease_until = row
         return LeaseInfo(owner=owner, epoch=epoch, lease_until=lease_until)
 
 

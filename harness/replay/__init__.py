@@ -2,6 +2,7 @@
 
 from harness.replay.conversation import conversation
 from harness.replay.planner import (
+    AbortTurn,
     CallDecision,
     CallModel,
     CompleteTurn,
@@ -10,9 +11,10 @@ from harness.replay.planner import (
     ToolPolicy,
     TurnAction,
     decide_call,
+    is_parked,
     plan_turn,
 )
-from harness.replay.probe import CONTROL_TYPES, ended_from_control
+from harness.replay.probe import CONTROL_TYPES, control_fields, ended_from_control
 from harness.replay.state import (
     AppEntry,
     AskState,
@@ -26,6 +28,7 @@ from harness.replay.state import (
 
 __all__ = [
     "CONTROL_TYPES",
+    "AbortTurn",
     "AppEntry",
     "AskState",
     "CallDecision",
@@ -40,9 +43,11 @@ __all__ = [
     "TurnAction",
     "TurnState",
     "UsageTotals",
+    "control_fields",
     "conversation",
     "decide_call",
     "ended_from_control",
     "fold",
+    "is_parked",
     "plan_turn",
 ]

@@ -15,6 +15,7 @@ from typing import Literal
 from harness.replay.state import CallState, SessionState, TurnState
 
 __all__ = [
+    "AbortTurn",
     "CallDecision",
     "CallModel",
     "CompleteTurn",
@@ -23,6 +24,7 @@ __all__ = [
     "ToolPolicy",
     "TurnAction",
     "decide_call",
+    "is_parked",
     "plan_turn",
 ]
 
@@ -53,6 +55,10 @@ class CallDecision:
     name: str
     action: Literal["keep", "run", "rerun", "cut", "truncated"]
     attempt: int  # the attempt number a run would get (1 for a first run)
+    parked: bool = False
+    """A rerun of a call parked at an open ask or a sleep not yet due: it goes back to
+    its wait without a new ``harness.tool.started``, so its last progress stays the
+    wait and a later takeover still sees it parked (SPEC 7.5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +95,22 @@ class FailTurn:
     error: str
 
 
-TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn
+@dataclass(frozen=True, slots=True)
+class AbortTurn:
+    """A cancel input asks for the turn's input: it ends ``aborted``; the cancels settle."""
+
+    turn: int
+    cancel_input_ids: tuple[str, ...]
 
 
-def decide_call(call: CallState, policy: ToolPolicy | None, *, truncated: bool = False) -> CallDecision:
-    """SPEC 5.1-5.4 for one call of a batch; ``truncated``: its response was cut at the output limit."""
+TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn
+
+
+def decide_call(
+    call: CallState, policy: ToolPolicy | None, now_ms: int | None = None, *, truncated: bool = False
+) -> CallDecision:
+    """SPEC 5.1-5.4 for one call of a batch (``now_ms``: to tell a parked rerun;
+    ``truncated``: its response was cut at the output limit, so it never runs)."""
     attempt = call.attempts + 1
     if call.result is not None:
         action: Literal["keep", "run", "rerun", "cut", "truncated"] = "keep"
@@ -111,7 +128,39 @@ def decide_call(call: CallState, policy: ToolPolicy | None, *, truncated: bool =
         action = "rerun"
     else:
         action = "cut"
-    return CallDecision(call.tool_call_id, call.name, action, attempt)
+    parked = action == "rerun" and now_ms is not None and _call_parked(call, now_ms)
+    return CallDecision(call.tool_call_id, call.name, action, attempt, parked)
+
+
+def is_parked(state: SessionState, now_ms: int) -> bool:
+    """Whether nothing of the active turn can have been running at ``now_ms`` (SPEC 7.5).
+
+    Parked: no model call may be in flight (the last response is logged and has
+    unfinished calls, or is the final answer), and every unfinished call of its batch
+    stopped, as its last progress, at an ask still open (unanswered, not expired) or
+    a sleep whose wake time is still ahead. Taking over a parked turn uses no attempt.
+    Anything else may have been running (a model call, a step's ``fn``, a tool woken
+    by its answer or its alarm), and its takeover counts.
+    """
+    turn = state.active_turn
+    last = turn.last_response if turn is not None else None
+    if last is None:
+        return False  # the first model call may be in flight
+    if not last.tool_calls:
+        return True  # the final answer is logged: only its turn.finished is left
+    unfinished = [c for c in state.batch(last) if c.result is None]
+    return bool(unfinished) and all(_call_parked(c, now_ms) for c in unfinished)
+
+
+def _call_parked(call: CallState, now_ms: int) -> bool:
+    kind, name = call.progress
+    if kind == "ask":
+        ask = call.asks[name]
+        expires = ask.opened.expires_at
+        return ask.answered is None and (expires is None or now_ms < expires)
+    if kind == "sleep":
+        return call.sleeps[name] > now_ms
+    return False
 
 
 def plan_turn(
@@ -119,11 +168,25 @@ def plan_turn(
     policies: Mapping[str, ToolPolicy],
     *,
     max_attempts: int,
+    now_ms: int | None = None,
+    timeout_ms: int | None = None,
 ) -> TurnAction | None:
-    """The next action of the session's active turn, or None when there is none."""
+    """The next action of the session's active turn, or None when there is none.
+
+    A final answer already logged completes the turn whatever else holds; then a
+    cancel input for the turn's input aborts it; then a turn over ``max_attempts``
+    fails ``attempts_exhausted``, and one that started ``timeout_ms`` or more before
+    ``now_ms`` fails ``timeout``.
+    """
     turn = state.active_turn
     if turn is None:
         return None
+    last = turn.last_response
+    if last is not None and not last.tool_calls:
+        return CompleteTurn(turn.turn, last.text)  # a final answer wins (SPEC 7.5)
+    cancels = state.cancels.get(turn.input_id)
+    if cancels:
+        return AbortTurn(turn.turn, tuple(cancels))
     if turn.attempts > max_attempts:
         return FailTurn(
             turn.turn,
@@ -131,11 +194,18 @@ def plan_turn(
             f"the turn was taken over {turn.attempts - 1} times without finishing "
             f"(limit durability.max_attempts={max_attempts})",
         )
-    return _plan_active(state, turn, policies)
+    if timeout_ms is not None and now_ms is not None and now_ms - turn.started_ts >= timeout_ms:
+        return FailTurn(
+            turn.turn,
+            "timeout",
+            f"the turn ran for {(now_ms - turn.started_ts) / 1000:.3f} s, over durability.timeout "
+            f"({timeout_ms / 1000:.3f} s)",
+        )
+    return _plan_active(state, turn, policies, now_ms)
 
 
 def _plan_active(
-    state: SessionState, turn: TurnState, policies: Mapping[str, ToolPolicy]
+    state: SessionState, turn: TurnState, policies: Mapping[str, ToolPolicy], now_ms: int | None
 ) -> TurnAction:
     last = turn.last_response
     if last is None:
@@ -148,7 +218,7 @@ def _plan_active(
     return RunBatch(
         turn.turn,
         last.index,
-        tuple(decide_call(c, policies.get(c.name), truncated=last.truncated) for c in batch),
+        tuple(decide_call(c, policies.get(c.name), now_ms, truncated=last.truncated) for c in batch),
     )
 
 

@@ -21,6 +21,7 @@ from harness.records import (
     AskAnswered,
     AskOpened,
     InputAnswer,
+    InputCancel,
     InputMessage,
     InputRecords,
     InputSettled,
@@ -36,7 +37,9 @@ from harness.records import (
     TurnFinished,
     TurnResumed,
     TurnStarted,
+    record_data,
 )
+from harness.replay.payload import input_payload
 
 __all__ = [
     "AppEntry",
@@ -54,13 +57,13 @@ __all__ = [
 class InputState:
     input_id: str
     seq: int
-    record: InputMessage | InputAnswer | InputRecords
+    record: InputMessage | InputAnswer | InputRecords | InputCancel
     settled: InputSettled | None = None
     turn: int | None = None  # set when a message input started a turn
 
     @property
     def kind(self) -> str:
-        return self.record.TYPE.rsplit(".", 1)[-1]  # message | answer | records
+        return self.record.TYPE.rsplit(".", 1)[-1]  # message | answer | records | cancel
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +101,18 @@ class CallState:
     asks: dict[str, AskState] = field(default_factory=dict)
     result: ToolResult | None = None
     progress_seq: int = -1  # last tool.started / step / sleep / ask.opened of the call
+    progress: tuple[str, str] = ("", "")  # what that was: ("started" | "step" | "sleep" | "ask", name)
     staged: list[AppEntry] = field(default_factory=list)  # app records waiting for the result
 
     @property
     def finished(self) -> bool:
         return self.result is not None
+
+    def progressed(self, seq: int, kind: str, name: str = "") -> None:
+        """Record a progress record of the call (folded in any order: the last one wins)."""
+        if seq >= self.progress_seq:
+            self.progress_seq = seq
+            self.progress = (kind, name)
 
     def waiting_for_person(self) -> bool:
         """The call stopped at an ask: it is open, or its answer came after the call's
@@ -131,7 +141,8 @@ class UsageTotals:
 class TurnState:
     input_id: str
     turn: int
-    attempts: int = 1  # 1 + harness.turn.resumed records
+    attempts: int = 1  # 1 + the harness.turn.resumed records that counted (SPEC 7.5)
+    started_ts: int = 0  # when the turn first started (ms), for Durability.timeout
     responses: list[ModelResponseRecord] = field(default_factory=list)
     finished: TurnFinished | None = None
     retries: dict[int, ModelRetry] = field(default_factory=dict)  # model call index -> its latest retry
@@ -153,6 +164,11 @@ class SessionState:
     calls: dict[str, CallState] = field(default_factory=dict)
     app_records: list[AppEntry] = field(default_factory=list)
     usage: UsageTotals = field(default_factory=UsageTotals)
+    conflicts: dict[int, InputState] = field(default_factory=dict)
+    """Later records reusing an input id with another payload, by position; the owner
+    settles each ``rejected`` / ``input_conflict`` (its ``input_seq`` names it)."""
+    cancels: dict[str, list[str]] = field(default_factory=dict)
+    """Target input id -> ids of the cancel inputs asking for it, not yet settled."""
     anomalies: int = 0
     read_upto: int = field(default=-1, compare=False)
     _ahead: set[int] = field(default_factory=set, repr=False, compare=False)
@@ -181,10 +197,14 @@ class SessionState:
         pending = [i for i in self.inputs.values() if i.settled is None and i.turn is None]
         return sorted(pending, key=lambda i: i.seq)  # folded out of order, taken in log order
 
+    def pending_conflicts(self) -> list[InputState]:
+        """Conflicting reuses of input ids not yet settled, in log order."""
+        return sorted((c for c in self.conflicts.values() if c.settled is None), key=lambda c: c.seq)
+
     @property
     def ended(self) -> bool:
         """Nothing left to do: no active turn and no input waiting."""
-        return self.active_turn is None and not self.pending_inputs()
+        return self.active_turn is None and not self.pending_inputs() and not self.pending_conflicts()
 
     # -- the fold -------------------------------------------------------------------
 
@@ -226,21 +246,44 @@ def fold(session_id: str, entries: Iterable[LogEntry]) -> SessionState:
 # -- handlers, one per record type -------------------------------------------------------
 
 
+def _payload(record: Any) -> tuple[Any, ...]:
+    return input_payload(record.TYPE, record_data(record))
+
+
 def _input(state: SessionState, seq: int, r: Any) -> None:
-    if r.input_id in state.inputs:
-        state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
+    first = state.inputs.get(r.input_id)
+    if first is not None:
+        if _payload(first.record) == _payload(r):
+            state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
+        else:  # the same id with another payload: refused (settled by the owner)
+            state.conflicts[seq] = InputState(input_id=r.input_id, seq=seq, record=r)
         return
     state.inputs[r.input_id] = InputState(input_id=r.input_id, seq=seq, record=r)
     if isinstance(r, InputMessage) and r.harness and state.harness is None:
         state.harness = r.harness
+    if isinstance(r, InputCancel):
+        state.cancels.setdefault(r.target_input_id, []).append(r.input_id)
 
 
 def _settled(state: SessionState, seq: int, r: InputSettled) -> None:
     inp = state.inputs.get(r.input_id)
+    if r.input_seq is not None and inp is not None and r.input_seq != inp.seq:
+        conflict = state.conflicts.get(r.input_seq)
+        if conflict is None or conflict.input_id != r.input_id or conflict.settled is not None:
+            state.anomalies += 1
+        else:
+            conflict.settled = r
+        return
     if inp is None or inp.settled is not None:
         state.anomalies += 1
         return
     inp.settled = r
+    if isinstance(inp.record, InputCancel):
+        waiting = state.cancels.get(inp.record.target_input_id, [])
+        if r.input_id in waiting:
+            waiting.remove(r.input_id)
+        if not waiting:
+            state.cancels.pop(inp.record.target_input_id, None)
     # App records sent from outside land when their input settles completed.
     if r.outcome == "completed" and isinstance(inp.record, InputRecords):
         for body in inp.record.records or ():
@@ -253,7 +296,7 @@ def _turn_started(state: SessionState, seq: int, r: TurnStarted) -> None:
         state.anomalies += 1
         return
     inp.turn = r.turn
-    state.turns.append(TurnState(input_id=r.input_id, turn=r.turn))
+    state.turns.append(TurnState(input_id=r.input_id, turn=r.turn, started_ts=r.ts))
 
 
 def _turn(state: SessionState, n: int) -> TurnState | None:
@@ -265,7 +308,8 @@ def _turn_resumed(state: SessionState, seq: int, r: TurnResumed) -> None:
     if turn is None or turn.finished is not None:
         state.anomalies += 1
         return
-    turn.attempts = max(turn.attempts, r.attempt)
+    if r.counted:  # a parked turn's takeover uses no attempt (SPEC 7.5)
+        turn.attempts = max(turn.attempts, r.attempt)
 
 
 def _turn_finished(state: SessionState, seq: int, r: TurnFinished) -> None:
@@ -321,7 +365,7 @@ def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.attempts = max(call.attempts + 1, r.attempt)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "started")
 
 
 def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
@@ -332,21 +376,21 @@ def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
         state.anomalies += 1  # first committed value wins
         return
     call.steps[r.name] = r.value
-    call.progress_seq = max(call.progress_seq, seq)
+    call.progressed(seq, "step", r.name)
 
 
 def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None:
         call.sleeps.setdefault(r.name, r.wake_at)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "sleep", r.name)
 
 
 def _ask_opened(state: SessionState, seq: int, r: AskOpened) -> None:
     call = _call(state, r.tool_call_id)
     if call is not None and r.name not in call.asks:
         call.asks[r.name] = AskState(opened=r)
-        call.progress_seq = max(call.progress_seq, seq)
+        call.progressed(seq, "ask", r.name)
 
 
 def _ask_answered(state: SessionState, seq: int, r: AskAnswered) -> None:
@@ -394,6 +438,7 @@ _HANDLERS: dict[type, Any] = {
     InputMessage: _input,
     InputAnswer: _input,
     InputRecords: _input,
+    InputCancel: _input,
     InputSettled: _settled,
     TurnStarted: _turn_started,
     TurnResumed: _turn_resumed,

@@ -28,8 +28,9 @@ from pydantic import BaseModel
 from harness.context import ToolContext
 from harness.definition import Harness, ToolCallEvent
 from harness.errors import DefinitionError, HarnessError
-from harness.jsonvalues import dumps
+from harness.jsonvalues import dumps, json_copy
 from harness.models.base import ModelResponse, call_complete
+from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.secrets import SecretScrubber
 from harness.tools import Tool, ToolDefinition
@@ -49,6 +50,13 @@ class _PrefixedStep:
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         return await self._inner.do(self._prefix + name, fn)
 
+    def begin(self, name: str) -> tuple[Any, Any]:
+        begun: tuple[Any, Any] = self._inner.begin(self._prefix + name)
+        return begun
+
+    async def finish(self, name: str, raw: Any) -> Any:
+        return await self._inner.finish(self._prefix + name, raw)
+
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         await self._inner.sleep(self._prefix + name, duration, until=until)
 
@@ -60,16 +68,29 @@ class _PrefixedStep:
         """The parent's step stays open: the parent call is still running."""
 
 
-def _response_json(response: ModelResponse) -> dict[str, Any]:
+def _response_json(response: ModelResponse, scrubber: SecretScrubber) -> dict[str, Any]:
+    """The sub-agent's model response as a step value, secrets handled as at the top level:
+    its text redacted, a call whose arguments hold a secret marked refused (it never runs),
+    a call id holding one refused with ``SecretInName`` (the model call fails)."""
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the sub-agent's model returned {type(response).__name__}, not ModelResponse")
-    out: dict[str, Any] = {
-        "text": response.text,
-        "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else dict(c.arguments)}
-            for c in response.tool_calls
-        ],
-    }
+    calls: list[dict[str, Any]] = []
+    for c in response.tool_calls:
+        if c.id:
+            scrubber.check_name("tool call id", c.id)
+        if isinstance(c.arguments, str):  # not a JSON object: the child call gets invalid_arguments
+            arguments: Any = scrubber.redact_text(c.arguments)
+            refused = None
+        else:
+            arguments = json_copy(dict(c.arguments), what="tool arguments")
+            refused = refusal(scrubber, arguments)
+        call: dict[str, Any] = {"id": c.id, "name": c.name, "arguments": arguments}
+        if refused is not None:
+            call["arguments"] = scrubber.redact(arguments)
+            call["refused"] = refused
+        calls.append(call)
+    text = scrubber.redact_text(response.text) if response.text is not None else None
+    out: dict[str, Any] = {"text": text, "tool_calls": calls}
     if response.truncated:  # cut at the output limit: its calls never run (as at the top level)
         out["finish_reason"] = response.finish_reason
     return out
@@ -114,13 +135,13 @@ def agent_tool(
                 response = await call_complete(
                     harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
                 )
-                return _response_json(response)
+                return _response_json(response, scrubber)
 
             response = await ctx.step.do(f"agent:model:{k}", call_model)
             calls = response["tool_calls"]
             assistant: dict[str, Any] = {"role": "assistant", "content": response["text"] or ""}
             if calls:
-                assistant["tool_calls"] = calls
+                assistant["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls]
             messages.append(assistant)
             if not calls:
                 return {"text": response["text"]}
@@ -155,6 +176,9 @@ async def _run_child(
     def mark(info: Any) -> int:
         started_now.append(info.attempt)
         return int(info.attempt)
+
+    if call.get("refused") is not None:  # its arguments hold a secret: it never runs
+        return {"content": call["refused"], "is_error": True, "code": SECRET_ARGUMENTS_CODE, "records": []}
 
     async def run() -> dict[str, Any]:
         await ctx.step.do(prefix + "started", mark)

@@ -1,22 +1,27 @@
 """Settling inputs that arrive through the log, and judging answers (SPEC 3.2, 3.3).
 
-Any server can take an answer, even one without the tool's code: the answer is
-checked against the JSON schema recorded in ``harness.ask.opened``.
+An answer is judged by the tool's own pydantic model (its validators and formats)
+when this process runs the parked tool (the ask registered it); any other server,
+even one without the tool's code, checks it against the JSON schema recorded in
+``harness.ask.opened``. A refused answer settles ``rejected`` and leaves the ask open.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+from pydantic import BaseModel, ValidationError
 
 from harness.context import check_app_records
 from harness.errors import HarnessError
-from harness.records import AskAnswered, InputAnswer, InputRecords, InputSettled, Record
+from harness.jsonvalues import storable_text
+from harness.records import AskAnswered, InputAnswer, InputCancel, InputRecords, InputSettled, Record
 from harness.replay.state import InputState, SessionState
 
-__all__ = ["AnswerVerdict", "judge_answer", "settle_input"]
+__all__ = ["AnswerVerdict", "judge_answer", "settle_conflict", "settle_input"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,19 +32,38 @@ class AnswerVerdict:
 
 
 def judge_answer(
-    state: SessionState, tool_call_id: str, name: str, value: Any, now_ms: int
+    state: SessionState,
+    tool_call_id: str,
+    name: str,
+    value: Any,
+    now_ms: int,
+    model: type[BaseModel] | None = None,
 ) -> AnswerVerdict:
+    """Whether ``value`` answers the open ask ``name`` of call ``tool_call_id``.
+
+    ``model``: the ask's pydantic model, when this process runs the parked tool.
+    """
     call = state.calls.get(tool_call_id)
     ask = call.asks.get(name) if call is not None else None
-    if ask is None:
+    if ask is None or call is None:
         return AnswerVerdict(False, "no_open_ask", f"no ask named {name!r} is open for call {tool_call_id!r}")
     if ask.answered is not None:
         return AnswerVerdict(False, "already_answered", f"ask {name!r} of call {tool_call_id!r} has its answer")
-    if call is not None and call.result is not None:
+    turn = state.turns[call.turn - 1] if 0 < call.turn <= len(state.turns) else None
+    if call.result is not None or turn is None or turn.finished is not None:
         return AnswerVerdict(False, "no_open_ask", f"call {tool_call_id!r} has finished")
     expires = ask.opened.expires_at
     if expires is not None and now_ms >= expires:
         return AnswerVerdict(False, "ask_expired", f"ask {name!r} expired")
+    if model is not None:
+        try:
+            model.model_validate(value)
+        except ValidationError as exc:
+            where = ", ".join(".".join(str(p) for p in e["loc"]) or "(answer)" for e in exc.errors())
+            return AnswerVerdict(
+                False, "invalid_answer", storable_text(f"the answer does not fit the ask's model at {where}: {exc}")
+            )
+        return AnswerVerdict(True)
     try:
         jsonschema.validate(value, ask.opened.schema)
     except jsonschema.ValidationError as exc:
@@ -50,16 +74,51 @@ def judge_answer(
     return AnswerVerdict(True)
 
 
-def settle_input(state: SessionState, inp: InputState, now_ms: int) -> list[Record]:
-    """The records that settle an answer or app-records input taken from the log.
+def settle_conflict(state: SessionState, conflict: InputState, now_ms: int) -> InputSettled:
+    """Refuse a later record that reuses an input id with another payload."""
+    return InputSettled(
+        state.session_id,
+        now_ms,
+        conflict.input_id,
+        "rejected",
+        "input_conflict",
+        f"input id {conflict.input_id!r} was already used with another payload",
+        conflict.seq,
+    )
+
+
+def settle_input(
+    state: SessionState,
+    inp: InputState,
+    now_ms: int,
+    models: Mapping[tuple[str, str], type[BaseModel]] | None = None,
+) -> list[Record]:
+    """The records that settle an answer, app-records or cancel input taken from the log.
 
     An accepted answer lands as ``harness.ask.answered``; app records land when their
     input settles ``completed``; anything refused settles ``rejected`` with a code.
+    A cancel of a queued input settles both (the target ``aborted``); a cancel of the
+    active turn's input is left to the driver (``[]``), which aborts the turn.
     """
     r = inp.record
     sid = state.session_id
+    if isinstance(r, InputCancel):
+        target = state.inputs.get(r.target_input_id)
+        if target is None:
+            reason = f"no input {r.target_input_id!r} in this session"
+            return [InputSettled(sid, now_ms, r.input_id, "rejected", "unknown_input", reason)]
+        if target.settled is not None:
+            reason = f"input {r.target_input_id!r} had already settled {target.settled.outcome}"
+            return [InputSettled(sid, now_ms, r.input_id, "rejected", "already_settled", reason)]
+        if target.turn is not None:
+            return []  # the active turn's input: the driver stops the turn (AbortTurn)
+        return [
+            InputSettled(sid, now_ms, r.target_input_id, "aborted", "cancelled", "the input was cancelled"),
+            InputSettled(sid, now_ms, r.input_id, "completed"),
+        ]
     if isinstance(r, InputAnswer):
-        verdict = judge_answer(state, r.tool_call_id, r.name, r.value, now_ms)
+        model = models.get((r.tool_call_id, r.name)) if models is not None else None
+        verdict = judge_answer(state, r.tool_call_id, r.name, r.value, now_ms, model)
         if verdict.ok:
             return [
                 AskAnswered(sid, now_ms, r.tool_call_id, r.name, r.value, r.input_id),

@@ -55,6 +55,7 @@ async def chat(
     scrubber = SecretScrubber(plain_secrets)
     hooks = hooks or Hooks()
     keywords = model_keywords(model)
+    chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
     for _ in range(max_model_calls):
         response = await call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
         calls = [
@@ -81,7 +82,7 @@ async def chat(
                     tools=by_name,
                     hooks=hooks,
                     event=ToolCallEvent(None, c["id"], c["name"], c["arguments"], 1),
-                    make_step=functools.partial(PlainStep, c["id"], clock=clock),
+                    make_step=functools.partial(PlainStep, c["id"], clock=clock, chat_id=chat_id),
                     secrets=plain_secrets,
                     scrubber=scrubber,
                     log_id=None,

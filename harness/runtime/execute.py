@@ -7,6 +7,7 @@ both; only the ``step`` it gets differs. Nothing here writes to a log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import traceback
@@ -19,9 +20,9 @@ from pydantic import BaseModel, ValidationError
 from harness.context import ToolContext
 from harness.definition import Hooks, ToolCallEvent, ToolOutcome
 from harness.errors import LogError, StepValueError
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import json_copy, storable_text
 from harness.secrets import SecretScrubber
-from harness.step import DurableStep, PlainStep, SyncStep
+from harness.step import DurableStep, PlainStep, RunSync, SyncStep
 from harness.tools import Tool
 
 __all__ = ["CallRun", "apply_after_hook", "error_outcome", "run_tool_call"]
@@ -92,7 +93,7 @@ async def apply_after_hook(
             return outcome, False
         return _as_outcome(replacement), True
     except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error, never the session's
-        return error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"), False
+        return error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")), False
 
 
 async def run_tool_call(
@@ -105,9 +106,14 @@ async def run_tool_call(
     scrubber: SecretScrubber,
     log_id: str | None,
     durable: bool,
+    run_sync: RunSync | None = None,
 ) -> CallRun:
-    """Run one call to its outcome. Only BaseExceptions (cancellation) escape."""
-    run = await _run(tools, hooks, event, make_step, secrets, scrubber, log_id, durable)
+    """Run one call to its outcome. Only BaseExceptions (cancellation) escape.
+
+    A sync tool runs on ``run_sync`` (the host's bounded thread pool; the loop's
+    default executor when None), never on the event loop.
+    """
+    run = await _run(tools, hooks, event, make_step, secrets, scrubber, log_id, durable, run_sync)
     run.outcome, replaced = await apply_after_hook(hooks, event, run.outcome)
     run.replaced_by_hook = run.replaced_by_hook or replaced
     return run
@@ -122,6 +128,7 @@ async def _run(
     scrubber: SecretScrubber,
     log_id: str | None,
     durable: bool,
+    run_sync: RunSync | None,
 ) -> CallRun:
     tool = tools.get(event.name)
     if tool is None:
@@ -142,7 +149,7 @@ async def _run(
             if early is not None:
                 return CallRun(_as_outcome(early), replaced_by_hook=True)
         except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error
-            return CallRun(error_outcome("hook_failed", f"{type(exc).__name__}: {exc}"))
+            return CallRun(error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")))
 
     step = make_step()
     ctx = ToolContext(
@@ -160,7 +167,11 @@ async def _run(
         else:
             ctx.step = SyncStep(step, asyncio.get_running_loop())
             fn = tool.execute
-            value = await asyncio.to_thread(lambda: fn(args, ctx) if tool.takes_ctx else fn(args))
+            call = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
+            if run_sync is not None:
+                value = await run_sync(call)
+            else:
+                value = await asyncio.get_running_loop().run_in_executor(None, call)
             value = await _maybe_await(value)
         content = _result_value(value)
     except LogError:
@@ -171,7 +182,9 @@ async def _run(
         return CallRun(error_outcome("tool_failed", str(exc), type=type(exc).__name__), records=ctx.staged_records)
     except Exception as exc:  # noqa: BLE001 - a tool's failure is the model's business
         _log_failure(event, exc, scrubber)
-        return CallRun(error_outcome("tool_failed", f"{exc}", type=type(exc).__name__), records=ctx.staged_records)
+        return CallRun(
+            error_outcome("tool_failed", storable_text(f"{exc}"), type=type(exc).__name__), records=ctx.staged_records
+        )
     finally:
         step.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

@@ -239,7 +239,7 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         rt = worker.runtime(partition)
         while True:
             try:
-                async for entry in klog.tail_partition(partition, start):
+                async for entry in klog.tail_partition(partition, start, on_corrupt=rt.report_corrupt):
                     worker.stats.records_ingested += 1
                     await rt.ingest([entry])
                     start = entry.seq
@@ -261,7 +261,7 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         if checkpoint is not None:
             rt.load_checkpoint(checkpoint)
         rt.on_corrupt = lambda corrupt: loop.run_in_executor(None, klog.dead_letter, corrupt)
-        entries = await klog.read_partition(p, rt.position, lazy=True)
+        entries = await klog.read_partition(p, rt.position, lazy=True, on_corrupt=rt.report_corrupt)
         rt.rebuild(entries)
         await rt.go_live()
         if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:

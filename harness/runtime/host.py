@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 from pydantic import SecretStr
 
 from harness.clock import Clock, SystemClock
 from harness.definition import Harness
+from harness.errors import DefinitionError
+from harness.jsonvalues import check_text
 from harness.live import LivePublisher
 from harness.log import open_log
 from harness.log.base import SessionLog
 from harness.replay import fold
+from harness.runtime.core import SessionCore
+from harness.runtime.ownership import Ownership
+from harness.runtime.poller import HostPoller
 from harness.runtime.session import Session
-from harness.secrets import secret_values
+from harness.secrets import SecretScrubber, secret_values
 
-__all__ = ["HarnessHost"]
+__all__ = ["DEFAULT_SYNC_THREADS", "HarnessHost"]
+
+DEFAULT_SYNC_THREADS = 16
+"""Threads that run sync step functions and sync tools of one host at once."""
 
 
 class HarnessHost:
@@ -31,8 +42,12 @@ class HarnessHost:
             another process may take a session over once it expired.
         clock: the time source (a ``FakeClock`` in tests).
         owner_id: this host's name in ownership records (default host:pid:random).
-        poll_interval: how often an owned session looks for inputs that other
-            processes put in the log (answers, records, messages).
+        poll_interval: how often the host's one poller renews the leases it holds and
+            looks for records other processes put in the log for its open sessions
+            (answers, records, messages). Idle sessions cost nothing on their own.
+        sync_threads: how many sync step functions and sync tools may run at once (a
+            bounded thread pool; more wait for a thread). They never run on the event
+            loop, so a blocking call stops neither lease renewals nor other sessions.
         live: where text deltas of streamed model answers go for other processes
             (a ``KafkaLivePublisher``; workers on Kafka set one). In-process
             subscribers (``session.events(live=True)``) get them in any case.
@@ -47,7 +62,10 @@ class HarnessHost:
         owner_id: str | None = None,
         poll_interval: timedelta = timedelta(milliseconds=200),
         live: LivePublisher | None = None,
+        sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
+        if sync_threads < 1:
+            raise DefinitionError("sync_threads must be at least 1")
         self.log: SessionLog = open_log(log) if isinstance(log, str) else log
         self._owns_log = isinstance(log, str)
         self.lease = lease
@@ -55,7 +73,11 @@ class HarnessHost:
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.poll_interval = poll_interval.total_seconds()
         self.live = live
-        self._sessions: list[Session] = []
+        self.sync_threads = sync_threads
+        self._poller = HostPoller(self.log, interval=self.poll_interval)
+        self._pool: ThreadPoolExecutor | None = None
+        self._cores: dict[str, SessionCore] = {}
+        self._handles: dict[str, set[Session]] = {}
 
     async def open(
         self,
@@ -66,19 +88,94 @@ class HarnessHost:
     ) -> Session:
         """A handle on the session, its state rebuilt from the log.
 
-        Opening claims nothing: the first write (``send``, ``recover``, ...) does.
+        Opening claims nothing: the first write does. Handles of one session in one host
+        share their state and ownership (their calls are queued in log order).
+
+        Raises:
+            SecretInName: the session id holds one of the secrets.
+            DefinitionError: the session is open here with another harness or secrets.
         """
-        state = fold(session_id, await self.log.read(session_id))
-        session = Session(
-            host=self, harness=harness, session_id=session_id, secrets=secret_values(secrets), state=state
-        )
-        self._sessions.append(session)
-        return session
+        plain = secret_values(secrets)
+        check_text(session_id, what="a session id")
+        SecretScrubber(plain).check_name("session id", session_id, session_id=None)
+        core = self._cores.get(session_id)
+        if core is not None and (core.closed or core.fatal is not None):
+            await self._drop_core(core)
+            core = None
+        if core is None:
+            core = SessionCore(
+                host=self, harness=harness, session_id=session_id, secrets=plain, state=fold(session_id, [])
+            )
+            self._cores[session_id] = core  # watched from here on: then read the log
+            try:
+                await core.refresh()
+            except BaseException:
+                await self._drop_core(core)
+                raise
+        elif core.harness.name != harness.name or dict(core.secrets) != dict(plain):
+            raise DefinitionError(
+                f"session {session_id!r} is already open in this host with harness {core.harness.name!r} "
+                "and other secrets; close that handle first"
+                if core.harness.name == harness.name
+                else f"session {session_id!r} is already open in this host with harness {core.harness.name!r}"
+            )
+        handle = Session(core, on_close=self._handle_closed)
+        self._handles.setdefault(session_id, set()).add(handle)
+        return handle
+
+    async def _handle_closed(self, handle: Session) -> None:
+        sid = handle.session_id
+        handles = self._handles.get(sid)
+        if handles is not None:
+            handles.discard(handle)
+            if handles:
+                return
+            del self._handles[sid]
+        core = self._cores.get(sid)
+        if core is not None and core is handle._core:
+            await self._drop_core(core)
+
+    async def _drop_core(self, core: SessionCore) -> None:
+        if self._cores.get(core.session_id) is core:
+            del self._cores[core.session_id]
+        await core.close()
+
+    @property
+    def open_sessions(self) -> int:
+        """Sessions with an open handle in this host."""
+        return len(self._cores)
+
+    # -- what sessions need from their host (SessionHost) ----------------------------------------
+
+    def hold(self, ownership: Ownership) -> None:
+        self._poller.hold(ownership)
+
+    def drop(self, ownership: Ownership) -> None:
+        self._poller.drop(ownership)
+
+    def watch(self, core: SessionCore) -> None:
+        self._poller.watch(core)
+
+    def unwatch(self, core: SessionCore) -> None:
+        self._poller.unwatch(core)
+
+    async def run_sync(self, fn: Callable[[], Any]) -> Any:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.sync_threads, thread_name_prefix="harness-sync")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        for session in self._sessions:
-            await session.close()
-        self._sessions.clear()
+        for handles in list(self._handles.values()):
+            for handle in list(handles):
+                await handle.close()
+        for core in list(self._cores.values()):
+            await self._drop_core(core)
+        await self._poller.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         if self._owns_log:
             await self.log.close()
 

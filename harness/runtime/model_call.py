@@ -31,11 +31,12 @@ from typing import Any
 from harness.clock import Clock
 from harness.definition import Durability, Harness
 from harness.errors import ModelError
-from harness.jsonvalues import json_copy
+from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
 from harness.models.base import ModelResponse, call_complete
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation
+from harness.runtime.arguments import refuse_secret_arguments
 from harness.secrets import SecretScrubber
 
 __all__ = ["ErrorVerdict", "backoff_seconds", "call_model", "classify_error", "model_messages"]
@@ -45,6 +46,7 @@ log = logging.getLogger("harness.model")
 Commit = Callable[[list[Record]], Awaitable[None]]
 Fail = Callable[[str, str], Awaitable[None]]
 Publish = Callable[[LiveEvent], None]
+CheckName = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +162,28 @@ class _Deltas:
 
 
 def _response_records(
-    session_id: str, state: SessionState, action: CallModel, response: ModelResponse, now: int
+    session_id: str,
+    state: SessionState,
+    action: CallModel,
+    response: ModelResponse,
+    now: int,
+    scrubber: SecretScrubber,
+    check_name: CheckName | None,
 ) -> list[Record]:
+    """The records of a completed answer; raises (the call fails) on a value the log
+    cannot hold or a tool call id holding a session secret (ids are never rewritten)."""
+    if response.text is not None:
+        check_text(response.text, what="the model's text")
     seen = set(state.calls)
     calls = []
     for pos, call in enumerate(response.tool_calls):
-        call_id = call.id or f"call-{action.turn}.{action.index}.{pos}"
+        if call.id:
+            call_id = check_text(call.id, what="a tool call id")
+            if check_name is not None:
+                check_name("tool call id", call_id)
+        else:
+            call_id = f"call-{action.turn}.{action.index}.{pos}"
+        check_text(call.name, what="a tool call's name")
         if call_id in seen:  # ids must be unique in a session: make a repeated one so
             call_id = f"{call_id}~{action.turn}.{action.index}.{pos}"
         seen.add(call_id)
@@ -174,6 +192,11 @@ def _response_records(
     records: list[Record] = [
         ModelResponseRecord(session_id, now, action.turn, action.index, response.text, tuple(calls), finish)
     ]
+    # A call whose arguments hold a session secret never runs (SPEC 7.6): its logged
+    # arguments are redacted with the rest of the record, and its result is the
+    # refusal, in the same append. (A truncated response's calls never run anyway.)
+    if finish != "length":
+        records.extend(refuse_secret_arguments(session_id, now, calls, scrubber))
     usage = response.usage
     if usage is not None:
         records.append(
@@ -200,6 +223,7 @@ async def call_model(
     commit: Commit,
     fail: Fail,
     publish: Publish | None = None,
+    check_name: CheckName | None = None,
     rng: random.Random | None = None,
 ) -> None:
     """Make one try of the model call ``action`` names and log its outcome (see the module doc).
@@ -216,7 +240,9 @@ async def call_model(
         response = await call_complete(
             harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
         )
-        records = _response_records(session_id, state, action, response, round(clock.now() * 1000))
+        records = _response_records(
+            session_id, state, action, response, round(clock.now() * 1000), scrubber, check_name
+        )
         sink.flush()
     except Exception as exc:  # noqa: BLE001 - a model failure is retried or fails the turn, never the owner
         await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)

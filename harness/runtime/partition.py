@@ -8,6 +8,12 @@ record to its session, creating sessions as their first inputs arrive. ``stop``
 cancels every session the recoverable way: nothing is written, the next owner
 carries on.
 
+A session whose log has an unreadable record (a changed byte, a body that does not
+decode) is PARKED: it is never driven, since nobody can know what that record said
+(a lost step result would run its charge again). The worker says so at ERROR, reports
+the record on its dead-letter path, and keeps driving the others. An operator repairs
+the record (or the session) and restarts the worker.
+
 Bounded memory and rebuild: ended sessions are forgotten but for their ids and
 first positions (a new input for one reads its history back from there, and a
 new session never needs a read); the last ``RECENT_ENDED`` ended sessions keep
@@ -20,6 +26,7 @@ only: without one the same state comes from reading the whole partition.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import OrderedDict, defaultdict
@@ -33,9 +40,9 @@ from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
 from harness.logs import SECRETS, lease_wait_message
 from harness.records import InputMessage, InputSettled, LogEntry
-from harness.replay import CONTROL_TYPES, SessionState, ended_from_control, fold
+from harness.replay import CONTROL_TYPES, SessionState, control_fields, ended_from_control, fold
+from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.gate import Active, SessionGate
-from harness.runtime.session import Session, SessionHost
 from harness.secrets import secret_values
 from harness.views import classify
 
@@ -70,9 +77,11 @@ class PartitionRuntime:
         self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
         self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
-        self._sessions: dict[str, Session] = {}  # live, driven
+        self._sessions: dict[str, SessionCore] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
+        self._parked: dict[str, CorruptRecord] = {}  # sessions with an unreadable record: never driven
+        self._closing: set[asyncio.Task[None]] = set()
         self.live = False
         self.on_corrupt: Callable[[CorruptRecord], object] | None = None
         self.position = 0  # every record <= position was folded
@@ -94,6 +103,9 @@ class PartitionRuntime:
             if entry.seq <= self.position:
                 continue
             sid = entry.session_id
+            if sid in self._parked:
+                self.position = entry.seq
+                continue
             if sid in self._ended:
                 self._needs_history.add(sid)  # an ended session came back: read it whole later
             else:
@@ -108,6 +120,8 @@ class PartitionRuntime:
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
+            if sid in self._parked:
+                continue
             # First the few records that decide it, read as plain fields (with lazily
             # read entries nothing else of an ended session is decoded), then the
             # whole fold of a live one.
@@ -115,6 +129,8 @@ class PartitionRuntime:
                 self._remember_ended(sid, self._entries.pop(sid))
                 continue
             state = self._fold(sid, entries)
+            if sid in self._parked:
+                continue
             if state.ended:
                 self._remember_ended(sid, self._entries.pop(sid))
             else:
@@ -123,12 +139,14 @@ class PartitionRuntime:
 
     def _ended_by_control(self, sid: str, entries: list[LogEntry]) -> bool:
         try:
-            return ended_from_control((e.type, _fields(e)) for e in entries if e.type in CONTROL_TYPES)
+            return ended_from_control(
+                (e.seq, e.record_type, _fields(e)) for e in entries if e.record_type in CONTROL_TYPES
+            )
         except CodecError:
             return False  # the whole fold decides, and reports what it cannot read
 
     def _fold(self, sid: str, entries: list[LogEntry]) -> SessionState:
-        """``fold``, dropping (and reporting) records whose body cannot be decoded."""
+        """``fold``; a record whose body cannot be decoded parks the session (reported)."""
         try:
             return fold(sid, entries)
         except CodecError:
@@ -150,10 +168,38 @@ class PartitionRuntime:
         return fold(sid, good)
 
     def report_corrupt(self, corrupt: CorruptRecord) -> None:
-        """An undecodable record was skipped (a worker also copies it to its dead-letter topic)."""
-        log.error("skipping an undecodable record: %s", corrupt)
+        """An unreadable record: its session is parked (a worker also copies the record
+        to its dead-letter path)."""
         if self.on_corrupt is not None:
             self.on_corrupt(corrupt)
+        if corrupt.session_id is None:
+            log.error("an unreadable record of no known session: %s", corrupt)
+            return
+        self.park(corrupt.session_id, corrupt)
+
+    def park(self, sid: str, corrupt: CorruptRecord) -> None:
+        """Never drive ``sid`` again here: its log has an unreadable record."""
+        if sid in self._parked:
+            return
+        self._parked[sid] = corrupt
+        log.error(
+            "session %s is parked, not driven: its log has an unreadable record at position %s "
+            "(%s); repair or remove that record, then restart the worker",
+            sid, corrupt.seq, corrupt,
+        )
+        session = self._sessions.pop(sid, None)
+        if session is not None:  # stop it the recoverable way: nothing is written
+            task = asyncio.ensure_future(session.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._entries.pop(sid, None)
+        self._recent.pop(sid, None)
+        self._retry.discard(sid)
+
+    @property
+    def parked(self) -> Mapping[str, CorruptRecord]:
+        """Sessions not driven because their log has an unreadable record."""
+        return self._parked
 
     def _remember_ended(self, sid: str, entries: list[LogEntry]) -> None:
         self._ended[sid] = entries[0].seq if entries else 0
@@ -171,9 +217,15 @@ class PartitionRuntime:
         recent = self._recent.pop(sid, None)
         if recent is not None:
             return recent + list(new)  # every record between came through here: no read
-        if first <= 1:
-            return list(await self.host.log.read(sid))
-        return list(await self.host.log.read(sid, after=first - 1))
+        return await self._read_session(sid, after=first - 1 if first > 1 else None)
+
+    async def _read_session(self, sid: str, *, after: int | None = None) -> list[LogEntry]:
+        """The session's records from the log; an unreadable one parks it (and raises)."""
+        try:
+            return list(await self.host.log.read(sid, after=after))
+        except CorruptRecord as corrupt:
+            self.report_corrupt(corrupt)
+            raise
 
     async def go_live(self) -> None:
         """Drive every rebuilt session that has work left; remember the ended ones."""
@@ -207,6 +259,8 @@ class PartitionRuntime:
             self.position = entry.seq
             self.records_since_checkpoint += 1
         for sid, batch in by_session.items():
+            if sid in self._parked:
+                continue
             known = self._entries.get(sid)
             if known is not None:
                 known.extend(batch)
@@ -229,7 +283,10 @@ class PartitionRuntime:
                 if not any(e.record.IS_INPUT for e in batch):
                     self._recent.pop(sid, None)  # stray records: its next return reads the log
                     continue
-                history = await self._history(sid, batch)  # an ended session comes back
+                try:
+                    history = await self._history(sid, batch)  # an ended session comes back
+                except CorruptRecord:
+                    continue  # parked
                 self._entries[sid] = history
                 state = fold(sid, history)
             else:
@@ -277,10 +334,12 @@ class PartitionRuntime:
             self._retry.add(sid)
         for sid in list(self._retry):
             self._retry.discard(sid)
-            if sid in self._sessions:
+            if sid in self._sessions or sid in self._parked:
                 continue
             try:
-                entries = await self.host.log.read(sid)
+                entries = await self._read_session(sid)
+            except CorruptRecord:
+                continue  # parked
             except LogError as exc:
                 log.warning("cannot read session %s yet: %s", sid, exc)
                 self._retry.add(sid)
@@ -300,7 +359,7 @@ class PartitionRuntime:
         return len(idle)
 
     @property
-    def sessions(self) -> Mapping[str, Session]:
+    def sessions(self) -> Mapping[str, SessionCore]:
         return self._sessions
 
     # -- sessions ------------------------------------------------------------------------
@@ -319,6 +378,8 @@ class PartitionRuntime:
         return None
 
     async def _start(self, sid: str, state: SessionState) -> None:
+        if sid in self._parked:
+            return
         harness = self._harness_for(state)
         if harness is None:
             await self._reject_all(sid, state)
@@ -331,7 +392,9 @@ class PartitionRuntime:
     def _launch(self, sid: str, state: SessionState, harness: Harness) -> None:
         secrets = secret_values(self._secrets_for(sid, harness.name) if self._secrets_for else None)
         SECRETS.add(secrets)  # log lines never show them
-        session = Session(host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False)
+        session = SessionCore(
+            host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False
+        )
         self._sessions[sid] = session
         session.resume()
 
@@ -347,7 +410,7 @@ class PartitionRuntime:
 
         return active
 
-    def _must_queue(self, sid: str, session: Session, batch: Sequence[LogEntry]) -> bool:
+    def _must_queue(self, sid: str, session: SessionCore, batch: Sequence[LogEntry]) -> bool:
         if not self._gate.limited or session.busy or self._gate.holds(sid):
             return False
         if not any(isinstance(e.record, InputMessage) for e in batch):
@@ -407,4 +470,4 @@ class PartitionRuntime:
 def _fields(entry: LogEntry) -> Mapping[str, Any]:
     """A record's plain fields; a lazily read entry gives them without being decoded."""
     fields = getattr(entry, "fields", None)
-    return fields() if callable(fields) else entry.data
+    return fields() if callable(fields) else control_fields(entry.record)

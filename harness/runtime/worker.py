@@ -32,7 +32,7 @@ from harness.log.follow import ChangeSource, watch_changes
 from harness.observability import Observation, metrics
 from harness.records import LogEntry
 from harness.runtime.gate import SessionGate
-from harness.runtime.host import HarnessHost
+from harness.runtime.host import DEFAULT_SYNC_THREADS, HarnessHost
 from harness.runtime.observe import WorkerHealth, observe_runtimes
 from harness.runtime.partition import PartitionRuntime, SecretsFor
 
@@ -56,6 +56,7 @@ class WorkerStats:
     sessions: int = 0
     records_ingested: int = 0
     corrupt_records: int = 0
+    parked_sessions: int = 0
     rebuilds: int = 0
     scans: int = 0  # reads of the log for new records (SQLite / memory)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -71,7 +72,6 @@ class Worker:
         poll_interval: SQLite/memory logs with no change source only: how often the log
             is read for new records (a memory or SQLite log signals its commits instead).
         instance_id: Kafka static membership (``group.instance.id``).
-        secrets_for: gives a session's secrets from (session id, harness name).
         live: on Kafka, publish text deltas of streamed model answers to ``<prefix>.live``
             for other processes (``HarnessClient.events(sid, live=True)``); default True.
         secrets_for: ``secrets_for(session_id, harness_name) -> {name: value}``: the
@@ -81,6 +81,8 @@ class Worker:
         max_sessions: at most this many sessions running at once (None: no limit);
             the others wait in order. A session parked on a person or a sleep gives its
             slot back (see ``harness.runtime.gate``).
+        sync_threads: how many sync step functions and sync tools run at once (a
+            bounded thread pool, never the event loop; see ``HarnessHost``).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class Worker:
         secrets_for: SecretsFor | None = None,
         live: bool = True,
         max_sessions: int | None = None,
+        sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
         by_name: dict[str, Harness] = {}
         for h in harnesses:
@@ -107,7 +110,14 @@ class Worker:
         self.log = log
         self.harnesses = by_name
         self.owner_id = owner_id or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.host = HarnessHost(log=log, lease=lease, clock=clock, owner_id=self.owner_id, poll_interval=poll_interval)
+        self.host = HarnessHost(
+            log=log,
+            lease=lease,
+            clock=clock,
+            owner_id=self.owner_id,
+            poll_interval=poll_interval,
+            sync_threads=sync_threads,
+        )
         self.instance_id = instance_id
         self.secrets_for = secrets_for
         self.gate = SessionGate(max_sessions)
@@ -211,10 +221,13 @@ class Worker:
         self.stats.scans += 1
         entries: list[LogEntry] = []
         position = after
+        rt = self.runtime(0)
         for item in items:
             if isinstance(item, CorruptRecord):
+                # Its session is parked (never driven); the others go on.
                 self.stats.corrupt_records += 1
-                log.error("skipping a corrupt record of session %s at %s", item.session_id, item.seq)
+                rt.report_corrupt(item)
+                self.stats.parked_sessions = len(rt.parked)
                 position = max(position, item.seq or position)
                 continue
             entries.append(item)

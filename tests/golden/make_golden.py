@@ -2,14 +2,16 @@
 
 Usage (from the repo root)::
 
-    python tests/golden/make_golden.py           # write files for record types that have none
+    python tests/golden/make_golden.py           # write files for record types (versions) that have none
     python tests/golden/make_golden.py --force   # overwrite ALL files (breaks compatibility!)
 
 The checked-in ``<type>.bin`` files are the bytes that older code wrote; the test
 ``test_golden.py`` proves today's codec still decodes them to ``<type>.json``.
 Never regenerate existing files to make a failing golden test pass: that hides
 exactly the incompatible schema change the test exists to catch. Only add files
-for new record types (the default mode does just that).
+for new record types, and for the new version of a changed type (the default mode
+does just that): a type whose older schemas are in ``schemas/history`` has its
+current version's vector in ``<type>@<version>.bin``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from harness.records import (  # noqa: E402
     AskAnswered,
     AskOpened,
     InputAnswer,
+    InputCancel,
     InputMessage,
     InputRecords,
     InputSettled,
@@ -79,11 +82,13 @@ def examples() -> list[Record]:
             TS + 3,
             "in-1",
             "rejected",
-            code="duplicate",
-            reason="input_id already settled",
+            code="input_conflict",
+            reason="input_id already used with another payload",
+            input_seq=42,
         ),
+        InputCancel(S, TS + 3, "cancel:in-1", "in-1"),
         TurnStarted(S, TS + 4, "in-1", 1),
-        TurnResumed(S, TS + 5, "in-1", 1, 2),
+        TurnResumed(S, TS + 5, "in-1", 1, 2, counted=False),
         TurnFinished(
             S,
             TS + 6,
@@ -158,26 +163,10 @@ def examples() -> list[Record]:
     ]
 
 
-def later_versions() -> list[tuple[int, Record]]:
-    """Records of schema versions after the first: ``(version, record)`` -> ``<type>.v<version>.bin``.
-
-    When a schema gains a field, add an example that sets it here (the first file of
-    the type stays as it was: it proves records of the earlier version still decode).
-    """
-    return [
-        (
-            2,
-            ModelResponseRecord(
-                S,
-                TS + 17,
-                1,
-                1,
-                text="Cut here…",
-                tool_calls=({"id": "call-3", "name": "search", "arguments": {"q": "ü"}},),
-                finish_reason="length",
-            ),
-        ),
-    ]
+def golden_stem(record_type: str) -> str:
+    """``<type>`` for a type's first schema version, ``<type>@<n>`` for its n-th."""
+    version = 1 + len(list((HERE.parents[1] / "schemas" / "history").glob(f"{record_type}.*.avsc")))
+    return record_type if version == 1 else f"{record_type}@{version}"
 
 
 def plain_fields(record: Record) -> dict[str, Any]:
@@ -200,8 +189,8 @@ def main() -> None:
     missing = {cls.TYPE for cls in RECORD_CLASSES} - {r.TYPE for r in records}
     if missing:
         raise SystemExit(f"add an example to examples() for: {sorted(missing)}")
-    named = [(f"{r.TYPE}", r) for r in records] + [(f"{r.TYPE}.v{v}", r) for v, r in later_versions()]
-    for stem, record in named:
+    for record in records:
+        stem = golden_stem(record.TYPE)
         bin_path = HERE / f"{stem}.bin"
         json_path = HERE / f"{stem}.json"
         if bin_path.exists() and not args.force:

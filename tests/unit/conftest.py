@@ -206,10 +206,16 @@ async def crash(session: Session) -> None:
 
     Its lease stays until it runs out (advance the fake clock past ``LEASE``).
     """
+    core = session._core
     session._closed = True
-    for task in (session._driver, session._background):
+    core.closed = True
+    core.host.unwatch(core)
+    core.ownership.lost()  # no release: the lease stays until it runs out
+    for task in (core._task, core._standby, core._refreshing, *core._side_tasks):
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-    session._writer = None
+    host_cores = getattr(core.host, "_cores", {})
+    if host_cores.get(core.session_id) is core:
+        del host_cores[core.session_id]

@@ -156,7 +156,11 @@ async def test_secrets_never_reach_a_record_nor_the_model(host, log, logs):
         if n == 0:
             return ModelResponse(
                 text=f"calling with {SECRET}",
-                tool_calls=[call("c1", "leaky", order_id=SECRET), call("c2", "leaky", order_id="raise")],
+                tool_calls=[
+                    call("c1", "leaky", order_id="42"),
+                    call("c2", "leaky", order_id="raise"),
+                    call("c3", "leaky", order_id=SECRET),  # refused, never run (issue 13)
+                ],
             )
         return ModelResponse(text=f"the key is {SECRET}")
 
@@ -178,6 +182,8 @@ async def test_secrets_never_reach_a_record_nor_the_model(host, log, logs):
     assert SECRET.encode() not in await raw_bytes(log, logs)
     assert "[secret:stripe]" in json.dumps(model.requests)
     assert SECRET not in json.dumps(await session.records())
+    refused = session.state.calls["c3"].result
+    assert refused is not None and refused.code == "secret_in_arguments" and refused.content["path"] == "$.order_id"
 
 
 async def test_failing_after_hook_is_a_tool_error_not_a_stalled_session(host, log):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.server
+import io
 import json
 import math
 import threading
@@ -344,6 +345,51 @@ def test_records_of_an_earlier_schema_version_decode_in_both_framings(fake_regis
         schema_id = json.loads(reply.read())["id"]
     framed = b"\x00" + schema_id.to_bytes(4, "big") + old[10:]
     assert RecordCodec(schema_ids=ConfluentRegistryClient(fake_registry)).decode(framed) == record
+
+
+def _old_turn_resumed_body() -> bytes:
+    """A TurnResumed as written before ``counted`` existed (schemas/history/...1.avsc)."""
+    old = fastavro.schema.load_schema(str(schema_dir() / "history" / "harness.turn.resumed.1.avsc"), _write_hint=False)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, old, {"session_id": "s", "ts": 5, "input_id": "i", "turn": 1, "attempt": 3})
+    return out.getvalue()
+
+
+def test_a_record_of_an_older_schema_version_decodes_with_the_new_fields_defaults() -> None:
+    from harness.records import TurnResumed
+
+    old = fastavro.schema.load_schema(str(schema_dir() / "history" / "harness.turn.resumed.1.avsc"), _write_hint=False)
+    fingerprint = crc64_avro(fastavro.schema.to_parsing_canonical_form(old).encode())
+    assert fingerprint != default_codec().fingerprint("harness.turn.resumed")
+    data = b"\xc3\x01" + fingerprint + _old_turn_resumed_body()
+    assert decode(data) == TurnResumed("s", 5, "i", 1, 3, counted=True)
+    assert default_codec().decode_fields(data) == (
+        "harness.turn.resumed",
+        {"session_id": "s", "ts": 5, "input_id": "i", "turn": 1, "attempt": 3, "counted": True},
+    )
+
+
+def test_registry_framed_record_of_an_older_schema_version_decodes(fake_registry: str) -> None:
+    from harness.records import TurnResumed
+
+    old_text = (schema_dir() / "history" / "harness.turn.resumed.1.avsc").read_text(encoding="utf-8")
+    _FakeRegistry.schemas[7] = json.dumps(json.loads(old_text))
+    reader = RecordCodec(schema_ids=ConfluentRegistryClient(fake_registry))
+    data = b"\x00" + (7).to_bytes(4, "big") + _old_turn_resumed_body()
+    assert reader.decode(data) == TurnResumed("s", 5, "i", 1, 3)
+
+
+def test_every_older_schema_version_resolves_to_todays() -> None:
+    """A history file is an older version of a record type, readable as today's schema."""
+    history = sorted((schema_dir() / "history").glob("*.avsc"))
+    assert history
+    for path in history:
+        record_type = path.name.rsplit(".", 2)[0]
+        old = json.loads(path.read_text(encoding="utf-8"))
+        new = json.loads((schema_dir() / f"{record_type}.avsc").read_text(encoding="utf-8"))
+        old_names = [f["name"] for f in old["fields"]]
+        assert [f["name"] for f in new["fields"]][: len(old_names)] == old_names, path.name
+        assert all("default" in f for f in new["fields"][len(old_names) :]), path.name
 
 
 # --- encode errors -----------------------------------------------------------------------------

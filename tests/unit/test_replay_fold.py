@@ -82,7 +82,21 @@ def test_inputs_dedup_by_input_id_first_wins() -> None:
     assert isinstance(inp.record, InputMessage)
     assert inp.record.text == "first"
     assert inp.seq == 0
-    assert state.anomalies == 2
+    # Other payloads under the same id are conflicts for the owner to refuse (issue 7).
+    assert sorted(state.conflicts) == [1, 2]
+    assert [c.seq for c in state.pending_conflicts()] == [1, 2]
+
+
+def test_a_resend_with_the_same_payload_is_no_conflict_and_a_settled_conflict_is_done() -> None:
+    state = folded(
+        msg("in-1", "first"),
+        msg("in-1", "first"),
+        msg("in-1", "other"),
+        InputSettled(S, 0, "in-1", "rejected", "input_conflict", input_seq=2),
+    )
+    assert state.anomalies == 1 and list(state.conflicts) == [2]
+    assert state.conflicts[2].settled is not None and state.pending_conflicts() == []
+    assert state.inputs["in-1"].settled is None  # the first one is still to be taken
 
 
 def test_input_kinds() -> None:

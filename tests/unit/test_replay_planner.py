@@ -246,9 +246,72 @@ def test_attempts_exhausted_once_turn_attempts_exceed_max_attempts() -> None:
     assert "2 times" in action.error and "max_attempts=2" in action.error
 
 
-def test_attempts_exhausted_before_anything_else() -> None:
-    state = state_of(*head(text="bye"), TurnResumed(S, 0, "in-1", 1, 2))  # would complete
+def test_s7_5_a_final_answer_wins_over_attempts_exhausted_and_timeout() -> None:
+    state = state_of(*head(text="bye"), TurnResumed(S, 0, "in-1", 1, 2))
+    action = plan_turn(state, POLICIES, max_attempts=1, now_ms=10**9, timeout_ms=1)
+    assert action == CompleteTurn(1, "bye")
+
+
+def test_attempts_exhausted_before_running_anything() -> None:
+    state = state_of(*head(call("c1", "safe")), tool_started("c1", "safe"), TurnResumed(S, 0, "in-1", 1, 2))
     assert isinstance(plan(state, max_attempts=1), FailTurn)
+
+
+def test_s7_5_uncounted_takeovers_use_no_attempt() -> None:
+    records = [*head(call("c1", "safe")), tool_started("c1", "safe")]
+    records += [TurnResumed(S, 0, "in-1", 1, 1, counted=False) for _ in range(5)]
+    state = state_of(*records)
+    assert state.turns[0].attempts == 1
+    assert isinstance(plan(state, max_attempts=1), RunBatch)
+
+
+def _asking(*extra: Record, expires_at: int | None = None) -> SessionState:
+    return state_of(
+        *head(call("c1", "safe"), call("c2", "safe")),
+        tool_started("c1", "safe"),
+        tool_started("c2", "safe"),
+        AskOpened(S, 0, "c1", "ok?", "?", {}, expires_at),
+        *extra,
+    )
+
+
+def test_s7_5_parked_only_when_every_unfinished_call_waits_on_an_open_ask_or_a_future_sleep() -> None:
+    from harness.records import SleepScheduled
+    from harness.replay import is_parked
+
+    sleeping = SleepScheduled(S, 0, "c2", "nap", 5000)
+    assert is_parked(_asking(sleeping), now_ms=4999)
+    assert not is_parked(_asking(sleeping), now_ms=5000)  # the sleeper may be awake and running
+    assert not is_parked(_asking(), now_ms=0)  # c2 is running
+    assert is_parked(_asking(tool_result("c2", "safe")), now_ms=0)  # c2 is done
+    assert not is_parked(_asking(tool_result("c2", "safe"), expires_at=100), now_ms=100)  # expired: it raises
+    answered = AskAnswered(S, 0, "c1", "ok?", {"ok": True}, "a-1")
+    assert not is_parked(_asking(tool_result("c2", "safe"), answered), now_ms=0)  # woken by its answer
+    after = StepResult(S, 0, "c1", "after", 1)
+    assert not is_parked(_asking(tool_result("c2", "safe"), after), now_ms=0)  # went on past the ask
+    done = _asking(tool_result("c1", "safe"), tool_result("c2", "safe"))
+    assert not is_parked(done, now_ms=0)  # the next model call may be in flight
+    assert not is_parked(state_of(*head()[:2]), now_ms=0)  # the first model call may be in flight
+    assert is_parked(state_of(*head(text="bye")), now_ms=0)  # only its turn.finished is left
+
+
+def test_s7_5_a_parked_rerun_writes_no_tool_started() -> None:
+    state = _asking(tool_result("c2", "safe"))
+    [c1, _] = plan_turn(state, POLICIES, max_attempts=10, now_ms=0).calls
+    assert (c1.action, c1.parked) == ("rerun", True)
+    [c1, _] = plan(state).calls  # no clock: never parked
+    assert not c1.parked
+
+
+def test_timeout_fails_the_turn_measured_from_its_first_start() -> None:
+    state = state_of(
+        InputMessage(S, 0, "in-1", "go", "h"),
+        TurnStarted(S, 1000, "in-1", 1),
+        TurnResumed(S, 5000, "in-1", 1, 2),
+    )
+    assert isinstance(plan_turn(state, POLICIES, max_attempts=10, now_ms=1999, timeout_ms=1000), CallModel)
+    action = plan_turn(state, POLICIES, max_attempts=10, now_ms=2000, timeout_ms=1000)
+    assert isinstance(action, FailTurn) and action.code == "timeout"
 
 
 def test_complete_turn_when_the_last_response_has_no_tool_calls() -> None:

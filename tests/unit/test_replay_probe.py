@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from harness.records import (
     InputAnswer,
+    InputCancel,
     InputMessage,
     InputRecords,
     InputSettled,
@@ -16,19 +17,26 @@ from harness.records import (
     StepResult,
     TurnFinished,
     TurnStarted,
-    record_data,
 )
-from harness.replay import CONTROL_TYPES, ended_from_control, fold
+from harness.replay import CONTROL_TYPES, control_fields, ended_from_control, fold
 
 S = "s"
 ids = st.sampled_from(["a", "b", "c"])
 turns = st.integers(min_value=0, max_value=4)
 
+positions = st.none() | st.integers(min_value=1, max_value=14)
+
 record = st.one_of(
-    st.builds(lambda i: InputMessage(S, 0, i, "hi"), ids),
-    st.builds(lambda i: InputAnswer(S, 0, i, "c1", "ask", True), ids),
+    st.builds(lambda i, t: InputMessage(S, 0, i, t), ids, st.sampled_from(["hi", "ho"])),
+    st.builds(lambda i, v: InputAnswer(S, 0, i, "c1", "ask", v), ids, st.sampled_from([True, 1, {"a": 1}])),
     st.builds(lambda i: InputRecords(S, 0, i, []), ids),
-    st.builds(lambda i, o: InputSettled(S, 0, i, o), ids, st.sampled_from(["completed", "rejected", "failed"])),
+    st.builds(lambda i, t: InputCancel(S, 0, i, t), ids, ids),
+    st.builds(
+        lambda i, o, at: InputSettled(S, 0, i, o, input_seq=at),
+        ids,
+        st.sampled_from(["completed", "rejected", "failed"]),
+        positions,
+    ),
     st.builds(lambda i, n: TurnStarted(S, 0, i, n), ids, turns),
     st.builds(lambda i, n: TurnFinished(S, 0, i, n, "completed"), ids, turns),
     st.builds(lambda n: ModelResponseRecord(S, 0, n, 0, "x", ()), turns),
@@ -41,7 +49,7 @@ record = st.one_of(
 def test_ended_from_control_equals_the_fold(records: list) -> None:
     entries = [LogEntry(i + 1, r) for i, r in enumerate(records)]
     expected = fold(S, entries).ended
-    control = [(e.type, record_data(e.record)) for e in entries if e.type in CONTROL_TYPES]
+    control = [(e.seq, e.record_type, control_fields(e.record)) for e in entries if e.record_type in CONTROL_TYPES]
     assert ended_from_control(control) == expected
 
 
@@ -52,6 +60,6 @@ def test_a_plain_finished_turn_is_ended_and_a_queued_input_is_not() -> None:
         TurnFinished(S, 0, "a", 1, "completed"),
         InputSettled(S, 0, "a", "completed"),
     ]
-    assert ended_from_control([(r.TYPE, record_data(r)) for r in done])
+    assert ended_from_control([(i, r.TYPE, control_fields(r)) for i, r in enumerate(done)])
     queued = [*done, InputMessage(S, 0, "b", "again")]
-    assert not ended_from_control([(r.TYPE, record_data(r)) for r in queued])
+    assert not ended_from_control([(i, r.TYPE, control_fields(r)) for i, r in enumerate(queued)])

@@ -105,3 +105,33 @@ async def test_s6_1_uncaught_not_durable_is_a_tool_error():
     out = await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
     [(content, is_error)] = results(out).values()
     assert is_error and content["error"] == "tool_failed" and content["type"] == "NotDurableError"
+
+
+async def test_s2_4_plain_idempotency_keys_are_unique_per_chat_call():
+    keys: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("charge", lambda info: keys.append(info.idempotency_key) or 1)
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    for _ in range(2):  # the model reuses its call ids in every conversation
+        await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
+    assert len(keys) == 2 and keys[0] != keys[1]
+    assert all(k.startswith("plain:") and k.endswith(":c1:charge") for k in keys)
+
+
+async def test_s3_naive_until_is_refused_in_plain_mode_too():
+    from datetime import datetime
+
+    caught: list[BaseException] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.sleep("nap", until=datetime(2030, 1, 1))
+        except TypeError as exc:
+            caught.append(exc)
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
+    assert len(caught) == 1 and "until" in str(caught[0])

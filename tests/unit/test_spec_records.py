@@ -161,3 +161,37 @@ async def test_s4_4_records_read_back_by_type_in_log_order(host, log):
     assert await session.records(type="a") == [{"type": "a", "n": 1}, {"type": "a", "n": 3}, {"type": "a", "n": 4}]
     assert await session.records(type="b") == [{"type": "b", "n": 2}]
     assert await session.records(type="none") == []
+
+
+async def test_s4_4_app_records_read_back_with_their_own_type_from_every_reader(host, log):
+    from harness.client import HarnessClient
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        ctx.append([{"type": "app.memory", "fact": "likes tea"}])
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    await session.send("go", input_id="in-1")
+    [entry] = [e for e in await log.read(SID) if e.type == "app.memory"]
+    assert entry.data == {"type": "app.memory", "fact": "likes tea"}
+    assert not any(e.type == "harness.app.record" for e in await log.read(SID))
+    assert entry.record_type == "harness.app.record"  # the envelope, for who needs it
+    assert await session.records() == [{"type": "app.memory", "fact": "likes tea"}]
+
+    client = HarnessClient(log=log)
+    seen = []
+    async for e in client.events(SID):
+        seen.append((e.type, e.data))
+        if e.type == "harness.input.settled":
+            break
+    assert ("app.memory", {"type": "app.memory", "fact": "likes tea"}) in seen
+
+
+async def test_s4_4_records_sent_from_outside_read_back_as_their_input(host, log):
+    """An ``append_records`` input stays one ``harness.input.records`` entry (a request the
+    owner may refuse); its records land, each with its own type, in ``session.records()``."""
+    session = await host.open(harness_of(lambda a, c: "ok"), session_id=SID)
+    await session.append_records([{"type": "app.note", "n": 1}, {"type": "app.tag"}], input_id="r-1")
+    [entry] = [e for e in await log.read(SID) if e.type == "harness.input.records"]
+    assert entry.data["records"] == [{"type": "app.note", "n": 1}, {"type": "app.tag"}]
+    assert await session.records() == [{"type": "app.note", "n": 1}, {"type": "app.tag"}]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import FencedError, SessionBusy
+from harness.errors import FencedError, SessionBusy, SessionClosed
 from harness.records import InputMessage, StepResult
 
 from .conftest import LEASE, Args, Died, DyingLog, call, crash, entries, eventually, script, types
@@ -31,13 +31,29 @@ def echo_model() -> Any:
 
 
 async def test_s7_1_one_owner_at_a_time(hosts, log, other_log):
-    h = harness_of(lambda a, c: "ok", echo_model())
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        inside.set()
+        await release.wait()
+        return "ok"
+
+    h = harness_of(execute, script([call("c1", "work")], "done"))
     a = await hosts(owner_id="a").open(h, session_id=SID)
-    assert (await a.send("one", input_id="in-1")).text == "re: one"
+    sending = asyncio.create_task(a.send("one", input_id="in-1"))
+    await inside.wait()
     info = await log.lease_info(SID)
     assert info.owner == "a"
     with pytest.raises(SessionBusy):
         await other_log().claim(SID, owner="b", lease=LEASE)
+    release.set()
+    assert (await sending).outcome == "completed"
+    # Idle, it holds no lease: the next writer claims it at once.
+    async def released() -> bool:
+        return (await log.lease_info(SID)).owner is None
+
+    await eventually(released)
 
 
 async def test_s7_1_new_owner_fences_the_old_one_whose_write_lands_nothing(hosts, log, other_log, clock):
@@ -61,7 +77,8 @@ async def test_s7_1_new_owner_fences_the_old_one_whose_write_lands_nothing(hosts
     zombie = await hosts(owner_id="a").open(h, session_id=SID)
     sending = asyncio.create_task(zombie.send("go", input_id="in-1"))
     await eventually(lambda: progress)
-    zombie._background.cancel()  # it stops renewing its lease (a long GC pause, a partition)
+    core = zombie._core
+    core.host.drop(core.ownership)  # it stops renewing its lease (a long GC pause, a partition)
     clock.advance(LEASE.total_seconds() + 1)
 
     fencer = await other_log().claim(SID, owner="b", lease=LEASE)  # a new owner: fences the zombie
@@ -85,14 +102,37 @@ async def test_s7_1_new_owner_fences_the_old_one_whose_write_lands_nothing(hosts
 
 
 async def test_s7_2_input_sent_to_another_server_waits_for_the_owner(hosts, log, other_log):
-    h = harness_of(lambda a, c: "ok", echo_model())
+    inside = asyncio.Event()
+    release = asyncio.Event()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        inside.set()
+        await release.wait()
+        return "ok"
+
+    def respond(messages: list[dict[str, Any]]) -> Any:
+        from harness.models import ModelResponse, ToolCall
+
+        if messages[-1] == {"role": "user", "content": "one"}:
+            return ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={})])
+        last_user = [m for m in messages if m["role"] == "user"][-1]
+        return ModelResponse(text=f"re: {last_user['content']}")
+
+    from harness.models import ScriptedModel
+
+    h = harness_of(execute, ScriptedModel(respond))
     owner = await hosts(owner_id="a").open(h, session_id=SID)
-    assert (await owner.send("one", input_id="in-1")).outcome == "completed"
+    first = asyncio.create_task(owner.send("one", input_id="in-1"))
+    await inside.wait()
 
     other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
-    result = await other.send("two", input_id="in-2")  # b is not the owner: its input waits in the log
+    second = asyncio.create_task(other.send("two", input_id="in-2"))  # b is not the owner: it waits in the log
+    await eventually(lambda: "in-2" in owner.state.inputs)
+    assert (await log.lease_info(SID)).owner == "a" and not second.done()
+    release.set()
+    assert (await first).text == "re: one"
+    result = await second
     assert result.outcome == "completed" and result.text == "re: two"
-    assert (await log.lease_info(SID)).owner == "a"
     started = await entries(log, SID, "harness.turn.started")
     assert [s["input_id"] for s in started] == ["in-1", "in-2"]
 
@@ -260,7 +300,7 @@ async def test_s7_3_close_gives_up_ownership_so_another_host_takes_over_at_once(
     task = asyncio.create_task(first.send("go", input_id="in-1"))
     await eventually(lambda: first.state.calls.get("c1") and first.state.calls["c1"].steps)
     await first.close()  # recoverable: nothing written, lease released
-    with pytest.raises(asyncio.CancelledError):  # the waiting send ends with the handle
+    with pytest.raises(SessionClosed):  # the waiting send ends with the handle
         await task
     other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
     [result] = await other.recover()  # no clock advance needed

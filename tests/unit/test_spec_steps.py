@@ -358,3 +358,67 @@ async def test_s2_11_sync_tool_steps_work_and_are_durable(host, log):
     [result] = await entries(log, SID, "harness.tool.result")
     assert result["content"] == {"a": [1, 2]}
     assert [e["name"] for e in await entries(log, SID, "harness.step.result")] == ["a"]
+
+
+# --- slow synchronous code (issue 7) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["step", "tool"])
+async def test_sync_code_blocking_longer_than_the_lease_runs_once_and_keeps_its_lease(
+    hosts, log, other_log, clock, where
+):
+    """A sync step fn (or sync tool) runs on the host's thread pool, never on the event
+    loop: while it blocks for longer than the lease, the lease is renewed, so another
+    process cannot take the session over and run the side effect a second time."""
+    import threading
+
+    from harness.errors import SessionBusy
+
+    loop = asyncio.get_running_loop()
+    charges: list[str] = []
+    takeover: list[BaseException | None] = []
+
+    def lease_until() -> float:
+        async def info() -> float:
+            return (await log.lease_info(SID)).lease_until or 0.0
+
+        return asyncio.run_coroutine_threadsafe(info(), loop).result(timeout=5)
+
+    def charge() -> str:
+        assert threading.current_thread() is not threading.main_thread()
+        for _ in range(4):  # 4 x 10 s of fake time > the 30 s lease
+            before = lease_until()
+            loop.call_soon_threadsafe(clock.advance, 10)
+            for _ in range(400):  # the lease is renewed meanwhile
+                if lease_until() > before:
+                    break
+                threading.Event().wait(0.005)
+        other = other_log()  # another process tries to take the session over
+
+        async def claim() -> None:
+            writer = await other.claim(SID, owner="b", lease=LEASE)
+            await writer.release()
+
+        try:
+            asyncio.run(claim()) if other is not log else asyncio.run_coroutine_threadsafe(claim(), loop).result(5)
+            takeover.append(None)
+        except SessionBusy as exc:
+            takeover.append(exc)
+        charges.append("ch_1")
+        return "ch_1"
+
+    if where == "step":
+        async def execute(args: Args, ctx: Any) -> Any:
+            return await ctx.step.do("charge", charge)
+        h = harness_of(execute)
+    else:
+        from harness import tool
+
+        t = tool(tool_definition(name="work", description="d", input_schema=Args), lambda args: charge())
+        h = define_harness(name="test/steps", model=script([call("c1", "work")], "done"), tools=[t])
+
+    session = await hosts(owner_id="a").open(h, session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed" and session.failed is None
+    assert charges == ["ch_1"]
+    assert len(takeover) == 1 and isinstance(takeover[0], SessionBusy)

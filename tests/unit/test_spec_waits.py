@@ -191,7 +191,8 @@ async def test_s3_2_answer_through_another_server(hosts, log, other_log):
     other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
     with pytest.raises(InvalidAnswer):
         await other.answer("c1", "approve", {"approved": "no"})  # validated from the log's schema
-    assert await other.answer("c1", "approve", {"approved": True}) is None  # the owner has it
+    result = await other.answer("c1", "approve", {"approved": True})  # the owner takes it
+    assert result is not None and result.outcome == "completed"
     await eventually(lambda: owner.state.inputs["in-1"].settled)
     assert answers == [Approval(approved=True)]
 
@@ -313,3 +314,78 @@ async def test_s3_4_sleep_and_ask_names_share_the_step_namespace(host, log):
     assert caught == ["sleep", "ask", "sleep-twice"]
     assert len(await entries(log, SID, "harness.sleep.scheduled")) == 1
     assert await entries(log, SID, "harness.ask.opened") == []
+
+
+# --- naive datetimes ----------------------------------------------------------------------
+
+
+async def test_s3_naive_datetimes_are_refused_naming_the_argument(host, log, clock):
+    """A datetime without a timezone is ambiguous (``datetime.now()`` in New York is not
+    UTC): ``until`` and ``expires_at`` refuse it with a TypeError, before anything is logged."""
+    caught: dict[str, BaseException] = {}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.sleep("nap", until=datetime(2030, 1, 1))
+        except TypeError as exc:
+            caught["until"] = exc
+        try:
+            await ctx.step.ask("ok?", message="approve?", schema=Approval, expires_at=datetime(2030, 1, 1))
+        except TypeError as exc:
+            caught["expires_at"] = exc
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert set(caught) == {"until", "expires_at"}
+    for argument, exc in caught.items():
+        assert argument in str(exc) and "timezone" in str(exc)
+    assert await entries(log, SID, "harness.sleep.scheduled") == []
+    assert await entries(log, SID, "harness.ask.opened") == []
+
+
+# --- answers judged by the tool's own model (issue 7) -------------------------------------
+
+
+async def test_s3_2_answer_is_validated_by_the_asks_pydantic_model_and_a_refused_one_leaves_it_open(
+    hosts, log, other_log
+):
+    from pydantic import field_validator
+
+    class Refund(BaseModel):
+        amount: int
+
+        @field_validator("amount")
+        @classmethod
+        def positive(cls, v: int) -> int:
+            if v <= 0:
+                raise ValueError("must be positive")
+            return v
+
+    got: list[int] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        refund = await ctx.step.ask("refund", message="how much?", schema=Refund)
+        got.append(refund.amount)
+        return refund.amount
+
+    h = harness_of(execute)
+    owner = await hosts(owner_id="a").open(h, session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+    with pytest.raises(InvalidAnswer) as refused:
+        await owner.answer("c1", "refund", {"amount": -5})  # fits the JSON schema, not the model
+    assert refused.value.reason == "invalid_answer" and "must be positive" in str(refused.value)
+    assert await entries(log, SID, "harness.ask.answered") == []
+
+    # Another server without the tool's code checks the JSON schema only; the owner,
+    # which runs the tool, refuses it and the ask stays open.
+    other = await hosts(log_=other_log(), owner_id="b").open(h, session_id=SID)
+    with pytest.raises(InvalidAnswer):
+        await other.answer("c1", "refund", {"amount": 0}, input_id="a-2")
+    assert await entries(log, SID, "harness.ask.answered") == []
+    settled = {s["input_id"]: s for s in await entries(log, SID, "harness.input.settled")}
+    assert settled["a-2"]["outcome"] == "rejected" and settled["a-2"]["code"] == "invalid_answer"
+
+    result = await owner.answer("c1", "refund", {"amount": 7}, input_id="a-3")
+    assert result is not None and result.outcome == "completed"
+    assert got == [7]

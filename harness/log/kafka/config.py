@@ -210,6 +210,9 @@ class KafkaSettings:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
+            # Verify Kafka's own batch CRCs (broker disk): each record's harness.crc32
+            # header is verified by the reader too (harness.log.kafka.checksum).
+            "check.crcs": True,
             # A start offset past the log's end is clamped before assign(); anything else
             # out of range is an error, never a silent jump to another position.
             "auto.offset.reset": "error",

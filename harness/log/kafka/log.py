@@ -36,7 +36,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Self
@@ -44,9 +44,10 @@ from typing import Any, ClassVar, Self
 from confluent_kafka import KafkaError, KafkaException
 
 from harness.errors import CorruptRecord, FencedError, LogUnavailable
-from harness.ids import RECORD_TYPE_HEADER, message_key
+from harness.ids import message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
+from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import DEFAULT_PARTITIONS, SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
 from harness.log.kafka.fanout import Fanout
 from harness.log.kafka.index import Indexes, KeyObserver
@@ -180,6 +181,8 @@ class KafkaLog:
         self._snapshots: SnapshotStore | None = None
         self._fanout: Fanout | None = None
         self._quiet_fanout: Fanout | None = None  # shared tails of readers that write nothing
+        # partition -> (loop, callback) of tails that want to hear of poison records
+        self._corrupt_listeners: dict[int, list[tuple[asyncio.AbstractEventLoop, Callable[[CorruptRecord], object]]]] = {}
         self._indexes = Indexes(self._latest_checkpoint)
 
     @property
@@ -250,7 +253,13 @@ class KafkaLog:
         return await self.snapshots.read(partition, create=False)
 
     async def read_partition(
-        self, partition: int, start_offset: int = 0, end_offset: int | None = None, *, lazy: bool = False
+        self,
+        partition: int,
+        start_offset: int = 0,
+        end_offset: int | None = None,
+        *,
+        lazy: bool = False,
+        on_corrupt: Callable[[CorruptRecord], object] | None = None,
     ) -> list[LogEntry]:
         """Every session's committed records with ``start_offset <= offset < end_offset``.
 
@@ -260,8 +269,13 @@ class KafkaLog:
         framing is checked now, their body is decoded on first use (a worker's rebuild
         never decodes most records of sessions that ended); a body that then fails to
         decode raises ``CodecError`` and is for the caller to report (``dead_letter``).
+        ``on_corrupt`` is told about every poison record too (a worker parks its session).
         """
         items = await self._scan_partition(partition, start_offset, end=end_offset, lazy=lazy)
+        if on_corrupt is not None:
+            for item in items:
+                if isinstance(item, CorruptRecord):
+                    on_corrupt(item)
         return await self._skip_corrupt(items)
 
     async def scan_partition(
@@ -276,21 +290,36 @@ class KafkaLog:
         self._dead_letter_all([corrupt])
 
     async def tail_partition(
-        self, partition: int, start_offset: int = 0, *, dead_letter: bool = True
+        self,
+        partition: int,
+        start_offset: int = 0,
+        *,
+        dead_letter: bool = True,
+        on_corrupt: Callable[[CorruptRecord], object] | None = None,
     ) -> AsyncIterator[LogEntry]:
         """Every committed record of ``partition`` from ``start_offset`` on, as it commits.
 
         Never ends by itself; close the iterator (``aclose()``, or leave ``async for``) to
         stop. Served by the partition's shared tail (:attr:`fanout`). Poison records are
-        dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing)
-        follows the partition with a consumer of its own and skips them quietly.
+        dead-lettered and skipped; ``on_corrupt`` is told about each one too, on the event
+        loop (a worker parks its session). ``dead_letter=False`` (a reader that writes
+        nothing) skips them quietly.
         """
         await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
         fanout = self.fanout if dead_letter else self._quiet_tails()
-        async for entry in fanout.subscribe(partition, after=start_offset):
-            yield entry
+        listener = (asyncio.get_running_loop(), on_corrupt) if on_corrupt is not None else None
+        if listener is not None:
+            with self._lock:
+                self._corrupt_listeners.setdefault(partition, []).append(listener)
+        try:
+            async for entry in fanout.subscribe(partition, after=start_offset):
+                yield entry
+        finally:
+            if listener is not None:
+                with self._lock:
+                    self._corrupt_listeners.get(partition, []).remove(listener)
 
     async def subscribe(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
         """The committed records of ``session_id`` with seq > ``after``, in order, live.
@@ -321,7 +350,7 @@ class KafkaLog:
                     self.settings,
                     decode=self._codec.decode,
                     catch_up=self._catch_up,
-                    on_corrupt=self._dead_letter,
+                    on_corrupt=self._fanout_corrupt,
                     stats=self.stats,
                 )
             return self._fanout
@@ -344,7 +373,22 @@ class KafkaLog:
     ) -> tuple[list[LogEntry], int]:
         items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
         reached = end if len(items) < limit else _seq(items[-1])
+        for item in items:
+            if isinstance(item, CorruptRecord):
+                self._tell_corrupt(item)
         return await self._skip_corrupt(items), reached
+
+    def _fanout_corrupt(self, corrupt: CorruptRecord) -> None:
+        """A poison record met by a shared tail (on a worker thread): dead-letter it and
+        tell the tails of its partition that asked (``tail_partition(on_corrupt=)``)."""
+        self._dead_letter(corrupt)
+        self._tell_corrupt(corrupt)
+
+    def _tell_corrupt(self, corrupt: CorruptRecord) -> None:
+        with self._lock:
+            listeners = list(self._corrupt_listeners.get(corrupt.partition or 0, ()))
+        for loop, callback in listeners:
+            loop.call_soon_threadsafe(callback, corrupt)
 
     async def _catch_up_quietly(
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
@@ -495,7 +539,7 @@ class KafkaLog:
                 value=value,
                 key=message_key(record.session_id),
                 partition=partition,
-                headers=[(RECORD_TYPE_HEADER, record_type.encode())],
+                headers=record_headers(record_type, value),
             )
             offset = await asyncio.wait_for(asyncio.wrap_future(future), SUBMIT_TIMEOUT_S)
         except KafkaException as exc:

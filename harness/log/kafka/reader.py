@@ -27,8 +27,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from harness.errors import CodecError, CorruptRecord, LogUnavailable
 from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
+from harness.log.kafka.checksum import crc_problem
 from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
 from harness.log.kafka.index import KeyObserver
+from harness.records import AppRecord, entry_data, entry_type, record_data
 
 __all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range"]
 
@@ -92,7 +94,7 @@ class LazyEntry:
     for a :class:`LogEntry` wherever one is read.
     """
 
-    __slots__ = ("_decode", "_fields", "_raw", "_record", "seq", "session_id", "type")
+    __slots__ = ("_decode", "_fields", "_raw", "_record", "record_type", "seq", "session_id")
 
     def __init__(
         self,
@@ -105,7 +107,7 @@ class LazyEntry:
     ) -> None:
         self.seq = seq
         self.session_id = session_id
-        self.type = record_type
+        self.record_type = record_type  # the log record's own type, from the framing
         self._raw = raw
         self._decode = decode
         self._fields = fields
@@ -115,7 +117,7 @@ class LazyEntry:
         """The record's plain fields, read without building it (JSON fields as text)."""
         if self._record is None and self._fields is not None:
             return self._fields(self._raw)[1]
-        return LogEntry(self.seq, self.record).data
+        return record_data(self.record)
 
     @property
     def raw(self) -> bytes:
@@ -136,8 +138,15 @@ class LazyEntry:
         return self._record
 
     @property
+    def type(self) -> str:
+        """What a reader sees (an app record's own type: decodes an app record's body)."""
+        if self.record_type == AppRecord.TYPE:
+            return entry_type(self.record)
+        return self.record_type
+
+    @property
     def data(self) -> dict[str, Any]:
-        return LogEntry(self.seq, self.record).data
+        return entry_data(self.record)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (LogEntry, LazyEntry)):
@@ -147,7 +156,7 @@ class LazyEntry:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"LazyEntry(seq={self.seq}, type={self.type!r}, session_id={self.session_id!r})"
+        return f"LazyEntry(seq={self.seq}, type={self.record_type!r}, session_id={self.session_id!r})"
 
 
 def lazy_message(
@@ -166,6 +175,9 @@ def lazy_message(
     try:
         if key is None:
             raise CodecError("no key: a session record's key is its session id")
+        bad_crc = crc_problem(msg.headers(), raw)
+        if bad_crc is not None:
+            raise CodecError(bad_crc)
         return LazyEntry(offset + 1, key.decode("utf-8"), peek(raw), raw, decode, fields)
     except Exception as exc:  # noqa: BLE001 - this one record is unreadable
         return CorruptRecord(
@@ -186,8 +198,10 @@ def decode_message(decode: Decoder, topic: str, partition: int, msg: Any) -> Rea
     key: bytes | None = msg.key()
     session_id = key.decode("utf-8", "replace") if key is not None else None
     try:
+        problem = crc_problem(msg.headers(), raw)
+        if problem is not None:
+            raise CodecError(problem)
         record = decode(raw)
-        problem = None
         if session_id is not None and record.session_id != session_id:
             problem = f"its key names session {session_id!r} but the record belongs to {record.session_id!r}"
     except Exception as exc:  # noqa: BLE001 - any decoder failure makes this one record unreadable

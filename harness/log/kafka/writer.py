@@ -26,7 +26,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from harness.errors import FencedError, LogError, LogUnavailable
-from harness.ids import RECORD_TYPE_HEADER, message_key
+from harness.ids import message_key
+from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import (
     COMMIT_DEADLINE_S,
     GROUP_COMMIT_LINGER_S,
@@ -392,7 +393,7 @@ class PartitionWriter:
                     value=value,
                     key=key,
                     partition=self.partition,
-                    headers=[(RECORD_TYPE_HEADER, record_type.encode())],
+                    headers=record_headers(record_type, value),
                     on_delivery=on_delivery,
                 )
                 return

@@ -1,0 +1,281 @@
+"""The SQLite log's tables: their queries, their checksums, the upgrade of older files.
+
+Every stored record is verified when it is read, so a flipped bit on disk is a
+``CorruptRecord`` at its position, never a silently changed value:
+
+* each row carries ``prev`` (the position of the session's previous record, 0 for
+  its first) and ``crc``, a CRC-32 (zlib) over ``seq, prev, session_id, type, value``:
+  a flip in any of them, or a row moved to another position, fails its check;
+* ``heads`` keeps each session's last position (with its own CRC): a read follows the
+  ``prev`` chain from where it starts to the head, so a row an index no longer finds
+  (a flip in ``records_session_seq``) is missing from the chain, and a read that
+  comes back with another session's row says so;
+* ``meta`` keeps a CRC of the namespace (part of every idempotency key).
+
+Files made by schema version 1 (no checksums) are upgraded when first opened by
+this version: their rows get ``prev``, ``crc`` and ``heads`` in one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import uuid
+import zlib
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from harness.errors import CorruptRecord, LogUnavailable
+
+__all__ = [
+    "INSERT",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "append_rows",
+    "head_crc",
+    "migrate",
+    "namespace_crc",
+    "namespace_of",
+    "row_crc",
+    "select_changes",
+    "select_owner",
+    "select_rows",
+    "select_sessions",
+    "verify_rows",
+]
+
+SCHEMA_VERSION = "2"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    value BLOB NOT NULL,
+    prev INTEGER,
+    crc INTEGER
+);
+CREATE INDEX IF NOT EXISTS records_session_seq ON records (session_id, seq);
+CREATE TABLE IF NOT EXISTS owners (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT,
+    epoch INTEGER NOT NULL,
+    lease_until REAL
+);
+CREATE TABLE IF NOT EXISTS heads (
+    session_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL,
+    crc INTEGER NOT NULL
+);
+"""
+
+INSERT = "INSERT INTO records (seq, session_id, type, value, prev, crc) VALUES (?, ?, ?, ?, ?, ?)"
+SET_HEAD = (
+    "INSERT INTO heads (session_id, last_seq, crc) VALUES (?, ?, ?) "
+    "ON CONFLICT(session_id) DO UPDATE SET last_seq = excluded.last_seq, crc = excluded.crc"
+)
+
+
+def _b(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else bytes(text)
+
+
+_NEXT = (
+    "SELECT (SELECT last_seq FROM heads WHERE session_id = ?), "
+    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0)"
+)
+
+
+def row_crc(seq: int, prev: int, session_id: str | bytes, type_: str | bytes, value: bytes) -> int:
+    head = struct.pack(">qq", seq, prev) + _b(session_id) + b"\x00" + _b(type_) + b"\x00"
+    return zlib.crc32(value, zlib.crc32(head))
+
+
+def head_crc(session_id: str, last_seq: int) -> int:
+    return zlib.crc32(struct.pack(">q", last_seq) + session_id.encode())
+
+
+def namespace_crc(namespace: str) -> str:
+    return str(zlib.crc32(namespace.encode()))
+
+
+def append_rows(
+    db: sqlite3.Connection, session_id: str, encoded: Sequence[tuple[str, bytes]]
+) -> list[int]:
+    """Insert ``encoded`` (type, bytes) as the session's next records, chained and checksummed."""
+    head, last = db.execute(_NEXT, (session_id,)).fetchone()
+    prev: int = head if head is not None else 0
+    seqs: list[int] = []
+    for type_, value in encoded:
+        last += 1
+        db.execute(INSERT, (last, session_id, type_, value, prev, row_crc(last, prev, session_id, type_, value)))
+        seqs.append(last)
+        prev = last
+    if seqs:
+        db.execute(SET_HEAD, (session_id, prev, head_crc(session_id, prev)))
+    return seqs
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Upgrade a schema-1 file in the open write transaction: checksums, chains, heads."""
+    columns = {name for (_, name, *_rest) in db.execute("PRAGMA table_info(records)")}
+    if "crc" not in columns:
+        db.execute("ALTER TABLE records ADD COLUMN prev INTEGER")
+        db.execute("ALTER TABLE records ADD COLUMN crc INTEGER")
+    last_of: dict[str, int] = {}
+    rows = db.execute("SELECT seq, session_id, type, value FROM records ORDER BY seq").fetchall()
+    for seq, sid, type_, value in rows:
+        prev = last_of.get(sid, 0)
+        db.execute(
+            "UPDATE records SET prev = ?, crc = ? WHERE seq = ?", (prev, row_crc(seq, prev, sid, type_, bytes(value)), seq)
+        )
+        last_of[sid] = seq
+    for sid, last in last_of.items():
+        db.execute(SET_HEAD, (sid, last, head_crc(sid, last)))
+
+
+def _corrupt(session_id: str | None, seq: int | None, raw: bytes, why: str) -> CorruptRecord:
+    return CorruptRecord(
+        f"record seq={seq} of session {session_id!r} is corrupt: {why}", session_id=session_id, seq=seq, raw=raw
+    )
+
+
+def verify_rows(
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    session_id: str | None,
+    after: int,
+    head: tuple[int, int] | None = None,
+    whole: bool = False,
+) -> list[tuple[int, str, bytes] | CorruptRecord]:
+    """Check rows read (``seq, session_id, type, value, prev, crc``, in seq order; the
+    text columns as bytes, so a flipped bit in them is a bad row, not a decode error).
+
+    Returns ``(seq, session_id, value)`` per good row and a ``CorruptRecord`` per bad
+    one. ``whole``: the rows are all of ``session_id``'s records after ``after`` (no
+    limit), so they must end at its ``head`` (``(last_seq, crc)`` from ``heads``).
+    """
+    out: list[tuple[int, str, bytes] | CorruptRecord] = []
+    last_of: dict[str, int] = {}
+    for seq, sid_raw, type_, value, prev, crc in rows:
+        raw = bytes(value)
+        why = None
+        try:
+            sid = _b(sid_raw).decode("utf-8")
+        except UnicodeDecodeError:
+            sid = _b(sid_raw).decode("utf-8", "replace")
+            why = "its session id is not UTF-8 (a changed byte)"
+        if why is not None:
+            pass
+        elif crc is not None and crc != row_crc(seq, prev, sid_raw, type_, raw):
+            why = "its checksum does not match (a changed byte)"
+        elif session_id is not None and sid != session_id:
+            why = f"the read of session {session_id!r} found a record of session {sid!r}"
+        elif prev is not None:
+            before = last_of.get(sid)
+            if before is None and prev > max(after, 0):
+                why = f"the record before it (seq={prev}) is missing"
+            elif before is not None and prev != before:
+                why = f"it follows seq={prev}, not seq={before}: a record in between is missing"
+        last_of[sid] = seq
+        out.append(_corrupt(sid, seq, raw, why) if why is not None else (seq, sid, raw))
+    if whole and session_id is not None and head is not None:
+        last_seq, crc = head
+        seen = last_of.get(session_id)
+        if crc != head_crc(session_id, last_seq):
+            out.append(_corrupt(session_id, last_seq, b"", "the session's head row has a changed byte"))
+        elif last_seq > after and seen != last_seq:
+            out.append(
+                _corrupt(session_id, last_seq, b"", f"its last record is seq={last_seq}, but the read ended at {seen}")
+            )
+    return out
+
+
+def namespace_of(conn: sqlite3.Connection, path: str) -> str:
+    """The file's namespace, made with the file (by the first process to open it), its
+    schema upgraded to this version; a damaged ``meta`` table refuses the file."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if not meta and conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+        raise LogUnavailable(f"SQLite log {path!r} is corrupt: it holds records but no namespace")
+    if not meta:  # a new file: the namespace never changes afterwards (idempotency keys)
+        namespace = uuid.uuid4().hex
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
+        )
+        return namespace
+    found, version = meta.get("namespace"), meta.get("schema_version")
+    if found is None or version not in ("1", SCHEMA_VERSION):
+        raise LogUnavailable(
+            f"SQLite log {path!r} is corrupt or of an unknown version: its meta table holds {sorted(map(str, meta))} "
+            f"(schema_version {version!r})"
+        )
+    namespace = str(found)
+    if version == "1":  # made by an older version: checksums and chains for its rows
+        migrate(conn)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('namespace_crc', ?)", (namespace_crc(namespace),))
+    elif meta.get("namespace_crc") != namespace_crc(namespace):
+        raise LogUnavailable(
+            f"SQLite log {path!r} is corrupt: its namespace (part of every idempotency key) "
+            "does not match its checksum"
+        )
+    return str(namespace)
+
+
+# --- reads (on the reader thread; every statement runs to its end: a statement left
+# unfinished would keep its read transaction, an old snapshot, open) ------------------------
+
+
+def select_rows(
+    db: sqlite3.Connection, session_id: str | None, after: int, limit: int
+) -> tuple[list[tuple[Any, ...]], tuple[int, int] | None]:
+    """Rows after ``after`` (of one session, or all), text as bytes, and for a whole read of
+    one session (``limit`` < 0) its head, from one snapshot."""
+    head = None
+    db.text_factory = bytes  # text as read: a flipped bit is a bad row, not a UnicodeDecodeError
+    db.execute("BEGIN")
+    try:
+        if session_id is None:
+            rows = db.execute(
+                "SELECT seq, session_id, type, value, prev, crc FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        else:
+            rows = db.execute(
+                "SELECT seq, session_id, type, value, prev, crc FROM records "
+                "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, after, limit),
+            ).fetchall()
+            if limit < 0:
+                head = db.execute("SELECT last_seq, crc FROM heads WHERE session_id = ?", (session_id,)).fetchone()
+    finally:
+        db.execute("COMMIT")
+        db.text_factory = str
+    return rows, head
+
+
+def select_changes(
+    db: sqlite3.Connection, after: int | None, session_ids: Collection[str]
+) -> tuple[int, dict[str, list[int]]]:
+    """Where the log ends, and the positions after ``after`` of records of ``session_ids``."""
+    if after is None:
+        (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
+        return int(end), {}
+    rows = db.execute("SELECT seq, session_id FROM records WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+    found: dict[str, list[int]] = {}
+    for seq, sid in rows:
+        if sid in session_ids:
+            found.setdefault(sid, []).append(seq)
+    return (rows[-1][0] if rows else after), found
+
+
+def select_sessions(db: sqlite3.Connection) -> list[str]:
+    rows = db.execute("SELECT session_id FROM records GROUP BY session_id ORDER BY MIN(seq)").fetchall()
+    return [sid for (sid,) in rows]
+
+
+def select_owner(db: sqlite3.Connection, session_id: str) -> tuple[str | None, int, float | None] | None:
+    rows = db.execute("SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)).fetchall()
+    return rows[0] if rows else None

@@ -1,0 +1,358 @@
+"""The turn driver: asks the pure planner what to do next and does it.
+
+One driver per session core. After every step it asks ``plan_turn`` (``harness.replay``)
+for the single next action of the active turn and carries it out: call the model, log
+its response, run a batch of tool calls concurrently, finish the turn. A first run and
+a run after a crash take the same path: the planner only looks at the folded log.
+
+A model call or a batch runs as a task that two things may stop at its next boundary
+(nothing more is started; running tools are cancelled the recoverable way, writing
+nothing): a cancel input for the turn's input (the turn settles ``aborted``), and
+``Durability.timeout`` measured from the turn's first start (``failed``, ``timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from harness import logs
+from harness.clock import Clock
+from harness.definition import Harness, ToolCallEvent, ToolOutcome
+from harness.errors import AskExpired, FencedError
+from harness.live import LiveEvent
+from harness.records import (
+    AppRecord,
+    InputSettled,
+    Record,
+    ToolResult,
+    ToolStarted,
+    TurnFinished,
+    TurnResumed,
+    TurnStarted,
+)
+from harness.replay import (
+    AbortTurn,
+    CallDecision,
+    CallModel,
+    CompleteTurn,
+    FailTurn,
+    RunBatch,
+    SessionState,
+    TurnState,
+    is_parked,
+    plan_turn,
+)
+from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
+from harness.runtime.model_call import call_model
+from harness.secrets import SecretScrubber
+from harness.step import CallScope, DurableStep
+
+__all__ = ["DriverCore", "TurnDriver"]
+
+log = logging.getLogger("harness.session")
+
+
+class DriverCore(Protocol):
+    """What the driver needs from its session core (``SessionCore``)."""
+
+    session_id: str
+    harness: Harness
+    log_id: str
+    secrets: Mapping[str, str]
+    scrubber: SecretScrubber
+    clock: Clock
+    state: SessionState
+    ask_models: dict[tuple[str, str], type[BaseModel]]
+
+    def now_ms(self) -> int: ...
+
+    async def commit(self, records: list[Record]) -> None: ...
+
+    async def take_inputs(self) -> None: ...
+
+    async def ensure_owner(self) -> None: ...
+
+    def notify(self) -> None: ...
+
+    async def next_change(self, *others: asyncio.Future[Any]) -> None: ...
+
+    def check_name(self, kind: str, name: str) -> None: ...
+
+    def publish_live(self, event: LiveEvent) -> None: ...
+
+    @property
+    def host(self) -> Any: ...
+
+
+class TurnDriver:
+    def __init__(self, core: DriverCore) -> None:
+        self.core = core
+        self.running: set[str] = set()
+        self.parked: set[str] = set()
+        self._own_turns: set[int] = set()  # turns this core started or took over
+        self._work: asyncio.Task[None] | None = None
+        self._stop: str | None = None  # why the work in progress was stopped
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def drive(self) -> None:
+        core = self.core
+        while True:
+            await core.ensure_owner()  # decisions below are made on everything in the log
+            state = core.state
+            turn = state.active_turn
+            if turn is not None and turn.turn not in self._own_turns:
+                # Taking over a turn another owner left unfinished, judged on the log as
+                # found (before this owner takes new inputs): it uses an attempt only if
+                # work may have been running (SPEC 7.5).
+                now = core.now_ms()
+                counted = not is_parked(state, now)
+                attempt = turn.attempts + 1 if counted else turn.attempts
+                await core.commit([TurnResumed(core.session_id, now, turn.input_id, turn.turn, attempt, counted)])
+                self._own_turns.add(turn.turn)
+                logs.bind(input_id=turn.input_id)
+                log.info(
+                    "took over turn %d of session %s (attempt %d%s)", turn.turn, core.session_id, attempt,
+                    "" if counted else ", parked: no attempt used",
+                )
+                continue
+            await core.take_inputs()
+            turn = state.active_turn
+            if turn is None:
+                nxt = next((i for i in state.pending_inputs() if i.kind == "message"), None)
+                if nxt is None:
+                    return
+                n = len(state.turns) + 1
+                await core.commit([TurnStarted(core.session_id, core.now_ms(), nxt.input_id, n)])
+                self._own_turns.add(n)  # (after the commit: a claim refused with SessionBusy starts nothing)
+                logs.bind(input_id=nxt.input_id)
+                log.info("turn %d of session %s started (input %s)", n, core.session_id, nxt.input_id)
+                continue
+            action = plan_turn(
+                state,
+                core.harness.policies,
+                max_attempts=core.harness.durability.max_attempts,
+                now_ms=core.now_ms(),
+                timeout_ms=self._timeout_ms(),
+            )
+            if action is None:
+                continue
+            if isinstance(action, (CallModel, RunBatch)):
+                await self._stoppable(turn, self._do(action))
+            else:
+                await self._do(action)
+
+    def _timeout_ms(self) -> int | None:
+        timeout = self.core.harness.durability.timeout
+        return None if timeout is None else round(timeout.total_seconds() * 1000)
+
+    # -- stopping at the next boundary -----------------------------------------------------
+
+    def check_interrupt(self) -> None:
+        """Stop the work in progress if a cancel input now asks for the active turn."""
+        work = self._work
+        turn = self.core.state.active_turn
+        if work is not None and not work.done() and turn is not None and self.core.state.cancels.get(turn.input_id):
+            self._stop = "cancelled"
+            work.cancel()
+
+    async def _stoppable(self, turn: TurnState, action: Awaitable[None]) -> None:
+        work = asyncio.ensure_future(action)
+        self._work, self._stop = work, None
+        deadline: asyncio.Future[None] | None = None
+        timeout = self._timeout_ms()
+        if timeout is not None:
+            deadline = asyncio.ensure_future(self.core.clock.sleep_until((turn.started_ts + timeout) / 1000))
+            deadline.add_done_callback(lambda d: self._on_deadline(d, work))
+        self.check_interrupt()
+        try:
+            await asyncio.wait([work])
+        except BaseException:
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+            raise
+        finally:
+            self._work = None
+            if deadline is not None:
+                deadline.cancel()
+        if work.cancelled():
+            if self._stop is None:
+                raise asyncio.CancelledError()
+            return  # the planner decides what the stop means (aborted, timeout)
+        work.result()  # re-raise a failure of the work itself
+
+    def _on_deadline(self, deadline: asyncio.Future[None], work: asyncio.Future[None]) -> None:
+        if not deadline.cancelled() and not work.done():
+            self._stop = "timeout"
+            work.cancel()
+
+    # -- actions -----------------------------------------------------------------------------
+
+    async def _do(self, action: CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn) -> None:
+        core = self.core
+        turn = core.state.active_turn
+        assert turn is not None
+        if isinstance(action, CompleteTurn):
+            await self._finish(turn.turn, turn.input_id, "completed", text=action.text)
+        elif isinstance(action, FailTurn):
+            await self._finish(turn.turn, turn.input_id, "failed", code=action.code, error=action.error)
+        elif isinstance(action, AbortTurn):
+            now = core.now_ms()
+            await self._finish(
+                turn.turn, turn.input_id, "aborted", code="cancelled", error="the input was cancelled",
+                extra=[InputSettled(core.session_id, now, cid, "completed") for cid in action.cancel_input_ids],
+            )
+        elif isinstance(action, CallModel):
+            if action.index >= core.harness.durability.max_model_calls:
+                await self._finish(
+                    turn.turn, turn.input_id, "failed", code="too_many_model_calls",
+                    error=f"the turn called the model {action.index} times",
+                )
+                return
+            await self._call_model(action)
+        else:
+            await self._run_batch(action)
+
+    async def _finish(self, turn: int, input_id: str, outcome: str, *, text: str | None = None,
+                      code: str | None = None, error: str | None = None, extra: list[Record] | None = None) -> None:
+        core = self.core
+        now = core.now_ms()
+        await core.commit(
+            [
+                TurnFinished(core.session_id, now, input_id, turn, outcome, text, code, error),
+                InputSettled(core.session_id, now, input_id, outcome, code, error),
+                *(extra or []),
+            ]
+        )
+        log.info(
+            "turn %d of session %s %s; input %s settled%s", turn, core.session_id, outcome, input_id,
+            core.scrubber.redact_text(f" ({code}: {error})") if code else "",
+        )
+
+    async def _call_model(self, action: CallModel) -> None:
+        """One try of the model call, logged (streaming, retries, usage, the argument
+        rule: ``runtime/model_call.py``)."""
+        core = self.core
+        turn = core.state.active_turn
+        assert turn is not None
+
+        async def fail(code: str, error: str) -> None:
+            await self._finish(turn.turn, turn.input_id, "failed", code=code, error=error)
+
+        await call_model(
+            action, harness=core.harness, state=core.state, session_id=core.session_id,
+            secrets=core.secrets, scrubber=core.scrubber, clock=core.clock,
+            commit=core.commit, fail=fail, publish=core.publish_live, check_name=core.check_name,
+        )
+
+    async def _run_batch(self, action: RunBatch) -> None:
+        core = self.core
+        now = core.now_ms()
+        head: list[Record] = []
+        for decision in action.calls:
+            if decision.action in ("cut", "truncated"):
+                head.append(await self._cut_result(decision, now))
+        head.extend(
+            ToolStarted(core.session_id, now, d.tool_call_id, d.name, d.attempt)
+            for d in action.to_start
+            if not d.parked  # back to its wait: its last progress stays the wait (SPEC 7.5)
+        )
+        if head:
+            await core.commit(head)
+        if action.to_start:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for decision in action.to_start:
+                        group.create_task(self._run_call(decision))
+            except BaseExceptionGroup as failed:
+                # Only the log (or a bug) fails a call this way: surface the error as itself,
+                # a lost ownership first, so callers can catch FencedError.
+                fenced = failed.subgroup(FencedError)
+                raise (fenced or failed).exceptions[0] from None
+
+    def _event(self, decision: CallDecision) -> ToolCallEvent:
+        call = self.core.state.calls[decision.tool_call_id]
+        return ToolCallEvent(self.core.session_id, call.tool_call_id, call.name, call.arguments, decision.attempt)
+
+    async def _cut_result(self, decision: CallDecision, now: int) -> ToolResult:
+        core = self.core
+        if decision.action == "truncated":  # its response was cut at the output limit: never run
+            outcome = error_outcome("truncated", core.harness.durability.truncated_call_error)
+        else:
+            outcome = error_outcome("cut", core.harness.durability.cut_call_error)
+        outcome, replaced = await apply_after_hook(core.harness.hooks, self._event(decision), outcome)
+        return self._tool_result(decision, outcome, replaced, now)
+
+    def _tool_result(self, decision: CallDecision, outcome: ToolOutcome, replaced: bool, now: int) -> ToolResult:
+        return ToolResult(
+            self.core.session_id, now, decision.tool_call_id, decision.name,
+            outcome.content, outcome.is_error, replaced, outcome.code,
+        )
+
+    async def _run_call(self, decision: CallDecision) -> None:
+        core = self.core
+        call = core.state.calls[decision.tool_call_id]
+        logs.bind(tool_call_id=call.tool_call_id)  # this call's own task
+        self.running.add(call.tool_call_id)
+        try:
+            scope = CallScope(
+                session_id=core.session_id,
+                tool_call_id=call.tool_call_id,
+                log_id=core.log_id,
+                attempt=decision.attempt,
+                call=call,
+                clock=core.clock,
+                scrubber=core.scrubber,
+                value_limit=core.harness.durability.step_value_limit,
+                commit=core.commit,
+                wait_answer=lambda name, deadline: self._wait_answer(call.tool_call_id, name, deadline),
+                run_sync=core.host.run_sync,
+                ask_models=core.ask_models,
+            )
+            run = await run_tool_call(
+                tools=core.harness.tools,
+                hooks=core.harness.hooks,
+                event=self._event(decision),
+                make_step=lambda: DurableStep(scope),
+                secrets=core.secrets,
+                scrubber=core.scrubber,
+                log_id=core.log_id,
+                durable=True,
+                run_sync=core.host.run_sync,
+            )
+            now = core.now_ms()
+            records: list[Record] = [
+                AppRecord(core.session_id, now, str(body["type"]), body, call.tool_call_id)
+                for body in (run.records if not run.outcome.is_error or run.replaced_by_hook else [])
+            ]
+            records.append(self._tool_result(decision, run.outcome, run.replaced_by_hook, now))
+            await core.commit(records)
+        finally:
+            self.running.discard(call.tool_call_id)
+
+    async def _wait_answer(self, tool_call_id: str, name: str, deadline: float | None) -> None:
+        core = self.core
+        call = core.state.calls[tool_call_id]
+        self.parked.add(tool_call_id)
+        core.notify()
+        expiry = asyncio.ensure_future(core.clock.sleep_until(deadline)) if deadline is not None else None
+        try:
+            while call.asks[name].answered is None:
+                if expiry is not None and expiry.done():
+                    raise AskExpired(
+                        f"ask {name!r} expired before it was answered",
+                        session_id=core.session_id, tool_call_id=tool_call_id, name=name,
+                    )
+                await core.next_change(*([expiry] if expiry is not None else []))
+        finally:
+            if expiry is not None:
+                expiry.cancel()
+            self.parked.discard(tool_call_id)
+            core.notify()

@@ -1,0 +1,163 @@
+"""Values the log cannot hold (issue 7): one JSON check, and what it refuses fails one call.
+
+The check (``harness.jsonvalues``) refuses lone surrogates, integers outside int64 and
+nesting deeper than ``MAX_JSON_DEPTH``, naming the path; everything it accepts the
+codec stores (a property test). The same values coming from a tool's result, its
+exception text, ``ctx.append`` or a model response fail that one call, never the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.codec import decode, encode
+from harness.errors import StepValueError
+from harness.jsonvalues import MAX_JSON_DEPTH, json_copy
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.records import AskAnswered, ModelResponseRecord, StepResult
+
+from .conftest import Args, call, entries, script
+
+SID = "s-1"
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+BAD_VALUES = [
+    ("surrogate", {"a": ["ok", "x\ud800y"]}, "$.a[1]"),
+    ("surrogate-key", {"k": {"\udfff": 1}}, "$.k"),
+    ("too-big", {"n": 2**63}, "$.n"),
+    ("too-small", [-(2**63) - 1], "$[0]"),
+    ("huge", {"n": 10**5000}, "$.n"),
+    ("too-deep", {"d": nested(MAX_JSON_DEPTH)}, "$.d" + "[0]" * (MAX_JSON_DEPTH - 1)),
+]
+
+
+def harness_of(execute: Any, *, model: Any = None) -> Any:
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    return define_harness(name="test/values", model=model or script([call("c1", "work")], "done"), tools=[t])
+
+
+@pytest.mark.parametrize(("label", "value", "path"), BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_s2_7_the_json_check_refuses_what_the_log_cannot_hold(label: str, value: Any, path: str) -> None:
+    with pytest.raises(StepValueError) as caught:
+        json_copy(value)
+    assert caught.value.path == path
+    assert path in str(caught.value)
+    str(caught.value).encode("utf-8")  # the message itself can go into a record
+
+
+def test_s2_7_limits_are_inclusive() -> None:
+    assert json_copy([2**63 - 1, -(2**63)]) == [2**63 - 1, -(2**63)]
+    assert json_copy(nested(MAX_JSON_DEPTH)) == nested(MAX_JSON_DEPTH)  # 64 lists
+
+
+async def test_s2_7_step_values_the_log_cannot_hold_raise_step_value_error(host, log):
+    caught: dict[str, StepValueError] = {}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for name, value, _ in BAD_VALUES:
+            try:
+                await ctx.step.do(name, lambda value=value: value)
+            except StepValueError as exc:
+                caught[name] = exc
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert {name: exc.path for name, exc in caught.items()} == {n: p for n, _, p in BAD_VALUES}
+    assert await entries(log, SID, "harness.step.result") == []
+
+
+# Any text (lone surrogates included), any integer, any nesting the strategy reaches.
+_any_text = st.text(max_size=8)
+_any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=2**62) | st.floats() | _any_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_any_text, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_any_json | st.integers(1, MAX_JSON_DEPTH + 2).map(nested))
+def test_s2_7_everything_the_check_accepts_the_codec_stores(value: Any) -> None:
+    try:
+        checked = json_copy(value)
+    except StepValueError:
+        return
+    for record in (
+        StepResult("s", 1, "c", "n", checked),
+        AskAnswered("s", 1, "c", "n", checked, "i"),
+        ModelResponseRecord("s", 1, 1, 0, None, ({"id": "c", "name": "t", "arguments": checked},)),
+    ):
+        assert decode(encode(record)) == record
+
+
+# --- the same values from a tool, ctx.append or the model fail one call ------------------
+
+
+@pytest.mark.parametrize(
+    "behaviour",
+    ["result", "exception", "append", "append-deep"],
+)
+async def test_s2_7_tool_values_the_log_cannot_hold_fail_that_call(host, log, behaviour):
+    async def execute(args: Args, ctx: Any) -> Any:
+        if behaviour == "result":
+            return {"text": "bad \ud83d"}
+        if behaviour == "exception":
+            raise RuntimeError("upstream said \udc80 and \ud800")
+        if behaviour == "append":
+            ctx.append([{"type": "app.n", "n": 2**70}])
+            return "ok"
+        ctx.append([{"type": "app.deep", "d": nested(MAX_JSON_DEPTH + 5)}])
+        return "ok"
+
+    def respond(messages: list[dict[str, Any]]) -> ModelResponse:
+        if messages[-1] == {"role": "user", "content": "go"}:
+            return ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={})])
+        return ModelResponse(text="done")
+
+    session = await host.open(harness_of(execute, model=ScriptedModel(respond)), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed" and result.text == "done"
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert tool_result["is_error"] and tool_result["code"] == "tool_failed"
+    # The session is fine: the next turn runs.
+    assert (await session.send("again", input_id="in-2")).outcome == "completed"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        ModelResponse(text="half a pair \ud83d"),
+        ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={"order_id": "1", "n": 2**64})]),
+        ModelResponse(tool_calls=[ToolCall(id="c\udc00", name="work", arguments={})]),
+        ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={"d": nested(MAX_JSON_DEPTH + 1)})]),
+    ],
+    ids=["text", "big-int-argument", "call-id", "deep-arguments"],
+)
+async def test_s2_7_model_values_the_log_cannot_hold_fail_the_model_call(host, log, response):
+    answers = iter([response, ModelResponse(text="fine")])
+    model = ScriptedModel(lambda messages: next(answers))
+    session = await host.open(harness_of(lambda a, c: "ok", model=model), session_id=SID)
+    failed = await session.send("go", input_id="in-1")
+    assert failed.outcome == "failed" and failed.code == "model_error"
+    assert await entries(log, SID, "harness.model.response") == []
+    assert (await session.send("again", input_id="in-2")).text == "fine"
+
+
+async def test_s2_7_send_refuses_text_the_log_cannot_hold(host, log):
+    session = await host.open(harness_of(lambda a, c: "ok"), session_id=SID)
+    with pytest.raises(StepValueError):
+        await session.send("lone \ud800", input_id="in-1")
+    assert await log.read(SID) == []

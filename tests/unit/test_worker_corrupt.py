@@ -1,0 +1,78 @@
+"""A worker never drives a session whose log has an unreadable record (issue 7).
+
+It parks that session (an ERROR line, the dead-letter path, ``stats.parked_sessions``)
+and keeps driving the others: skipping the record would run its charge again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from harness import HarnessHost, define_harness, durable_tool, tool_definition
+from harness.clock import FakeClock
+from harness.log.sqlite import SqliteLog
+from harness.records import StepResult
+from harness.runtime.worker import Worker
+
+from .conftest import Args, call, crash, eventually, script
+
+LEASE = timedelta(seconds=30)
+
+
+async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the_others(tmp_path: Path, caplog):
+    clock = FakeClock()
+    path = tmp_path / "shop.db"
+    charges: list[str] = []
+    release = asyncio.Event()
+
+    async def checkout(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("charge", lambda: charges.append(ctx.session_id) or {"amount": 100})
+        await release.wait()  # the first process dies here, after the charge
+        return "ok"
+
+    def shop() -> Any:
+        t = durable_tool(tool_definition(name="checkout", description="d", input_schema=Args), checkout)
+        return define_harness(name="shop", model=script([call("c1", "checkout")], "paid"), tools=[t])
+
+    log = SqliteLog(path, clock=clock.now)
+    host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    first = {sid: await host.open(shop(), session_id=sid) for sid in ("good", "bad")}
+    sends = [asyncio.create_task(s.send("check out", input_id="in-1")) for s in first.values()]
+    await eventually(lambda: len(charges) == 2)
+    await eventually(lambda: all(s.state.calls.get("c1") and s.state.calls["c1"].steps for s in first.values()))
+    for session in first.values():
+        await crash(session)
+    for task in sends:
+        task.cancel()
+    bad_step = next(e for e in await log.read("bad") if isinstance(e.record, StepResult))
+    with sqlite3.connect(path) as raw:  # a flipped bit: the charge of 100 reads as 900
+        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (bad_step.seq,)).fetchone()
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), bad_step.seq))
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    worker = Worker(log=log, harnesses=[shop()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    stop = asyncio.Event()
+    with caplog.at_level(logging.ERROR, logger="harness.worker"):
+        run = asyncio.create_task(worker.run(stop))
+
+        async def good_done() -> bool:
+            return any(e.type == "harness.turn.finished" for e in await log.read("good"))
+
+        await eventually(good_done, tries=20000)
+        stop.set()
+        await run
+    assert charges == ["good", "bad"] or charges == ["bad", "good"]  # the bad one never ran again
+    assert worker.stats.parked_sessions == 1
+    assert any("session bad is parked" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    bad_types = [row[0] for row in sqlite3.connect(path).execute(
+        "SELECT type FROM records WHERE session_id = 'bad' ORDER BY seq"
+    )]
+    assert bad_types[-1] == "harness.step.result"  # nothing more was written for it
+    await host.close()
+    await log.close()
