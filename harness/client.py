@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,10 @@ from harness.records import (
 )
 
 __all__ = ["HarnessClient", "InputReceipt"]
+
+SENT_REMEMBERED = 10_000
+"""How many of its latest inputs a client remembers the positions of, for
+``wait_settled(session, input_id)`` without a receipt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,8 @@ class HarnessClient:
         self.log: SessionLog = log
         # (session, input id) -> position of the input this client sent: a reuse of an
         # input id with another payload is settled on its own position (input_seq).
-        self._sent: dict[tuple[str, str], int] = {}
+        # (bounded: the latest SENT_REMEMBERED inputs; pass the receipt to wait on older ones)
+        self._sent: OrderedDict[tuple[str, str], int] = OrderedDict()
 
     @staticmethod
     def _now() -> int:
@@ -103,6 +109,10 @@ class HarnessClient:
 
     async def _submit(self, record: Record, input_id: str) -> InputReceipt:
         entry = await self.log.submit(record)
+        self._sent[(record.session_id, input_id)] = entry.seq
+        self._sent.move_to_end((record.session_id, input_id))
+        while len(self._sent) > SENT_REMEMBERED:
+            self._sent.popitem(last=False)
         return InputReceipt(record.session_id, input_id, entry.seq)
 
     async def send(
@@ -186,10 +196,12 @@ class HarnessClient:
         Raises:
             TimeoutError: not settled within ``timeout`` seconds.
         """
+        mine: int | None
+        after: int | None
         if isinstance(input, InputReceipt):
             input_id, mine, after = input.input_id, input.position, input.position - 1
         else:
-            input_id, mine, after = input, None, None
+            input_id, mine, after = input, self._sent.get((session_id, input)), None
         first: int | None = None  # position of the first input record of this id seen
         committed = self._committed_events(session_id, after)
         async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:

@@ -249,6 +249,7 @@ async def test_whole_history_reads_start_at_the_checkpoint_not_at_offset_zero(ma
 
 
 async def test_send_returns_a_receipt_and_wait_settled_reads_from_its_position(make_log, kafka_bootstrap, unique_prefix):
+    await make_log().start()  # a client never creates the topics: a worker (here: an owner's log) does
     async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1) as client:
         for i in range(20):  # history before the input
             await client.send(f"before-{i}", "hi")

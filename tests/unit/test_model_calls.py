@@ -357,7 +357,7 @@ async def test_streamed_deltas_reach_live_subscribers_without_a_record_each(host
                 return
 
     watcher = asyncio.create_task(watch())
-    await eventually(lambda: session._live.subscribers == 1)
+    await eventually(lambda: session._core.live.subscribers == 1)
     send = asyncio.create_task(session.send("hi", input_id="in-1"))
     await half.wait()
     # Half-way through the answer: deltas were delivered, the log has no response yet.
@@ -477,7 +477,7 @@ async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host,
                 return
 
     watcher = asyncio.create_task(watch())
-    await eventually(lambda: session._live.subscribers == 1)
+    await eventually(lambda: session._core.live.subscribers == 1)
     result = await session.send("go", input_id="in-1")
     await watcher
     assert result.text == "my key is [secret:openai] and sk-S is not it"

@@ -124,7 +124,7 @@ async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(
                 return
 
     watcher = asyncio.create_task(watch())
-    await until(lambda: session._live.subscribers == 1)
+    await until(lambda: session._core.live.subscribers == 1)
     send = asyncio.create_task(session.send("tell me", input_id="in-1"))
     await until(lambda: any(isinstance(i, LiveEvent) for i in seen))
     assert await asyncio.to_thread(server.paused.wait, 30)
