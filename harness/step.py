@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ from harness.errors import (
     StepValueTooLarge,
 )
 from harness.jsonvalues import check_text, dumps, json_copy
+from harness.observability import metrics
 from harness.records import AskOpened, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
@@ -74,6 +76,7 @@ class CallScope:
     wait_answer: Callable[[str, float | None], Awaitable[None]]
     run_sync: RunSync | None = None  # the host's thread pool (None: the loop's default executor)
     ask_models: dict[tuple[str, str], type[BaseModel]] | None = None  # asks' pydantic models, by (call, name)
+    harness_name: str = ""  # for metrics (a bounded label)
 
 
 RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -249,8 +252,16 @@ class DurableStep:
         """Run ``fn`` once per call and name; return the JSON copy of its value."""
         stored, info = self.begin(name)
         if info is None:
+            metrics.step(self._s.harness_name, "served")
             return stored
-        return await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
+        started = time.perf_counter()
+        try:
+            value = await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
+        except BaseException:
+            metrics.step(self._s.harness_name, "failed", time.perf_counter() - started)
+            raise
+        metrics.step(self._s.harness_name, "ran", time.perf_counter() - started)
+        return value
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""

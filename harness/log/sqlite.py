@@ -99,6 +99,7 @@ from harness.log.sqlite_schema import (
     select_sessions,
     verify_rows,
 )
+from harness.observability import metrics
 from harness.records import Record
 
 __all__ = ["SqliteLog", "SqliteStats", "SqliteWriter"]
@@ -417,6 +418,7 @@ class SqliteLog:
                 took = min(time.perf_counter() - started, 2 * self._inline_limit)
                 self._commit_avg += (took - self._commit_avg) * 0.125
                 if appends >= 0:
+                    metrics.group_commit(appends)
                     self._stats.transactions += 1
                     self._stats.appends += appends
                     self._stats.offloaded += wait

@@ -39,6 +39,7 @@ from harness.errors import (
 )
 from harness.live import LiveEvent, LiveHub, LivePublisher
 from harness.log.base import SessionLog
+from harness.observability import metrics
 from harness.records import (
     InputSettled,
     LogEntry,
@@ -315,6 +316,7 @@ class SessionCore:
     def fail(self, exc: BaseException) -> None:
         """This handle lost its ownership for good (fenced) or broke: it writes nothing more."""
         if isinstance(exc, FencedError):
+            metrics.fenced_writer()
             log.info("session %s was fenced (another owner took it over); this owner stops driving it", self.session_id)
         self.fatal = exc
         self.ownership.lost()

@@ -26,6 +26,7 @@ from harness.clock import Clock
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
 from harness.errors import AskExpired, FencedError
 from harness.live import LiveEvent
+from harness.observability import metrics
 from harness.records import (
     AppRecord,
     InputSettled,
@@ -116,6 +117,8 @@ class TurnDriver:
                 attempt = turn.attempts + 1 if counted else turn.attempts
                 await core.commit([TurnResumed(core.session_id, now, turn.input_id, turn.turn, attempt, counted)])
                 self._own_turns.add(turn.turn)
+                if counted:
+                    metrics.turn_attempt(core.harness.name)
                 logs.bind(input_id=turn.input_id)
                 log.info(
                     "took over turn %d of session %s (attempt %d%s)", turn.turn, core.session_id, attempt,
@@ -231,6 +234,7 @@ class TurnDriver:
                 *(extra or []),
             ]
         )
+        metrics.turn(core.harness.name, outcome, code)
         log.info(
             "turn %d of session %s %s; input %s settled%s", turn, core.session_id, outcome, input_id,
             core.scrubber.redact_text(f" ({code}: {error})") if code else "",
@@ -288,6 +292,7 @@ class TurnDriver:
         else:
             outcome = error_outcome("cut", core.harness.durability.cut_call_error)
         outcome, replaced = await apply_after_hook(core.harness.hooks, self._event(decision), outcome)
+        metrics.tool_call(core.harness.name, decision.name, "cut" if decision.action == "cut" else "rejected")
         return self._tool_result(decision, outcome, replaced, now)
 
     def _tool_result(self, decision: CallDecision, outcome: ToolOutcome, replaced: bool, now: int) -> ToolResult:
@@ -315,6 +320,7 @@ class TurnDriver:
                 wait_answer=lambda name, deadline: self._wait_answer(call.tool_call_id, name, deadline),
                 run_sync=core.host.run_sync,
                 ask_models=core.ask_models,
+                harness_name=core.harness.name,
             )
             run = await run_tool_call(
                 tools=core.harness.tools,
@@ -334,6 +340,7 @@ class TurnDriver:
             ]
             records.append(self._tool_result(decision, run.outcome, run.replaced_by_hook, now))
             await core.commit(records)
+            metrics.tool_call(core.harness.name, decision.name, _tool_outcome(run.outcome))
         finally:
             self.running.discard(call.tool_call_id)
 
@@ -356,3 +363,13 @@ class TurnDriver:
                 expiry.cancel()
             self.parked.discard(tool_call_id)
             core.notify()
+
+
+_REJECTED_CODES = frozenset({"unknown_tool", "invalid_arguments", "secret_in_arguments"})
+
+
+def _tool_outcome(outcome: ToolOutcome) -> str:
+    """The ``harness_tool_calls_total`` outcome of a call that was run (or refused at once)."""
+    if not outcome.is_error:
+        return "ok"
+    return "rejected" if outcome.code in _REJECTED_CODES else "error"

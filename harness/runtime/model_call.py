@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from harness.errors import ModelError
 from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
 from harness.models.base import ModelResponse, call_complete
+from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation
 from harness.runtime.arguments import refuse_secret_arguments
@@ -236,6 +238,7 @@ async def call_model(
     messages = model_messages(harness, state)
     specs = [t.definition.spec() for t in harness.tools.values()]
     sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
+    started = time.perf_counter()
     try:
         response = await call_complete(
             harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
@@ -245,8 +248,15 @@ async def call_model(
         )
         sink.flush()
     except Exception as exc:  # noqa: BLE001 - a model failure is retried or fails the turn, never the owner
+        metrics.model_call(harness.name, time.perf_counter() - started)
         await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
         return
+    usage = response.usage
+    metrics.model_call(
+        harness.name, time.perf_counter() - started,
+        input_tokens=max(0, int(usage.input_tokens)) if usage is not None else 0,
+        output_tokens=max(0, int(usage.output_tokens)) if usage is not None else 0,
+    )
     await commit(records)
 
 

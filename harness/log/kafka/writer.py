@@ -39,6 +39,7 @@ from harness.log.kafka.config import (
     classify,
 )
 from harness.log.kafka.stats import KafkaLogStats
+from harness.observability import metrics
 
 __all__ = ["Append", "PartitionWriter", "RecordTooLarge"]
 
@@ -331,6 +332,7 @@ class PartitionWriter:
 
                     self._fail(pending, unavailable)
                 return
+            metrics.group_commit(len(pending))
             self._stats.add(
                 transactions=1,
                 appends=len(pending),
