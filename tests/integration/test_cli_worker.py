@@ -184,6 +184,9 @@ async def test_sqlite_lease_wait_takeover_and_fencing_are_logged_once(tmp_path: 
         ([], {}, "no harness to run: give --app module:attribute (or set HARNESS_APPS)"),
         (["--app", "tests.apps.cli_app"], {}, "--app takes module:attribute"),
         (["--app", "tests.apps.cli_app:assistant", "--lease", "-1"], {}, "--lease takes a number of seconds > 0"),
+        (["--app", "tests.apps.cli_app:assistant", "--sync-threads", "0"], {}, "--sync-threads takes a whole number >= 1"),
+        (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_SYNC_THREADS": "x"},
+         "HARNESS_SYNC_THREADS takes a whole number >= 1, not 'x'"),
     ],
 )
 def test_worker_settings_errors_are_one_line(backend: Backend, tmp_path: Path, args: list[str],

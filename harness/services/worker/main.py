@@ -6,7 +6,7 @@
 Settings come from the command line or, read once at start, from the environment:
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
 HARNESS_SECRETS_DIR, HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
-HARNESS_LEASE_SECONDS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
+HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
 HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
 is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
 A flag wins over its variable.
@@ -37,6 +37,7 @@ from harness.cli.common import (
     run_command,
 )
 from harness.errors import ConfigError
+from harness.runtime.host import DEFAULT_SYNC_THREADS
 from harness.runtime.worker import Worker
 from harness.services.worker.apps import load_harnesses
 from harness.services.worker.secrets import load_secrets, static_secrets_for
@@ -100,6 +101,9 @@ def parser() -> CommandParser:
     p.add_argument("--lease", type=positive_float("--lease"), default=None, metavar="SECONDS",
                    help="a session's ownership lease on SQLite (default 30): another worker takes a session "
                    "over once its owner's lease ran out")
+    p.add_argument("--sync-threads", type=positive_int("--sync-threads"), default=None, metavar="N",
+                   help="threads for sync step functions and sync tools (default 16); they never run "
+                   "on the event loop, so a blocking call stops neither leases nor other sessions")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
     return p
@@ -129,6 +133,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
         args.max_sessions = _env_int(env, "HARNESS_MAX_SESSIONS")
     if args.lease is None:
         args.lease = _env_seconds(env, "HARNESS_LEASE_SECONDS") or 30.0
+    if args.sync_threads is None:
+        args.sync_threads = _env_int(env, "HARNESS_SYNC_THREADS") or DEFAULT_SYNC_THREADS
     if args.metrics_port is None and env.get("HARNESS_METRICS_PORT"):
         try:
             args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
@@ -158,6 +164,7 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             instance_id=args.instance_id,
             secrets_for=static_secrets_for(secrets) if secrets else None,
             max_sessions=args.max_sessions,
+            sync_threads=args.sync_threads,
         )
         server = None
         if args.metrics_port is not None:
