@@ -9,8 +9,8 @@ cancel of an unknown input), so a bad request is refused at once with a reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Protocol
 
 from harness.context import check_app_records
 from harness.errors import HarnessError, LogError
@@ -20,9 +20,14 @@ from harness.records import InputAnswer, InputMessage, InputRecords, LogEntry, R
 from harness.replay.state import fold
 from harness.runtime.answers import judge_answer
 from harness.services.gateway.receipts import Receipt, receipt_for, rejected
-from harness.services.gateway.sources import SessionCatalog
 
-__all__ = ["CANCEL_SUPPORTED", "Inputs", "cancel_input_id", "make_cancel"]
+__all__ = ["CANCEL_SUPPORTED", "Inputs", "SessionReader", "cancel_input_id", "make_cancel"]
+
+
+class SessionReader(Protocol):
+    """A session's committed records with seq > ``after`` (all if None), read-only."""
+
+    def __call__(self, session_id: str, *, after: int | None = None) -> Awaitable[list[LogEntry]]: ...
 
 
 def make_cancel(session_id: str, ts: int, input_id: str, target: str) -> Record | None:
@@ -52,7 +57,7 @@ class Inputs:
 
     Args:
         log: where inputs are appended.
-        catalog: where the session's records are read.
+        read: how the session's records are read (``harness.runtime.catalog.read_session``).
         harness_names: the harnesses this deployment runs (empty: not known here, the
             owner judges the name).
         now_ms: the clock (ms since the epoch).
@@ -61,13 +66,13 @@ class Inputs:
     def __init__(
         self,
         log: SessionLog,
-        catalog: SessionCatalog,
+        read: SessionReader,
         *,
         harness_names: Collection[str] = (),
         now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.log = log
-        self.catalog = catalog
+        self.read = read
         self.harness_names = frozenset(harness_names)
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
 
@@ -83,12 +88,12 @@ class Inputs:
         except (HarnessError, ValueError, UnicodeError, OverflowError) as exc:
             return rejected(input_id, "invalid_input", f"the input cannot be stored: {exc}")
         after = entries[-1].seq if entries else None
-        more = [e for e in await self.catalog.read(record.session_id, after=after) if e.seq <= written.seq]
+        more = [e for e in await self.read(record.session_id, after=after) if e.seq <= written.seq]
         found = receipt_for([*entries, *more], input_id, record)
         return found if found is not None else Receipt(input_id, "accepted", position=written.seq)
 
     async def message(self, session_id: str, text: str, harness: str | None, input_id: str) -> Receipt:
-        entries = await self.catalog.read(session_id)
+        entries = await self.read(session_id)
         ts = self.now_ms()
         state = fold(session_id, entries)
         name = harness or state.harness
