@@ -90,7 +90,9 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     if settings.metrics_port is not None:
         from harness.services.gateway.metrics import start_metrics_server
 
-        metrics_server = start_metrics_server(settings.metrics_port, lambda: gw.ready)
+        metrics_server = start_metrics_server(
+            settings.metrics_port, lambda: (gw.ready, "ready" if gw.ready else f"not ready: {gw.not_ready}")
+        )
 
     config = uvicorn.Config(
         app,
@@ -131,8 +133,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         await server.serve()
     finally:
         announcer.cancel()
-        if metrics_server is not None and hasattr(metrics_server, "stop"):
-            metrics_server.stop()
+        if metrics_server is not None:
+            metrics_server.close()
         await log_.close()
     return 0
 
