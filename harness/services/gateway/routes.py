@@ -16,11 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.errors import LogError
-from harness.records import LogEntry
 from harness.replay.conversation import conversation
-from harness.replay.state import fold
 from harness.runtime import catalog
 from harness.services.gateway.auth import AuthError, Principal
+from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, console_dir
 from harness.views import SessionStateName, SessionSummary, summarize, timeline
@@ -253,12 +252,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     async def log_down(request: Request, exc: LogError) -> JSONResponse:
         return JSONResponse({"detail": f"the session log failed: {exc}; retry later"}, status_code=503)
 
-    async def existing(who: Principal, session_id: str) -> tuple[str, list[LogEntry]]:
-        log_sid = gw.log_id(who, session_id)
-        entries = await gw.read(log_sid)
-        if not entries:
+    async def existing(who: Principal, session_id: str) -> SessionView:
+        view = await gw.sessions.get(gw.log_id(who, session_id))
+        if not view.entries:
             raise HTTPException(404, f"no session {session_id!r}")
-        return log_sid, entries
+        return view
 
     def receipt(r: Any) -> dict[str, Any]:
         out: dict[str, Any] = r.to_json()
@@ -302,24 +300,24 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
               responses=_ERRORS)
     async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first."""
-        log_sid, entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
-        return receipt(await gw.inputs.answer(log_sid, entries, body.tool_call_id, body.name, body.value, input_id))
+        return receipt(await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id))
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
         """Append app records to the session (once per input_id)."""
-        log_sid, entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         input_id = body.input_id or f"rec-{uuid.uuid4().hex}"
-        return receipt(await gw.inputs.records(log_sid, entries, list(body.records), input_id))
+        return receipt(await gw.inputs.records(view, list(body.records), input_id))
 
     @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
         """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
-        log_sid, entries = await existing(who, session_id)
-        return receipt(await gw.inputs.cancel(log_sid, entries, body.input_id))
+        view = await existing(who, session_id)
+        return receipt(await gw.inputs.cancel(view, body.input_id))
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -356,8 +354,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get("/v1/sessions/{session_id}", response_model=SessionDetail, tags=["sessions"], responses=_ERRORS)
     async def get_session(session_id: SessionId, who: Caller) -> dict[str, Any]:
         """State, open asks with their schemas, sleeps, usage, transcript and timeline."""
-        log_sid, entries = await existing(who, session_id)
-        state = fold(log_sid, entries)
+        view = await existing(who, session_id)
+        state, entries = view.state, view.entries
         now = gw.now_ms()
         summary = _public(summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts), session_id)
         sleeps = [
@@ -396,11 +394,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
-        log_sid, _entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         stream = session_stream(
             gw.log,
             gw.live,
-            log_session_id=log_sid,
+            log_session_id=view.session_id,
             public_session_id=session_id,
             after=cursor or 0,
             heartbeat_s=gw.settings.heartbeat_s,

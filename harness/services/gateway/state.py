@@ -18,6 +18,7 @@ from harness.runtime.catalog import read_session
 from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
+from harness.services.gateway.sessions import Sessions
 from harness.services.gateway.settings import GatewaySettings
 
 __all__ = ["READY_TIMEOUT_S", "GatewayState", "console_dir"]
@@ -30,7 +31,8 @@ class GatewayState:
     """What the routes share: the log, the live events, the auth, the harnesses known here.
 
     Records are read with :func:`harness.runtime.catalog.read_session` (read-only: an
-    unreadable record is skipped, never dead-lettered) and followed with
+    unreadable record is skipped, never dead-lettered) through :class:`Sessions` (the
+    sessions read lately, caught up per request) and followed with
     :func:`harness.log.follow.subscribe` (one shared reader per log, or per partition
     on Kafka); live text deltas come from ``live``.
     """
@@ -55,7 +57,8 @@ class GatewayState:
         self.auth = auth
         self.metrics = metrics
         self.now_ms = now_ms
-        self.inputs = Inputs(log, self.read, harness_names=self.harnesses, now_ms=now_ms)
+        self.sessions = Sessions(self.read)
+        self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
         self.ready = False
         self.not_ready: str | None = "not started"
