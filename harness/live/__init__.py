@@ -3,8 +3,10 @@
 A model's answer streams in as text deltas. They reach subscribers as they arrive
 (``session.events(live=True)`` in the process that drives the session; on Kafka the
 topic ``<prefix>.live`` for every other process, read by
-``HarnessClient.events(sid, live=True)``), but never become log records: the
-completed ``harness.model.response`` is logged once, before any tool runs.
+``HarnessClient.events(sid, live=True)`` and the gateway's ``KafkaLiveTails``; in
+``harness serve`` the worker's sessions hand them to the gateway's streams through a
+``LiveRouter``), but never become log records: the completed
+``harness.model.response`` is logged once, before any tool runs.
 
 Live events are best effort: a subscriber that was not listening, or that falls
 too far behind, misses some; the committed response that follows holds the whole
