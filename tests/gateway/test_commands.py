@@ -17,6 +17,7 @@ from tests.gateway.helpers import (
     child_env,
     harness_command,
     read_events,
+    read_events_from,
     settled,
     start_process,
     wait_for,
@@ -54,7 +55,8 @@ def test_harness_serve_runs_gateway_and_worker(tmp_path: Path) -> None:
             run_waiting_turn(http, "cli-1")
             # an open stream does not hold SIGTERM up
             with http.stream("GET", "/v1/sessions/cli-1/events") as response:
-                read_events(response, until=lambda evs: len(evs) >= 2)
+                lines = response.iter_lines()  # kept: the stream stays open through the SIGTERM
+                read_events_from(lines, until=lambda evs: len(evs) >= 2)
                 proc.proc.send_signal(signal.SIGTERM)
                 assert proc.proc.wait(timeout=30) == 0
     finally:

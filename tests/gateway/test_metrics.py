@@ -16,7 +16,6 @@ from tests.gateway.helpers import (
     HARNESS,
     ServerThread,
     open_settings,
-    read_events,
     read_events_from,
     start_process,
     wait_for,
@@ -50,7 +49,8 @@ def test_requests_and_streams_are_counted(tmp_path: Path) -> None:
         http.get("/v1/sessions/secret-session-42")
         http.get("/v1/sessions/nobody")
         with http.stream("GET", "/v1/sessions/secret-session-42/events") as response:
-            read_events(response, until=lambda evs: len(evs) >= 2)
+            lines = response.iter_lines()  # kept: dropping the iterator would close the stream
+            read_events_from(lines, until=lambda evs: len(evs) >= 2)
             assert recorder.subscribers == 1
         wait_for(lambda: recorder.subscribers == 0, timeout=30, what="the stream to be counted out")
     routes = set(recorder.requests)
