@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -277,6 +278,64 @@ class WorkerProc:
     def tail(self, n: int = 20) -> str:
         with self._lock:
             return "\n".join(self.lines[-n:])
+
+
+class HarnessProc:
+    """``harness ARGS`` in a child process (``harness serve``, ``harness gateway``...), started by
+    :func:`start_harness`; stderr goes to a file (a pipe nobody reads would stall it)."""
+
+    def __init__(self, args: Sequence[str], *, cwd: Path | None = None) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self.args = list(args)
+        self.err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args], cwd=cwd or ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.lines: list[str] = []
+        self.url = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def stderr(self) -> str:
+        if self.err.closed:
+            return ""
+        self.err.seek(0)
+        return str(self.err.read())
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.err.close()
+        return self.proc.returncode
+
+
+def start_harness(args: Sequence[str], *, ready: str, cwd: Path | None = None, timeout: float = 90) -> HarnessProc:
+    """Start ``harness ARGS`` and wait for its stdout line starting with ``ready`` (its
+    ``url=`` word becomes ``.url``), e.g. ``start_harness(["serve", ...], ready="serve ready")``."""
+    out = HarnessProc(args, cwd=cwd)
+
+    def is_ready() -> bool:
+        if out.proc.poll() is not None:
+            raise RuntimeError(f"harness {' '.join(args)} exited {out.proc.returncode}: {out.stderr()}")
+        return any(line.startswith(ready) for line in out.lines)
+
+    wait_until(is_ready, timeout, f"'{ready}' from harness {args[0]}")
+    line = next(line for line in out.lines if line.startswith(ready))
+    out.url = next((word[4:] for word in line.split() if word.startswith("url=")), "")
+    return out
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -9,7 +9,10 @@ turn on the same worker:
 
 * HTTP: ``POST /v1/sessions/{id}/messages``, then the session's SSE stream from the
   input's position until its ``harness.input.settled``;
-* direct: ``HarnessClient(log=...).send`` + ``wait_settled`` on the same file.
+* HTTP, stream held: the session's SSE stream stays open (as the web console keeps it);
+  ``POST`` a message, read the same stream on until its settlement;
+* direct: ``HarnessClient(log=...).send`` + ``wait_settled`` (from the send's receipt)
+  on the same file.
 
 Then ``--subscribers`` SSE streams of one session stay open while ``--messages`` turns
 run in it: every record reaches every stream; the events/s delivered and the gateway's
@@ -34,10 +37,9 @@ if str(ROOT) not in sys.path:
 
 import httpx  # noqa: E402
 
-from bench._common import pct, table  # noqa: E402
+from bench._common import pct, start_harness, table  # noqa: E402
 from harness.client import HarnessClient  # noqa: E402
 from harness.log import open_log  # noqa: E402
-from tests.gateway.helpers import start_process  # noqa: E402
 
 HARNESS = "bench/app"
 TURN = "steps=3"
@@ -65,27 +67,48 @@ async def read_until_settled(http: httpx.AsyncClient, sid: str, after: int, inpu
                 return
 
 
-async def round_trips(url: str, log_url: str, turns: int) -> tuple[list[float], list[float]]:
+async def settlements(lines: Any) -> Any:
+    """The input ids of the ``harness.input.settled`` events of an SSE stream's lines."""
+    event = ""
+    async for line in lines:
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: ") and event == "harness.input.settled":
+            yield line.split('"input_id":"', 1)[1].split('"', 1)[0]
+
+
+async def round_trips(url: str, log_url: str, turns: int) -> tuple[list[float], list[float], list[float]]:
     http_ms: list[float] = []
+    held_ms: list[float] = []
     direct_ms: list[float] = []
     log = open_log(log_url)
     client = HarnessClient(log=log)
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        for i in range(turns + 2):  # two warm-up turns each
-            t0 = time.perf_counter()
-            r = (await http.post("/v1/sessions/rt-http/messages",
-                                 json={"text": TURN, "harness": HARNESS, "input_id": f"h{i}"})).json()
-            await read_until_settled(http, "rt-http", r["position"] - 1, f"h{i}")
-            t1 = time.perf_counter()
-            await client.send("rt-direct", TURN, harness=HARNESS, input_id=f"d{i}")
-            await client.wait_settled("rt-direct", f"d{i}", timeout=60)
-            t2 = time.perf_counter()
-            if i >= 2:
-                http_ms.append((t1 - t0) * 1000)
-                direct_ms.append((t2 - t1) * 1000)
+        first = (await http.post("/v1/sessions/rt-held/messages",
+                                 json={"text": TURN, "harness": HARNESS, "input_id": "k-first"})).json()
+        async with http.stream("GET", "/v1/sessions/rt-held/events", params={"after": first["position"]}) as held:
+            settled = settlements(held.aiter_lines())
+            for i in range(turns + 2):  # two warm-up turns each
+                t0 = time.perf_counter()
+                r = (await http.post("/v1/sessions/rt-http/messages",
+                                     json={"text": TURN, "harness": HARNESS, "input_id": f"h{i}"})).json()
+                await read_until_settled(http, "rt-http", r["position"] - 1, f"h{i}")
+                t1 = time.perf_counter()
+                await http.post("/v1/sessions/rt-held/messages", json={"text": TURN, "input_id": f"k{i}"})
+                async for input_id in settled:
+                    if input_id == f"k{i}":
+                        break
+                t2 = time.perf_counter()
+                receipt = await client.send("rt-direct", TURN, harness=HARNESS, input_id=f"d{i}")
+                await client.wait_settled("rt-direct", receipt, timeout=60)
+                t3 = time.perf_counter()
+                if i >= 2:
+                    http_ms.append((t1 - t0) * 1000)
+                    held_ms.append((t2 - t1) * 1000)
+                    direct_ms.append((t3 - t2) * 1000)
     await client.close()
     await log.close()
-    return http_ms, direct_ms
+    return http_ms, held_ms, direct_ms
 
 
 async def fan_out(url: str, pid: int, subscribers: int, messages: int) -> dict[str, Any]:
@@ -154,10 +177,10 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         log_url = f"sqlite:///{tmp}/bench.db"
-        proc = start_process(["serve", "--log", log_url, "--app", "bench.apps:bench", "--open-access", "--port", "0",
+        proc = start_harness(["serve", "--log", log_url, "--app", "bench.apps:bench", "--open-access", "--port", "0",
                               "--heartbeat", "30"], ready="serve ready")
         try:
-            http_ms, direct_ms = asyncio.run(round_trips(proc.url, log_url, args.turns))
+            http_ms, held_ms, direct_ms = asyncio.run(round_trips(proc.url, log_url, args.turns))
             fan = asyncio.run(fan_out(proc.url, proc.proc.pid, args.subscribers, args.messages))
         finally:
             with contextlib.suppress(Exception):
@@ -166,6 +189,8 @@ def main() -> int:
           "process; turn = 1 tool call of 3 no-op steps)\n")
     print(table(["path", "p50 (ms)", "p99 (ms)"], [
         ["HTTP: POST message + SSE until settled", f"{pct(http_ms, 0.5):.1f}", f"{pct(http_ms, 0.99):.1f}"],
+        ["HTTP, SSE stream held open: POST message, until settled", f"{pct(held_ms, 0.5):.1f}",
+         f"{pct(held_ms, 0.99):.1f}"],
         ["HarnessClient.send + wait_settled", f"{pct(direct_ms, 0.5):.1f}", f"{pct(direct_ms, 0.99):.1f}"],
     ]))
     print(f"\nfan-out: {fan['subscribers']} SSE streams of one session, {args.messages} turns\n")
@@ -177,7 +202,8 @@ def main() -> int:
     print(f"\nCPU while fanning out: gateway+worker process {fan['server_cpu_s']:.1f} s, "
           f"the subscribers' process {fan['client_cpu_s']:.1f} s (both on the same 2 cores)")
     ratio = pct(http_ms, 0.5) / pct(direct_ms, 0.5)
-    print(f"\nratio={ratio:.2f} http_p50_ms={pct(http_ms, 0.5):.1f} direct_p50_ms={pct(direct_ms, 0.5):.1f} "
+    print(f"\nratio={ratio:.2f} http_p50_ms={pct(http_ms, 0.5):.1f} held_p50_ms={pct(held_ms, 0.5):.1f} "
+          f"direct_p50_ms={pct(direct_ms, 0.5):.1f} "
           f"fanout_events_per_s={fan['events_per_s']:.0f} kib_per_stream={fan['kib_per_stream']:.1f}")
     return 0
 

@@ -4,11 +4,13 @@ PURE: no I/O, no clock (the time comes in as ``now_ms``), no asyncio. Two views:
 
 * :func:`summarize`: one session at a glance (:class:`SessionSummary`): its harness,
   its state (``running``, ``waiting`` for a person, ``sleeping`` until a time, ``idle``,
-  ``failed``), its last activity, its open asks, how many turns and how the last one went;
+  ``failed``), its last activity, its open asks, how many turns and how the last one went,
+  and what its model calls used (:class:`Usage`: tokens, cost when known);
 * :func:`timeline`: a session's records as a person reads them (:class:`TimelineItem`):
   inputs and their settlements, turns with their attempts and takeovers, model
-  responses, tool calls with their steps, asks with their answer (or still open),
-  sleeps with their wake time, app records and errors.
+  responses (and their usage, and the transient failures retried before them), tool
+  calls with their steps, asks with their answer (or still open), sleeps with their
+  wake time, app records and errors.
 
 Both are JSON-serialisable with ``.to_json()``, so ``harness sessions --json``,
 ``harness show --json``, the gateway's API and the web console share one shape.
@@ -32,6 +34,8 @@ from harness.records import (
     InputSettled,
     LogEntry,
     ModelResponseRecord,
+    ModelRetry,
+    ModelUsage,
     SleepScheduled,
     StepResult,
     ToolResult,
@@ -40,7 +44,7 @@ from harness.records import (
     TurnResumed,
     TurnStarted,
 )
-from harness.replay.state import CallState, SessionState
+from harness.replay.state import CallState, SessionState, UsageTotals
 
 __all__ = [
     "SESSION_STATES",
@@ -48,12 +52,14 @@ __all__ = [
     "SessionStateName",
     "SessionSummary",
     "TimelineItem",
+    "Usage",
     "classify",
     "last_record_ts",
     "open_asks",
     "preview",
     "summarize",
     "timeline",
+    "usage_text",
 ]
 
 SessionStateName = Literal["running", "waiting", "sleeping", "idle", "failed"]
@@ -106,6 +112,30 @@ def open_asks(state: SessionState) -> tuple[OpenAsk, ...]:
     return tuple(out)
 
 
+# --- usage -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a session's completed model calls used (the sum of its ``harness.model.usage``).
+
+    ``cost`` is the sum of the costs the provider reported, None when no call reported one.
+    """
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+
+    @classmethod
+    def of(cls, totals: UsageTotals) -> Usage:
+        return cls(totals.calls, totals.input_tokens, totals.output_tokens, totals.cost)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cost": self.cost}
+
+
 # --- one session at a glance ---------------------------------------------------------------
 
 
@@ -131,10 +161,12 @@ class SessionSummary:
     active_input: str | None = None
     pending_inputs: int = 0
     partial: bool = False
+    usage: Usage = Usage()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["open_asks"] = [a.to_json() for a in self.open_asks]
+        out["usage"] = self.usage.to_json()
         return out
 
 
@@ -232,6 +264,7 @@ def summarize(state: SessionState, *, now_ms: int, last_activity_ms: int | None 
         last_code=code,
         active_input=active.input_id if active is not None else None,
         pending_inputs=len(state.pending_inputs()),
+        usage=Usage.of(state.usage),
     )
 
 
@@ -247,6 +280,8 @@ TimelineKind = Literal[
     "turn.resumed",
     "turn.finished",
     "model.response",
+    "model.usage",
+    "model.retry",
     "tool.started",
     "step",
     "sleep",
@@ -262,11 +297,14 @@ class TimelineItem:
     """One line of a session's timeline.
 
     ``depth`` nests it: 0 for inputs and turns, 1 for what happens in a turn (model
-    responses, tool calls), 2 for what happens in a tool call (steps, sleeps, asks,
-    its app records). ``text`` is the item's main text (a message, a question, the
-    model's answer), ``preview`` a short form of its JSON ``value``. ``status`` says
-    how it ended: an input's settlement (``completed``, ``rejected`` ...), an ask's
-    ``open`` / ``answered`` / ``expired``. ``error`` marks failures.
+    responses, their usage and retries, tool calls), 2 for what happens in a tool call
+    (steps, sleeps, asks, its app records). ``text`` is the item's main text (a
+    message, a question, the model's answer, a retried failure), ``preview`` a short
+    form of its JSON ``value``. ``status`` says how it ended: an input's settlement
+    (``completed``, ``rejected`` ...), an ask's ``open`` / ``answered`` / ``expired``, a
+    model response cut at its output limit ``truncated``, a retried model call
+    ``retrying`` (``attempt`` = the retry's number, ``wake_at`` = when it runs).
+    ``error`` marks failures.
     """
 
     seq: int
@@ -299,6 +337,12 @@ def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
         text = repr(value)
     text = " ".join(text.split())  # one line
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def usage_text(usage: Usage) -> str:
+    """``1,200 in / 340 out tokens, $0.0042`` (the cost only when known)."""
+    text = f"{usage.input_tokens:,} in / {usage.output_tokens:,} out tokens"
+    return f"{text}, ${usage.cost:.4g}" if usage.cost is not None else text
 
 
 def _args_preview(arguments: Any) -> str:
@@ -357,10 +401,22 @@ def timeline(entries: Sequence[LogEntry] | Iterable[LogEntry]) -> list[TimelineI
                                 error=r.outcome == "failed")
         elif isinstance(r, ModelResponseRecord):
             calls = [{"id": c["id"], "name": c["name"], "arguments": c.get("arguments")} for c in r.tool_calls]
-            item = TimelineItem(seq, ts, "model.response", 1, turn=r.turn, text=r.text,
-                                detail={"index": r.index, "tool_calls": calls},
+            info: dict[str, Any] = {"index": r.index, "tool_calls": calls}
+            if r.finish_reason is not None:
+                info["finish_reason"] = r.finish_reason
+            item = TimelineItem(seq, ts, "model.response", 1, turn=r.turn, text=r.text, detail=info,
+                                status="truncated" if r.truncated else None,
                                 preview=", ".join(f"{c['name']}({_args_preview(c['arguments'])})" for c in calls)
                                 or None)
+        elif isinstance(r, ModelUsage):
+            used = {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cost": r.cost}
+            item = TimelineItem(seq, ts, "model.usage", 1, turn=r.turn, name=r.model, value=used,
+                                preview=usage_text(Usage(1, r.input_tokens, r.output_tokens, r.cost)),
+                                detail={"index": r.index})
+        elif isinstance(r, ModelRetry):
+            item = TimelineItem(seq, ts, "model.retry", 1, turn=r.turn, attempt=r.retry, text=r.error,
+                                status="retrying", code=r.kind or (str(r.status) if r.status else None),
+                                wake_at=r.wait_until, detail={"index": r.index, "status": r.status})
         elif isinstance(r, ToolStarted):
             item = TimelineItem(seq, ts, "tool.started", 1, tool_call_id=r.tool_call_id, name=r.name,
                                 attempt=r.attempt)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
-from harness.views import OpenAsk, SessionSummary, TimelineItem
+from harness.views import OpenAsk, SessionSummary, TimelineItem, usage_text
 
 __all__ = [
     "Style",
@@ -131,6 +131,8 @@ def session_header(summary: SessionSummary, now_ms: int, style: Style) -> str:
         f"harness {summary.harness or '-'}",
         style(state_text(summary, now_ms), *_STATE_COLOURS.get(summary.state, ())),
         f"{turns}{last}",
+        *([f"{summary.usage.calls} model call{'s' if summary.usage.calls != 1 else ''}: "
+           f"{usage_text(summary.usage)}"] if summary.usage.calls else []),
         f"last activity {clock(summary.last_activity, now_ms)}",
     ])
 
@@ -152,6 +154,8 @@ _LABELS = {
     "input.records": ("records", ()),
     "input.settled": ("settled", ("dim",)),
     "model.response": ("model", ("cyan",)),
+    "model.usage": ("usage", ("dim",)),
+    "model.retry": ("retry", ("yellow",)),
     "tool.started": ("tool", ("green",)),
     "step": ("step", ()),
     "sleep": ("sleep", ("blue",)),
@@ -193,7 +197,13 @@ def _body(item: TimelineItem, now_ms: int, style: Style) -> str:
         return f"{item.status} {_quoted(item.text)}".rstrip()
     if k == "model.response":
         calls = f"  → {item.preview}" if item.preview else ""
-        return f"{_quoted(item.text) or '(no text)'}{calls}"
+        cut = style("  (cut at the output limit: its calls do not run)", "yellow") if item.status == "truncated" else ""
+        return f"{_quoted(item.text) or '(no text)'}{calls}{cut}"
+    if k == "model.usage":
+        return f"{item.name or 'model'}: {item.preview}"
+    if k == "model.retry":
+        why = f" ({item.code})" if item.code else ""
+        return f"failed{why}: {item.text}; retry {item.attempt} at {clock(item.wake_at, now_ms, millis=True)}"
     if k == "tool.started":
         return f"{item.name} [{item.tool_call_id}] started (attempt {item.attempt})"
     if k == "step":

@@ -1,15 +1,22 @@
-"""In-process fan-out of live events, and merging them with committed records."""
+"""In-process fan-out of live events, and merging them with committed records.
+
+* :class:`LiveHub`: every event to every subscriber (one session's handle).
+* :class:`LiveRouter`: events routed by session to :class:`LiveSubscription` s, for
+  readers of many sessions in one process (the gateway of ``harness serve``; the
+  Kafka live tails hand what they read to one).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.live.events import LiveEvent
 
-__all__ = ["LiveHub", "LivePublisher", "merge_live"]
+__all__ = ["LiveHub", "LivePublisher", "LiveRouter", "LiveSource", "LiveSubscription", "merge_live"]
 
 QUEUE_SIZE = 1024
 """Items a subscriber may be behind before its live events are dropped (committed
@@ -50,6 +57,126 @@ class LiveHub:
     @property
     def subscribers(self) -> int:
         return len(self._queues)
+
+
+class LiveSubscription:
+    """The live events of one session from the moment it was made: an async iterator.
+
+    It is registered when made (not at the first ``__anext__``), so no event published
+    after that is missed, unless its reader falls ``QUEUE_SIZE`` events behind: then
+    the newest are dropped (best effort; the committed response holds the whole text).
+    ``close()`` unregisters it and ends the iteration. Used on one event loop.
+    """
+
+    def __init__(self, session_id: str, on_close: Callable[[LiveSubscription], None]) -> None:
+        self.session_id = session_id
+        self._on_close = on_close
+        self._queue: collections.deque[LiveEvent] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+        self.dropped = 0
+
+    def push(self, event: LiveEvent) -> None:
+        if self._closed:
+            return
+        if len(self._queue) >= QUEUE_SIZE:
+            self.dropped += 1
+        else:
+            self._queue.append(event)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> LiveSubscription:
+        return self
+
+    async def __anext__(self) -> LiveEvent:
+        while not self._queue:
+            if self._closed:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._queue.popleft()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._on_close(self)
+            self._wake()
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+@runtime_checkable
+class LiveSource(Protocol):
+    """Where a reader gets the live events of a session (see :class:`LiveRouter`)."""
+
+    def subscribe(self, session_id: str) -> LiveSubscription: ...
+
+    async def close(self) -> None: ...
+
+
+class LiveRouter:
+    """Live events routed to the subscriptions of their session, in one process.
+
+    A :class:`LivePublisher` (give it to ``HarnessHost(live=)``, or set a worker's
+    ``host.live``) and a :class:`LiveSource`: every subscription of a session made in
+    this process gets the text deltas of the sessions published here. Never blocks;
+    used on one event loop (a thread hands events over with ``call_soon_threadsafe``).
+    """
+
+    def __init__(self) -> None:
+        self._subs: dict[str, set[LiveSubscription]] = {}
+        self.published = 0
+
+    def publish(self, event: LiveEvent) -> None:
+        self.published += 1
+        for sub in list(self._subs.get(event.session_id, ())):
+            sub.push(event)
+
+    def publish_many(self, events: Iterable[LiveEvent]) -> None:
+        for event in events:
+            self.publish(event)
+
+    def subscribe(self, session_id: str, *, on_close: Callable[[], None] | None = None) -> LiveSubscription:
+        """The live events of ``session_id`` published from now on (``on_close``: called once
+        the subscription is closed)."""
+
+        def forget(sub: LiveSubscription) -> None:
+            self._forget(sub)
+            if on_close is not None:
+                on_close()
+
+        sub = LiveSubscription(session_id, forget)
+        self._subs.setdefault(session_id, set()).add(sub)
+        return sub
+
+    def _forget(self, sub: LiveSubscription) -> None:
+        subs = self._subs.get(sub.session_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.session_id]
+
+    def wants(self, session_id: str) -> bool:
+        """Somebody here follows ``session_id`` (safe to ask from another thread)."""
+        return session_id in self._subs
+
+    @property
+    def subscribers(self) -> int:
+        return sum(len(subs) for subs in self._subs.values())
+
+    async def close(self) -> None:
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.close()
 
 
 class _End:

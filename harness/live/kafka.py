@@ -5,7 +5,10 @@ plain producer (not transactional, not idempotent, ``acks=1``: a lost delta cost
 nothing, the committed response holds the whole text), keyed by session id, to the
 same partition number the session has in ``<prefix>.sessions`` (the live topic is
 created with the same partition count). Readers assign that one partition from its
-end at the moment they subscribe and keep the events of their session.
+end at the moment they subscribe and keep the events of their session:
+:func:`kafka_live_events` with a consumer of its own (a client's one stream), or
+:class:`KafkaLiveTails`, one consumer per partition per process shared by every
+subscriber (the gateway's SSE streams).
 
 The topic is short-lived: ``retention.ms`` one hour, segments of ten minutes. It is
 not part of the published record contract (values are compact JSON, see
@@ -20,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -28,8 +32,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from harness.ids import live_topic, message_key
 from harness.live.events import LiveEvent
+from harness.live.hub import LiveRouter, LiveSubscription
 
-__all__ = ["LIVE_RETENTION_MS", "LIVE_SEGMENT_MS", "KafkaLivePublisher", "kafka_live_events"]
+__all__ = ["LIVE_RETENTION_MS", "LIVE_SEGMENT_MS", "KafkaLivePublisher", "KafkaLiveTails", "kafka_live_events"]
 
 log = logging.getLogger("harness.live")
 
@@ -40,6 +45,10 @@ LIVE_SEGMENT_MS = 600_000
 ADMIN_TIMEOUT_S = 30.0
 POLL_S = 0.1
 """How long one consumer poll blocks (in the reader's own thread)."""
+TAIL_LINGER_S = 30.0
+"""A shared live tail without subscribers stays open this long (a reconnecting stream reuses it)."""
+TAIL_BATCH = 500
+"""Messages a shared live tail takes per poll."""
 
 
 def _base_config(bootstrap: str, client_config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -246,3 +255,172 @@ async def kafka_live_events(
     finally:
         stop.set()
         await asyncio.to_thread(thread.join, 5.0)
+
+
+# --- one consumer per partition, shared by every subscriber of the process ----------------------
+
+
+def _tail_start_offset(consumer: Any, topic: str, partition: int, since_ms: int) -> int:
+    """The first offset with a timestamp >= ``since_ms`` (the end if none). Blocking."""
+    try:
+        [found] = consumer.offsets_for_times([TopicPartition(topic, partition, since_ms)], timeout=ADMIN_TIMEOUT_S)
+        if found.error is None and found.offset >= 0:
+            return int(found.offset)
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=ADMIN_TIMEOUT_S)
+        return int(high)  # nothing that recent yet: from the end
+    except KafkaException:
+        return OFFSET_BEGINNING  # no topic yet: everything it will hold is new
+
+
+def _next_messages(consumer: Any) -> list[Any]:
+    """What the consumer holds now, else the first message within ``POLL_S`` and what came
+    with it (``consume(n, timeout)`` would wait the whole timeout for ``n`` messages)."""
+    messages: list[Any] = consumer.consume(TAIL_BATCH, 0)
+    if messages:
+        return messages
+    first = consumer.poll(POLL_S)
+    return [] if first is None else [first, *consumer.consume(TAIL_BATCH, 0)]
+
+
+class _LiveTail:
+    """One consumer of one partition of the live topic, on a thread of its own."""
+
+    def __init__(self, owner: KafkaLiveTails, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.owner = owner
+        self.partition = partition
+        self.loop = loop
+        self.users = 0
+        self.linger: asyncio.TimerHandle | None = None
+        self.stop = threading.Event()
+        self.since_ms = int(time.time() * 1000)
+        self.thread = threading.Thread(target=self._run, name=f"harness-live-tail-{partition}", daemon=True)
+
+    def _run(self) -> None:
+        owner = self.owner
+        consumer: Any = None
+        try:
+            consumer = Consumer(
+                {
+                    **_base_config(owner.bootstrap, owner.client_config),
+                    "group.id": f"{owner.topic_prefix}.live-readers",  # assign() only: never joined or committed
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "latest",
+                }
+            )
+            offset = _tail_start_offset(consumer, owner.topic, self.partition, self.since_ms)
+            consumer.assign([TopicPartition(owner.topic, self.partition, offset)])
+            wants = owner.router.wants
+            while not self.stop.is_set():
+                events = []
+                for message in _next_messages(consumer):
+                    error = message.error()
+                    if error is not None:
+                        if error.fatal():
+                            raise KafkaException(error)
+                        continue  # end of partition, no topic yet, transient: keep reading
+                    try:
+                        session_id = (message.key() or b"").decode("utf-8")
+                    except UnicodeDecodeError:
+                        continue
+                    if not wants(session_id):
+                        continue  # only the events somebody here follows are decoded
+                    try:
+                        events.append(LiveEvent.decode(message.value() or b""))
+                    except ValueError:
+                        continue  # not ours to judge: skip it
+                if events:
+                    try:
+                        self.loop.call_soon_threadsafe(owner.router.publish_many, events)
+                    except RuntimeError:  # the loop is closed: nobody listens any more
+                        return
+        except Exception as exc:  # noqa: BLE001 - live events are best effort: say so once, stop
+            log.warning("reading %s[%d] stopped: %s", owner.topic, self.partition, exc)
+        finally:
+            if consumer is not None:
+                consumer.close()
+
+
+class KafkaLiveTails:
+    """The live topic for every live subscriber of a process: one consumer per partition.
+
+    ``subscribe(session_id)`` gives a :class:`~harness.live.LiveSubscription` of the
+    session's events published from then on (best effort, like every live event):
+    the partition's shared tail starts at the time its first subscriber came (by the
+    messages' timestamps, so the time it takes to assign is no gap) and every later
+    subscriber gets what the tail reads after it registered. A tail with no
+    subscriber closes after ``TAIL_LINGER_S``. Used on one event loop.
+
+    Args:
+        bootstrap, topic_prefix, client_config: as the session log's.
+        partition_for: session id -> its partition in the sessions topic.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic_prefix: str,
+        partition_for: Callable[[str], int],
+        client_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic_prefix = topic_prefix
+        self.topic = live_topic(topic_prefix)
+        self.client_config = dict(client_config or {})
+        self._partition_for = partition_for
+        self.router = LiveRouter()
+        self._tails: dict[int, _LiveTail] = {}
+        self.tails_opened = 0  # consumers started (for tests: one per partition followed)
+
+    @classmethod
+    def for_log(cls, kafka_log: Any) -> KafkaLiveTails:
+        """The live tails next to a Kafka session log (same cluster, prefix and partitioning)."""
+        settings = kafka_log.settings
+        return cls(bootstrap=settings.bootstrap, topic_prefix=settings.topic_prefix,
+                   partition_for=kafka_log.partition_for, client_config=settings.client_config)
+
+    @property
+    def consumers(self) -> int:
+        """Consumers open now (one per partition somebody follows, or did within the linger)."""
+        return len(self._tails)
+
+    def subscribe(self, session_id: str) -> LiveSubscription:
+        partition = self._partition_for(session_id)
+        loop = asyncio.get_running_loop()
+        tail = self._tails.get(partition)
+        if tail is not None and tail.loop is not loop:  # moved to another event loop
+            tail.stop.set()
+            tail = None
+        if tail is None:
+            tail = self._tails[partition] = _LiveTail(self, partition, loop)
+            tail.thread.start()
+            self.tails_opened += 1
+        if tail.linger is not None:
+            tail.linger.cancel()
+            tail.linger = None
+        tail.users += 1
+        the_tail = tail
+        return self.router.subscribe(session_id, on_close=lambda: self._release(the_tail))
+
+    def _release(self, tail: _LiveTail) -> None:
+        tail.users -= 1
+        if tail.users <= 0 and self._tails.get(tail.partition) is tail:
+            tail.linger = tail.loop.call_later(TAIL_LINGER_S, self._close_idle, tail)
+
+    def _close_idle(self, tail: _LiveTail) -> None:
+        tail.linger = None
+        if tail.users <= 0 and self._tails.get(tail.partition) is tail:
+            del self._tails[tail.partition]
+            tail.stop.set()
+
+    async def close(self) -> None:
+        """Stop every tail and end every subscription."""
+        tails, self._tails = list(self._tails.values()), {}
+        for tail in tails:
+            if tail.linger is not None:
+                tail.linger.cancel()
+            tail.stop.set()
+        await self.router.close()
+        for tail in tails:
+            await asyncio.to_thread(tail.thread.join, 5.0)

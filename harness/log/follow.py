@@ -309,6 +309,10 @@ class LogFanout:
             for sub in self._subs.get(key, ()):
                 sub.push(entry)
 
+    def subscribers(self, session_id: str | None) -> int:
+        """Subscribers of ``session_id`` (of every session if None) now (for tests and metrics)."""
+        return len(self._subs.get(session_id, ()))
+
     async def subscribe(self, session_id: str | None, *, after: int) -> AsyncIterator[LogEntry]:
         """Records of ``session_id`` (every session if None) with seq > ``after``, live."""
         await self._start()

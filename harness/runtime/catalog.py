@@ -162,18 +162,21 @@ async def _kafka_partition(
     return out
 
 
-async def scan_session(log: SessionLog, session_id: str) -> tuple[list[LogEntry], int]:
-    """A session's committed records, read-only: (entries, how many were unreadable)."""
+async def scan_session(
+    log: SessionLog, session_id: str, *, after: int | None = None
+) -> tuple[list[LogEntry], int]:
+    """A session's committed records (those with seq > ``after``; all if None), read-only:
+    (entries, how many were unreadable)."""
     scan = getattr(log, "scan", None)
     if scan is None:
-        return list(await log.read(session_id)), 0
+        return list(await log.read(session_id, after=after)), 0
     skipped = _Skipped()
-    return _keep(await scan(session_id), skipped), skipped.unreadable
+    return _keep(await scan(session_id, after=after), skipped), skipped.unreadable
 
 
-async def read_session(log: SessionLog, session_id: str) -> list[LogEntry]:
+async def read_session(log: SessionLog, session_id: str, *, after: int | None = None) -> list[LogEntry]:
     """A session's readable records (see :func:`scan_session`)."""
-    entries, _ = await scan_session(log, session_id)
+    entries, _ = await scan_session(log, session_id, after=after)
     return entries
 
 

@@ -1,6 +1,7 @@
 """The app the gateway tests run: a message with 'approve' calls a tool that asks a
 person (step.ask with a schema), then answers with what the person said; 'nap' sleeps;
-anything else gets a plain text answer."""
+anything else gets a plain text answer. Every answer reports its usage (50 input and 5
+output tokens of ``scripted``, no cost)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from harness import define_harness, durable_tool, tool_definition
 from harness.definition import Harness
-from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.models import ModelResponse, ScriptedModel, ToolCall, Usage
 
 
 class Approval(BaseModel):
@@ -43,7 +44,15 @@ TOOLS = [
 ]
 
 
+USAGE = Usage(input_tokens=50, output_tokens=5, model="scripted")
+
+
 def script(messages: list[dict[str, Any]]) -> ModelResponse:
+    response = _answer(messages)
+    return ModelResponse(text=response.text, tool_calls=response.tool_calls, usage=USAGE)
+
+
+def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     user = messages[last_user]["content"]
     tail = messages[last_user + 1 :]

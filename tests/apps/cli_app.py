@@ -5,7 +5,8 @@ two steps and an app record), ``ask`` (a person approves), ``nap=<seconds>`` (a 
 sleep), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``explode``
 (the tool raises an error holding that secret), ``hold`` (the tool waits until the
 test releases it: it creates ``enter-<session>`` in ``$HARNESS_TEST_GATE_DIR`` and
-returns once ``release-<session>`` exists there). The model answers ``done: <results>``.
+returns once ``release-<session>`` exists there). The model answers ``done: <results>``;
+every answer reports its usage (100 input and 10 output tokens of ``scripted-1``, $0.0005).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic import BaseModel
 
 from harness import define_harness, durable_tool, tool_definition
 from harness.definition import Harness
-from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.models import ModelResponse, ScriptedModel, ToolCall, Usage
 
 
 class OrderArgs(BaseModel):
@@ -96,7 +97,15 @@ TOOLS = [
 ]
 
 
+USAGE = Usage(input_tokens=100, output_tokens=10, model="scripted-1", cost=0.0005)
+
+
 def script(messages: list[dict[str, Any]]) -> ModelResponse:
+    response = _answer(messages)
+    return ModelResponse(text=response.text, tool_calls=response.tool_calls, usage=USAGE)
+
+
+def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
     user = [m["content"] for m in messages if m["role"] == "user"][-1]
     last = messages[-1]
     if last["role"] == "tool":  # the batch is done: answer with what the tools said

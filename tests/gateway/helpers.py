@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 
 from harness.definition import Harness
-from harness.log import open_log
 from harness.log.base import SessionLog
 from harness.services.gateway.app import create_app
 from harness.services.gateway.settings import GatewaySettings
@@ -51,7 +50,8 @@ class ServerThread:
     """The gateway app on a real uvicorn server (127.0.0.1, a free port) in its own thread.
 
     With ``worker=True`` a :class:`~harness.runtime.worker.Worker` drives the sessions in
-    the same event loop, as ``harness serve`` does.
+    the same event loop, as ``harness serve`` does (on SQLite its sessions' live deltas
+    go to the gateway's streams through an in-process router, as there).
     """
 
     def __init__(
@@ -66,7 +66,6 @@ class ServerThread:
         self.harnesses = list(harnesses)
         self.worker = worker
         self.given_log = log
-        self.events: Any = None  # an EventSource instead of the default one
         self.metrics: Any = None  # a metrics sink instead of the default one
         self.url = ""
         self.state: GatewayState | None = None
@@ -78,8 +77,12 @@ class ServerThread:
     def start(self) -> ServerThread:
         import uvicorn
 
+        from harness.live import LiveRouter
+        from harness.services.gateway.app import default_live, open_gateway_log
+
         stop = asyncio.Event()
         task: list[asyncio.Task[None]] = []
+        live: Any = None
 
         async def on_startup(state: GatewayState) -> None:
             self.state = state
@@ -89,6 +92,8 @@ class ServerThread:
 
                 w = Worker(log=state.log, harnesses=self.harnesses, lease=timedelta(seconds=30),
                            poll_interval=timedelta(milliseconds=20))
+                if isinstance(live, LiveRouter):
+                    w.host.live = live
                 task.append(asyncio.create_task(w.run(stop)))
                 await w.ready.wait()
 
@@ -99,8 +104,10 @@ class ServerThread:
 
         def run() -> None:
             try:
-                log = self.given_log or open_log(self.settings.log)
-                app = create_app(self.settings, log=log, harnesses=self.harnesses, events=self.events, metrics=self.metrics,
+                nonlocal live
+                log = self.given_log or open_gateway_log(self.settings, client=not self.worker)
+                live = default_live(log)
+                app = create_app(self.settings, log=log, harnesses=self.harnesses, live=live, metrics=self.metrics,
                                  on_startup=on_startup, on_shutdown=on_shutdown)
                 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                         lifespan="on", timeout_graceful_shutdown=2)
@@ -192,12 +199,14 @@ class Process:
         return self.proc.returncode
 
 
-def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, timeout: float = 90) -> Process:
-    """Start ``harness ARGS``; wait for the stdout line starting with ``ready`` (its url= is kept)."""
+def start_process(args: Sequence[str], *, ready: str, cwd: Path | None = None, timeout: float = 90,
+                  env: dict[str, str] | None = None) -> Process:
+    """Start ``harness ARGS`` (``env``: more environment); wait for the stdout line starting with
+    ``ready`` (its url= is kept)."""
     # stderr goes to a file, never a pipe nobody reads (a full pipe would stall the server)
     err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by Process.stop
     proc = subprocess.Popen(harness_command(*args), stdout=subprocess.PIPE, stderr=err, text=True,
-                            env=child_env(), cwd=str(cwd or REPO))
+                            env=child_env(**(env or {})), cwd=str(cwd or REPO))
     out = Process(proc, err=err)
     lines: list[str] = []
 
@@ -236,9 +245,20 @@ class Event:
 def read_events(response: httpx.Response, *, until: Callable[[list[Event]], bool],
                 comments: list[str] | None = None) -> list[Event]:
     """Parse an open ``text/event-stream`` response until ``until(events)`` holds."""
+    return read_events_from(response.iter_lines(), until=until, comments=comments)
+
+
+def read_events_from(lines: Iterator[str], *, until: Callable[[list[Event]], bool],
+                     comments: list[str] | None = None, timeout: float = 90) -> list[Event]:
+    """Parse ``text/event-stream`` lines until ``until(events)`` holds (the rest stays in
+    ``lines``, to read on with another call). Fails after ``timeout`` seconds (checked at
+    each line: the server's heartbeats keep lines coming on an idle stream)."""
     events: list[Event] = []
     fields: dict[str, str] = {}
-    for line in response.iter_lines():
+    deadline = time.monotonic() + timeout
+    for line in lines:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the stream did not get there in {timeout:.0f}s; events: {events}")
         if line == "":
             if "data" in fields:
                 ev = Event(fields.get("event", "message"), json.loads(fields["data"]),

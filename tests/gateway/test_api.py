@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from typing import Any
 
 import httpx
 
 from harness.services.gateway.inputs import CANCEL_SUPPORTED
-from tests.gateway.helpers import HARNESS, wait_for
+from tests.gateway.helpers import HARNESS, ServerThread, child_env, harness_command, wait_for
 
 
 def message(http: httpx.Client, sid: str, text: str, **kw: Any) -> dict[str, Any]:
@@ -49,8 +51,8 @@ def test_message_receipt_is_idempotent_and_derived_from_the_log(http: httpx.Clie
     d = wait_state(http, "s-1", "idle")
     assert d["transcript"][-1] == {"role": "assistant", "content": "echo: hello"}
     # the input is in the log once; the resend wrote nothing
-    inputs = [i for i in d["timeline"] if i["kind"] == "input"]
-    assert len(inputs) == 1
+    inputs = [i for i in d["timeline"] if i["kind"] == "input.message"]
+    assert len(inputs) == 1 and inputs[0]["status"] == "completed"  # the input carries its settlement
     assert message(http, "s-1", "hello", input_id="in-1") == first  # still the same after it settled
 
 
@@ -173,3 +175,29 @@ def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> N
     assert detail(http, "s-6")["summary"]["state"] == "waiting"  # nothing broke the session
     receipt = http.post("/v1/sessions/s-6/records", json={"records": [{"type": "a.b"}]}).json()
     assert set(receipt) == {"input_id", "status", "position"}  # no nulls in a receipt
+
+
+def test_views_are_the_clis(served: ServerThread, http: httpx.Client) -> None:
+    """The API's session page and list are what `harness show --json` and `harness sessions --json`
+    print for the same log: one source of truth (harness.views, harness.runtime.catalog)."""
+    message(http, "v-1", "hello", input_id="in-1")
+    message(http, "v-2", "please approve", input_id="in-2")
+    wait_state(http, "v-1", "idle")
+    d = wait_state(http, "v-2", "waiting")
+    shown = cli_json(served, "show", "v-2")
+    assert d["summary"] == shown["summary"]
+    assert d["timeline"] == shown["timeline"]
+    assert d["usage"] == shown["summary"]["usage"] == {"calls": 1, "input_tokens": 50, "output_tokens": 5,
+                                                       "cost": None}
+    assert [(i["kind"], i["name"]) for i in d["timeline"] if i["kind"].startswith("model.")] == [
+        ("model.response", None), ("model.usage", "scripted")]
+    listed = cli_json(served, "sessions")
+    assert http.get("/v1/sessions").json()["sessions"] == listed
+    assert [s["session_id"] for s in listed] == ["v-2", "v-1"]
+
+
+def cli_json(served: ServerThread, *args: str) -> Any:
+    done = subprocess.run(harness_command(*args, "--log", served.settings.log, "--json"), capture_output=True,
+                          text=True, env=child_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

@@ -4,13 +4,24 @@ Kafka, `harness gateway` replicas next to a `harness worker`, over real HTTP."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.gateway.helpers import APP, HARNESS, read_events, settled, start_process, wait_for
+from tests.gateway.helpers import (
+    APP,
+    HARNESS,
+    child_env,
+    harness_command,
+    read_events,
+    read_events_from,
+    settled,
+    start_process,
+    wait_for,
+)
 
 
 def run_waiting_turn(http: httpx.Client, sid: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -44,7 +55,8 @@ def test_harness_serve_runs_gateway_and_worker(tmp_path: Path) -> None:
             run_waiting_turn(http, "cli-1")
             # an open stream does not hold SIGTERM up
             with http.stream("GET", "/v1/sessions/cli-1/events") as response:
-                read_events(response, until=lambda evs: len(evs) >= 2)
+                lines = response.iter_lines()  # kept: the stream stays open through the SIGTERM
+                read_events_from(lines, until=lambda evs: len(evs) >= 2)
                 proc.proc.send_signal(signal.SIGTERM)
                 assert proc.proc.wait(timeout=30) == 0
     finally:
@@ -53,10 +65,6 @@ def test_harness_serve_runs_gateway_and_worker(tmp_path: Path) -> None:
 
 
 def test_harness_serve_needs_an_app(tmp_path: Path) -> None:
-    import subprocess
-
-    from tests.gateway.helpers import child_env, harness_command
-
     done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--open-access"), cwd=tmp_path,
                           capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 2 and "--app" in done.stderr and "Traceback" not in done.stderr
@@ -92,3 +100,30 @@ def test_kafka_gateway_replicas_and_a_worker(kafka_bootstrap: str, unique_prefix
         for g in gateways:
             g.stop()
         worker.stop()
+
+
+@pytest.mark.kafka
+def test_kafka_gateway_never_creates_topics_and_readyz_says_what_is_missing(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2"
+    gateway = start_process(["gateway", "--log", url, "--port", "0", "--open-access"], ready="gateway ready")
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            r = http.get("/readyz")
+            assert r.status_code == 503
+            detail = r.json()["detail"]
+            assert f"topic '{unique_prefix}.sessions' does not exist" in detail
+            assert "harness topics create" in detail
+            assert http.get("/healthz").status_code == 200  # alive, only not ready
+            topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=30).topics
+            assert not [t for t in topics if t.startswith(unique_prefix)]  # the gateway created nothing
+            done = subprocess.run(harness_command("topics", "create", "--log", url), capture_output=True, text=True,
+                                  env=child_env(), timeout=120)
+            assert done.returncode == 0, done.stderr
+            wait_for(lambda: http.get("/readyz").status_code == 200, timeout=60, what="ready once the topics exist")
+            assert http.get("/v1/sessions").json() == {"sessions": [], "next_cursor": None}
+    finally:
+        assert gateway.stop() == 0, gateway.stderr()

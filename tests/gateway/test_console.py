@@ -73,7 +73,12 @@ def test_console_answers_an_ask_and_sees_the_turn_complete(served: ServerThread,
     page.locator("#timeline li", has_text="turn 1 completed").wait_for(timeout=30_000)
     page.locator('#summary [data-state="idle"]').wait_for(timeout=20_000)
     assert page.locator('form[data-ask="approval"]').count() == 0
-    assert "approval answered" in page.locator("#timeline").inner_text()
+    # each line reads as `harness show` prints it
+    answered = page.locator('#timeline li[data-kind="ask.answered"] .what')
+    assert answered.inner_text() == 'approval [approve-1] = {"approved":true,"note":"looks right"}'
+    ask = page.locator('#timeline li[data-kind="ask"] .what').inner_text()
+    assert ask == ('approval [approve-1] "Approve please approve the refund of order 42?" → '
+                   '{"approved":true,"note":"looks right"}')
     shot = ARTIFACTS / "console-turn-completed.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
@@ -81,8 +86,10 @@ def test_console_answers_an_ask_and_sees_the_turn_complete(served: ServerThread,
     # the message box sends a new message; its answer shows up live
     page.locator('#message-box input[name="text"]').fill("thanks")
     page.locator('#message-box button[type="submit"]').click()
-    page.locator("#timeline li", has_text="echo: thanks").wait_for(timeout=30_000)
+    page.locator("#timeline li", has_text="turn 2 completed \"echo: thanks\"").wait_for(timeout=30_000)
     assert errors == []
+    # the session's usage totals, as `harness show` prints them in its header
+    page.locator("#usage", has_text="3 model calls: 150 in / 15 out tokens").wait_for(timeout=20_000)
     d = http.get("/v1/sessions/order-42").json()
     assert d["summary"]["turns"] == 2
     assert d["transcript"][-1] == {"role": "assistant", "content": "echo: thanks"}

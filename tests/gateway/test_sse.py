@@ -5,16 +5,16 @@ and a stream cut mid-way resumed with Last-Event-ID: no gap, no duplicate. SQLit
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from harness.ids import tenant_session_id
+from harness.live.kafka import KafkaLiveTails
 from harness.log import open_log
-from harness.services.gateway.sources import LogEventSource
+from harness.testing.model_server import ModelServer, Reply
 from tests.apps.approvals import approvals
 from tests.gateway.helpers import (
     APP,
@@ -24,6 +24,7 @@ from tests.gateway.helpers import (
     ServerThread,
     open_settings,
     read_events,
+    read_events_from,
     settled,
     start_process,
     wait_for,
@@ -120,43 +121,90 @@ def test_sse_cut_and_resume_kafka(kafka_gateway: tuple[str, str, Process]) -> No
         cut_and_resume(http, url, "k-2", use_header=False)
 
 
-class LiveFeed(LogEventSource):
-    """The log's records plus live events pushed by the test (a stand-in for the live
-    channel of streaming models, which publishes text deltas that are never logged)."""
-
-    def __init__(self, log: Any) -> None:
-        super().__init__(log)
-        self.queue: asyncio.Queue[dict[str, Any]] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def live(self, session_id: str) -> AsyncIterator[dict[str, Any]]:
-        self.loop = asyncio.get_running_loop()
-        self.queue = asyncio.Queue()
-        while True:
-            yield await self.queue.get()
-
-    def push(self, event: dict[str, Any]) -> None:
-        assert self.loop is not None and self.queue is not None
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+REAL_MODEL_APP = "tests.apps.real_model:assistant"
+REAL_MODEL = "tests/real-model"
+ANSWER = "Streaming from the worker to a browser, through the gateway."
 
 
-def test_live_events_are_forwarded_without_an_id(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    log = open_log(url)
-    feed = LiveFeed(log)
-    server = ServerThread(open_settings(url), harnesses=[approvals], worker=True, log=log)
-    server.events = feed
-    with server, httpx.Client(base_url=server.url, timeout=30) as http:
-        http.post("/v1/sessions/lv/messages", json={"text": "hello", "harness": HARNESS, "input_id": "x"})
-        with http.stream("GET", "/v1/sessions/lv/events") as response:
-            def until(evs: list[Event]) -> bool:
-                if settled(evs, "x") and feed.queue is not None and not any(e.event == "model.text.delta" for e in evs):
-                    feed.push({"type": "model.text.delta", "session_id": "t/x/lv", "turn": 2, "index": 0,
-                               "position": 0, "text": "Hel"})
-                return any(e.event == "model.text.delta" for e in evs)
+@pytest.fixture
+def model_server() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
 
-            events = read_events(response, until=until)
-    delta = events[-1]
-    assert delta.id is None and delta.data["text"] == "Hel" and delta.data["session_id"] == "lv"
-    assert all(e.id is not None for e in events[1:-1])
-    asyncio.run(log.close())
+
+def model_env(server: ModelServer) -> dict[str, str]:
+    return {"HARNESS_TEST_MODEL_URI": f"openai+{server.openai_url}:test-model"}
+
+
+def stream_deltas(http: httpx.Client, server: ModelServer, sid: str, *, pause: bool = True,
+                  in_process: bool = False) -> None:
+    """A streamed answer's text deltas reach an SSE stream as events without an id, before the
+    committed response; the stream was opened (hello) before the message was sent. With
+    ``pause`` the model stops half-way: the deltas came, the response is not logged yet.
+    ``in_process``: the deltas come from the worker's loop, so even the last one is in the
+    stream before the response (through Kafka's two topics that is only very likely)."""
+    server.script(Reply(text="hi"), Reply(text=ANSWER, chunk=6, pause_after=4 if pause else None))
+    first = http.post(f"/v1/sessions/{sid}/messages", json={"text": "hello", "harness": REAL_MODEL,
+                                                           "input_id": "m1"}).json()
+    assert first["status"] == "accepted"
+    wait_for(lambda: http.get(f"/v1/sessions/{sid}").json()["summary"]["state"] == "idle", timeout=60, what="idle")
+    after = http.get(f"/v1/sessions/{sid}").json()["last_position"]
+    with http.stream("GET", f"/v1/sessions/{sid}/events", params={"after": after}) as response:
+        lines = response.iter_lines()
+        hello = read_events_from(lines, until=lambda evs: bool(evs))
+        assert hello[0].event == "hello"
+        sent = http.post(f"/v1/sessions/{sid}/messages", json={"text": "stream please", "input_id": "m2"}).json()
+        assert sent["status"] == "accepted"
+        before = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
+        if pause:
+            assert server.paused.wait(30)  # half-way: the model holds the rest of its answer
+            assert not any(e.event == "harness.model.response" for e in before)
+            server.release()
+
+        def done(evs: list[Event]) -> bool:
+            text = "".join(e.data["text"] for e in [*before, *evs] if e.event == "model.text.delta")
+            return settled(evs, "m2") and text == ANSWER
+
+        rest = read_events_from(lines, until=done)
+    events = before + rest
+    deltas = [e for e in events if e.event == "model.text.delta"]
+    assert all(d.id is None for d in deltas)  # live only: never a position
+    assert all(d.data["session_id"] == sid for d in deltas)  # the caller's id, never the log's
+    assert "".join(d.data["text"] for d in deltas) == ANSWER
+    assert [d.data["position"] for d in deltas] == list(range(0, len(ANSWER), 6))
+    if in_process:
+        kinds = [e.event for e in events]
+        assert kinds.index("harness.model.response") > max(i for i, k in enumerate(kinds) if k == "model.text.delta")
+    records = [e for e in events if e.id is not None]
+    assert [e.id for e in records] == sorted({e.id for e in records})  # in order, once each
+    response = next(e for e in records if e.event == "harness.model.response")
+    assert response.data["data"]["text"] == ANSWER  # the log holds the whole text, once
+
+
+def test_live_deltas_of_harness_serve_reach_the_stream(model_server: ModelServer, tmp_path: Path) -> None:
+    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
+                          "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))
+    try:
+        with httpx.Client(base_url=proc.url, timeout=60) as http:
+            stream_deltas(http, model_server, "live-1", in_process=True)
+    finally:
+        assert proc.stop() == 0, proc.stderr()
+
+
+@pytest.mark.kafka
+def test_live_deltas_from_the_kafka_live_topic_reach_the_stream(
+    kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
+) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
+    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
+                           env=model_env(model_server))
+    try:
+        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+            stream_deltas(http, model_server, "live-k1")
+            tails = server.state.live if server.state is not None else None
+            assert isinstance(tails, KafkaLiveTails)
+            # another session's stream (one partition) reuses the partition's consumer
+            stream_deltas(http, model_server, "live-k2", pause=False)
+            assert tails.tails_opened == 1 and tails.consumers == 1
+    finally:
+        worker.stop()

@@ -102,10 +102,12 @@ async def test_send_prints_the_answer_and_show_reads_the_timeline(deployed: Back
     assert not ANSI.search(text), "piped output is plain"
     header, *lines = text.splitlines()
     assert header.startswith(f"session {s}") and "harness tests/cli" in header and "idle" in header
+    assert "2 model calls: 200 in / 20 out tokens, $0.001" in header  # the session's usage totals
     expected = [
         r"message\s+in-1 \"order=7\"  → completed",
         r"turn 1\s+started \(input in-1\)",
         r"model\s+\"working on it\"  → checkout\(order_id=\"7\"\)",
+        r"usage\s+scripted-1: 100 in / 10 out tokens, \$0.0005",
         r"tool\s+checkout \[checkout-7\] started \(attempt 1\)",
         r"step\s+charge:7 = \{\"amount\":1000,\"id\":\"ch_7\"\}|step\s+charge:7 = \{\"id\":\"ch_7\",\"amount\":1000\}",
         r"step\s+invoice:ch_7 = ",
@@ -128,6 +130,7 @@ async def test_send_prints_the_answer_and_show_reads_the_timeline(deployed: Back
 
     data = json.loads(deployed.cli("show", s, "--json").stdout)
     assert data["summary"]["state"] == "idle" and data["summary"]["turns"] == 1
+    assert data["summary"]["usage"] == {"calls": 2, "input_tokens": 200, "output_tokens": 20, "cost": 0.001}
     kinds = [i["kind"] for i in data["timeline"]]
     assert kinds[:2] == ["input.message", "turn.started"] and kinds[-2:] == ["turn.finished", "input.settled"]
     step = next(i for i in data["timeline"] if i["kind"] == "step" and i["name"] == "charge:7")

@@ -163,6 +163,9 @@ def test_prometheus_scrapes_the_gateway(kafka_bootstrap: str, unique_prefix: str
     """The gateway's /metrics on its metrics port, and its HTTP panels return data after a request."""
     http_port, metrics_port = free_port(), free_port()
     url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions={PARTITIONS}"
+    # The gateway is a client of the log: it never creates topics (workers or this command do).
+    subprocess.run([sys.executable, "-m", "harness.cli", "topics", "create", "--log", url], env=harness_env(),
+                   cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     gateway = Proc("gateway", [sys.executable, "-m", "harness.cli", "gateway", "--host", "127.0.0.1",
                                "--port", str(http_port), "--open-access"],
                    workdir=tmp_path, cwd=REPO, env=harness_env(HARNESS_LOG=url, HARNESS_METRICS_PORT=str(metrics_port)))

@@ -14,12 +14,12 @@ import pytest
 
 from harness import logs
 from harness.cli.common import kafka_client_config
-from harness.cli.render import Style, age, sessions_table, state_text, timeline_line
+from harness.cli.render import Style, age, session_header, sessions_table, state_text, timeline_line
 from harness.errors import ConfigError
 from harness.runtime.gate import SessionGate
 from harness.services.worker.secrets import load_secrets, secrets_from_dir, secrets_from_env
 from harness.testing.kafka_jars import JarProgress
-from harness.views import OpenAsk, SessionSummary, TimelineItem
+from harness.views import OpenAsk, SessionSummary, TimelineItem, Usage
 
 
 @pytest.fixture(autouse=True)
@@ -204,3 +204,24 @@ def test_timeline_line_nests_by_depth() -> None:
     error = TimelineItem(seq=6, ts=now, kind="tool.result", depth=1, tool_call_id="c1", name="charge",
                          preview="{}", error=True, code="tool_failed")
     assert "  error    charge [c1] (tool_failed) → {}" in timeline_line(error, now, Style(False))
+
+
+def test_show_prints_model_usage_retries_and_truncation() -> None:
+    now = int(time.time() * 1000)
+    used = TimelineItem(seq=7, ts=now, kind="model.usage", depth=1, turn=1, name="gpt-test",
+                        value={"input_tokens": 1200, "output_tokens": 40, "cost": 0.0042},
+                        preview="1,200 in / 40 out tokens, $0.0042")
+    assert timeline_line(used, now, Style(False)).endswith("  usage    gpt-test: 1,200 in / 40 out tokens, $0.0042")
+    retry = TimelineItem(seq=3, ts=now, kind="model.retry", depth=1, turn=1, attempt=2, text="server error",
+                         code="500", status="retrying", wake_at=now + 1500)
+    line = timeline_line(retry, now, Style(False))
+    assert "  retry    failed (500): server error; retry 2 at " in line
+    cut = TimelineItem(seq=4, ts=now, kind="model.response", depth=1, turn=1, text="on it", preview="checkout()",
+                       status="truncated")
+    assert timeline_line(cut, now, Style(False)).endswith(
+        '"on it"  → checkout()  (cut at the output limit: its calls do not run)')
+    summary = SessionSummary("s-1", "acme/a", "idle", last_activity=now, turns=1, last_outcome="completed",
+                             usage=Usage(2, 2500, 4136, 0.0042))
+    header = session_header(summary, now, Style(False))
+    assert "  ·  2 model calls: 2,500 in / 4,136 out tokens, $0.0042  ·  " in header
+    assert "model call" not in session_header(SessionSummary("s-2", None, "idle"), now, Style(False))

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from harness.ids import split_tenant_session_id, tenant_session_id
 from harness.records import (
     AskOpened,
-    InputAnswer,
     InputMessage,
     InputSettled,
     LogEntry,
@@ -21,10 +20,11 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay.state import fold
-from harness.services.gateway.interim_views import summarize, timeline
 from harness.services.gateway.receipts import receipt_for
+from harness.services.gateway.routes import SummaryOut, _cursor, _order, _parse_cursor, _public
 from harness.services.gateway.settings import parse_settings
 from harness.services.gateway.sse import event_frame
+from harness.views import SessionSummary, summarize, timeline
 
 SESSION_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,40}", fullmatch=True)
 
@@ -82,8 +82,8 @@ def test_receipt_of_a_message_behind_an_unsettled_one_is_queued() -> None:
     assert r is not None and r.status == "queued"
 
 
-def test_views_of_a_waiting_session() -> None:
-    sid = "s"
+def test_the_api_shows_harness_views_with_the_callers_id() -> None:
+    sid = tenant_session_id("acme", "s")
     entries = _log(
         InputMessage(sid, 10, "m1", "please approve", "h"),
         TurnStarted(sid, 11, "m1", 1),
@@ -91,14 +91,30 @@ def test_views_of_a_waiting_session() -> None:
         ToolStarted(sid, 13, "c1", "approve", 1),
         AskOpened(sid, 14, "c1", "approval", "Approve?", {"type": "object"}),
     )
-    summary = summarize(fold(sid, entries), now_ms=20, last_ts=14)
-    assert summary.state == "waiting" and [a.name for a in summary.open_asks] == ["approval"]
-    data = summary.to_json()
+    summary = summarize(fold(sid, entries), now_ms=20, last_activity_ms=14)
+    data = _public(summary, "s")
+    assert data == {**summary.to_json(), "session_id": "s"}  # the log's id never leaves
+    assert data["state"] == "waiting" and [a["name"] for a in data["open_asks"]] == ["approval"]
     assert json.loads(json.dumps(data)) == data
-    kinds = [item.kind for item in timeline(entries)]
-    assert kinds == ["input", "turn", "model", "tool", "ask"]
-    answered = [*entries, LogEntry(6, InputAnswer(sid, 15, "a1", "c1", "approval", {"ok": True}))]
-    assert summarize(fold(sid, answered), now_ms=20).state == "waiting"  # until the owner takes the answer
+    SummaryOut.model_validate(data)  # the response model takes the view as it is
+    assert [item.kind for item in timeline(entries)] == [
+        "input.message", "turn.started", "model.response", "tool.started", "ask"]
+
+
+@given(rows=st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 2**45)), SESSION_IDS), unique_by=lambda r: r[1]))
+def test_list_cursors_page_through_the_catalogs_order(rows: list[tuple[int | None, str]]) -> None:
+    keys = sorted(_order(SessionSummary(sid, None, "idle", last_activity=ts), sid) for ts, sid in rows)
+    seen = []
+    after = None
+    while True:
+        page = [k for k in keys if after is None or k > after][:2]
+        seen += page
+        if not page:
+            break
+        after = _parse_cursor(_cursor(page[-1]))
+        assert after == page[-1]
+    assert seen == keys
+    assert _parse_cursor("junk") is None and _parse_cursor(None) is None
 
 
 def test_sse_frames() -> None:
@@ -119,3 +135,10 @@ def test_settings_need_auth_or_open_access(capsys: pytest.CaptureFixture[str]) -
         parse_settings(["--log", "x", "--jwt-secret-file", "a", "--jwks-file", "b"], {})
     with pytest.raises(SystemExit):
         parse_settings(["--log", "x", "--open-access", "--port", "70000"], {})
+
+
+def test_settings_take_kafka_client_config_from_the_environment() -> None:
+    env = {"HARNESS_LOG": "kafka://b:9092", "HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL": "SASL_SSL",
+           "HARNESS_KAFKA_CONFIG_SASL_PASSWORD": "pw"}
+    s = parse_settings(["--open-access"], env)
+    assert dict(s.kafka_config) == {"security.protocol": "SASL_SSL", "sasl.password": "pw"}

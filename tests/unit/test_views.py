@@ -21,6 +21,8 @@ from harness.records import (
     InputSettled,
     LogEntry,
     ModelResponseRecord,
+    ModelRetry,
+    ModelUsage,
     StepResult,
     ToolResult,
     ToolStarted,
@@ -29,7 +31,7 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay import fold
-from harness.views import SessionSummary, preview, summarize, timeline
+from harness.views import SessionSummary, Usage, preview, summarize, timeline, usage_text
 
 from .conftest import Args, call, eventually, script
 
@@ -202,7 +204,60 @@ def test_partial_summary_is_json():
         "session_id": "old", "harness": None, "state": "idle", "last_activity": None, "sleeping_until": None,
         "open_asks": [], "turns": 0, "last_outcome": None, "last_code": None, "active_input": None,
         "pending_inputs": 0, "partial": True,
+        "usage": {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost": None},
     }
+
+
+def model_calls_log() -> list[LogEntry]:
+    """A turn whose first model call failed twice (retried), then answered cut at its output
+    limit, then answered in full; every answer with its usage."""
+    calls = ({"id": "c1", "name": "checkout", "arguments": {"order_id": "42"}},)
+    records = [
+        InputMessage(SID, 1000, "in-1", "check out order 42", "acme/assistant"),
+        TurnStarted(SID, 1001, "in-1", 1),
+        ModelRetry(SID, 1002, 1, 0, 1, 1502, "rate limited: slow down", status=429, kind="rate_limit"),
+        ModelRetry(SID, 1503, 1, 0, 2, 2503, "server error", status=500),
+        ModelResponseRecord(SID, 2600, 1, 0, "on it", calls, finish_reason="length"),
+        ModelUsage(SID, 2600, 1, 0, "gpt-test", 1200, 4096, None),
+        ToolResult(SID, 2601, "c1", "checkout", {"error": "cut"}, is_error=True, code="truncated"),
+        ModelResponseRecord(SID, 2700, 1, 1, "Paid.", finish_reason="stop"),
+        ModelUsage(SID, 2700, 1, 1, "gpt-test", 1300, 40, 0.0042),
+        TurnFinished(SID, 2701, "in-1", 1, "completed", "Paid."),
+        InputSettled(SID, 2701, "in-1", "completed"),
+    ]
+    return [entry(i + 1, r) for i, r in enumerate(records)]
+
+
+def test_timeline_shows_model_retries_truncation_and_usage():
+    items = timeline(model_calls_log())
+    assert [i.kind for i in items] == [
+        "input.message", "turn.started", "model.retry", "model.retry", "model.response", "model.usage",
+        "tool.result", "model.response", "model.usage", "turn.finished", "input.settled",
+    ]
+    first, second = (i for i in items if i.kind == "model.retry")
+    assert (first.attempt, first.code, first.text, first.wake_at, first.status, first.error) == (
+        1, "rate_limit", "rate limited: slow down", 1502, "retrying", False)
+    assert (second.attempt, second.code, second.detail) == (2, "500", {"index": 0, "status": 500})
+    cut, full = (i for i in items if i.kind == "model.response")
+    assert cut.status == "truncated" and cut.detail["finish_reason"] == "length"
+    assert full.status is None and full.detail["finish_reason"] == "stop"
+    used = [i for i in items if i.kind == "model.usage"]
+    assert [(u.name, u.value, u.depth) for u in used] == [
+        ("gpt-test", {"input_tokens": 1200, "output_tokens": 4096, "cost": None}, 1),
+        ("gpt-test", {"input_tokens": 1300, "output_tokens": 40, "cost": 0.0042}, 1),
+    ]
+    assert used[0].preview == "1,200 in / 4,096 out tokens"
+    assert used[1].preview == "1,300 in / 40 out tokens, $0.0042"
+    assert roundtrip([i.to_json() for i in items])[5]["value"]["output_tokens"] == 4096
+
+
+def test_summary_totals_the_usage_of_every_model_call():
+    summary = summarize(fold(SID, model_calls_log()), now_ms=10_000)
+    assert summary.usage == Usage(calls=2, input_tokens=2500, output_tokens=4136, cost=0.0042)
+    assert roundtrip(summary.to_json())["usage"] == {"calls": 2, "input_tokens": 2500, "output_tokens": 4136,
+                                                      "cost": 0.0042}
+    assert summarize(fold(SID, takeover_log()), now_ms=10_000).usage == Usage()  # no usage reported: zero, no cost
+    assert usage_text(Usage(3, 10, 20, None)) == "10 in / 20 out tokens"
 
 
 def test_views_module_imports_no_io_module():

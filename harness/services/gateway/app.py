@@ -11,6 +11,12 @@ it in the same process, as a separate component). Routes:
 Every session id in a URL is the caller's; the log's id is
 ``harness.ids.tenant_session_id(tenant, id)``, so a tenant only ever reaches its own
 sessions, and a foreign id is a 404 like a missing one.
+
+Everything it shows comes from the library's shared parts: sessions are listed by
+``harness.runtime.catalog.list_sessions`` and read by ``read_session``, shown with
+``harness.views`` (as ``harness sessions`` / ``harness show`` do), and followed with
+``harness.log.follow.subscribe``; live text deltas come from a ``harness.live``
+source (:func:`default_live`).
 """
 
 from __future__ import annotations
@@ -21,15 +27,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from harness.definition import Harness
 from harness.errors import MissingExtra
+from harness.live import LiveRouter, LiveSource
 from harness.log import open_log
 from harness.log.base import SessionLog
 from harness.services.gateway.auth import Authenticator
 from harness.services.gateway.metrics import GatewayMetrics, gateway_metrics
 from harness.services.gateway.settings import GatewaySettings
-from harness.services.gateway.sources import EventSource, SessionCatalog, default_sources
 from harness.services.gateway.state import GatewayState
 
-__all__ = ["GatewayState", "create_app"]
+__all__ = ["GatewayState", "create_app", "default_live", "open_gateway_log"]
 
 try:
     from fastapi import FastAPI
@@ -43,13 +49,39 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def open_gateway_log(settings: GatewaySettings, *, client: bool = True) -> SessionLog:
+    """The log of ``settings.log``, opened as the gateway uses it.
+
+    On Kafka with ``client`` (``harness gateway``) the log never creates a topic: a
+    missing sessions topic is ``TopicNotFound`` (``/readyz`` says so) until a worker or
+    ``harness topics create`` makes it. ``harness serve`` opens it for its worker
+    (``client=False``). ``settings.kafka_config`` goes to every Kafka client.
+    """
+    if settings.log.startswith("kafka://"):
+        return open_log(settings.log, client_config=dict(settings.kafka_config), create_topics=not client)
+    return open_log(settings.log)
+
+
+def default_live(log: SessionLog) -> LiveSource:
+    """Where the gateway finds live text deltas for ``log``.
+
+    Kafka: the ``<prefix>.live`` topic the workers publish to, one consumer per
+    partition per gateway process. Other logs: nothing is published for other processes,
+    so an empty router; ``harness serve`` gives its worker's router instead.
+    """
+    if hasattr(log, "own_partition") and hasattr(log, "settings"):
+        from harness.live.kafka import KafkaLiveTails
+
+        return KafkaLiveTails.for_log(log)
+    return LiveRouter()
+
+
 def create_app(
     settings: GatewaySettings,
     *,
     log: SessionLog | None = None,
     harnesses: Sequence[Harness] = (),
-    events: EventSource | None = None,
-    catalog: SessionCatalog | None = None,
+    live: LiveSource | None = None,
     now_ms: Callable[[], int] | None = None,
     metrics: GatewayMetrics | None = None,
     on_startup: Callable[[GatewayState], Awaitable[None]] | None = None,
@@ -59,9 +91,10 @@ def create_app(
 
     Args:
         settings: see :class:`GatewaySettings`.
-        log: the session log (default: ``open_log(settings.log)``, closed with the app).
+        log: the session log (default: :func:`open_gateway_log`, closed with the app).
         harnesses: harnesses known here (names and ask schemas; never driven by the gateway).
-        events / catalog: the readers (default: :func:`sources.default_sources`).
+        live: where live text deltas come from (default: :func:`default_live`; closed
+            with the app).
         metrics: where HTTP requests and SSE subscribers are counted (default: the
             library's metrics facade when it is there).
         on_startup / on_shutdown: run inside the app's lifespan (``harness serve`` starts
@@ -72,14 +105,12 @@ def create_app(
     """
     auth = Authenticator(settings)  # config errors surface now, not at the first request
     owns_log = log is None
-    the_log = log if log is not None else open_log(settings.log)
-    default_events, default_catalog = default_sources(the_log)
+    the_log = log if log is not None else open_gateway_log(settings)
     state = GatewayState(
         settings=settings,
         log=the_log,
         owns_log=owns_log,
-        events=events or default_events,
-        catalog=catalog or default_catalog,
+        live=live if live is not None else default_live(the_log),
         harnesses=harnesses,
         auth=auth,
         metrics=metrics or gateway_metrics(),
@@ -97,7 +128,7 @@ def create_app(
             state.close_streams()
             if on_shutdown is not None:
                 await on_shutdown(state)
-            await state.events.close()
+            await state.live.close()
             if state.owns_log:
                 await state.log.close()
 

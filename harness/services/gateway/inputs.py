@@ -16,11 +16,10 @@ from harness.context import check_app_records
 from harness.errors import HarnessError, LogError
 from harness.jsonvalues import json_copy
 from harness.log.base import SessionLog
-from harness.records import InputAnswer, InputMessage, InputRecords, LogEntry, Record
-from harness.replay.state import fold
+from harness.records import InputAnswer, InputMessage, InputRecords, Record
 from harness.runtime.answers import judge_answer
 from harness.services.gateway.receipts import Receipt, receipt_for, rejected
-from harness.services.gateway.sources import SessionCatalog
+from harness.services.gateway.sessions import Sessions, SessionView
 
 __all__ = ["CANCEL_SUPPORTED", "Inputs", "cancel_input_id", "make_cancel"]
 
@@ -52,7 +51,7 @@ class Inputs:
 
     Args:
         log: where inputs are appended.
-        catalog: where the session's records are read.
+        sessions: the sessions as read so far (records and folded state, caught up).
         harness_names: the harnesses this deployment runs (empty: not known here, the
             owner judges the name).
         now_ms: the clock (ms since the epoch).
@@ -61,19 +60,19 @@ class Inputs:
     def __init__(
         self,
         log: SessionLog,
-        catalog: SessionCatalog,
+        sessions: Sessions,
         *,
         harness_names: Collection[str] = (),
         now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.log = log
-        self.catalog = catalog
+        self.sessions = sessions
         self.harness_names = frozenset(harness_names)
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
 
-    async def _send(self, entries: list[LogEntry], record: Record, input_id: str) -> Receipt:
+    async def _send(self, view: SessionView, record: Record, input_id: str) -> Receipt:
         """Write ``record`` unless its id is already in the log; the receipt either way."""
-        known = receipt_for(entries, input_id, record)
+        known = receipt_for(view.entries, input_id, record)
         if known is not None:
             return known
         try:
@@ -82,18 +81,16 @@ class Inputs:
             raise
         except (HarnessError, ValueError, UnicodeError, OverflowError) as exc:
             return rejected(input_id, "invalid_input", f"the input cannot be stored: {exc}")
-        after = entries[-1].seq if entries else None
-        more = [e for e in await self.catalog.read(record.session_id, after=after) if e.seq <= written.seq]
-        found = receipt_for([*entries, *more], input_id, record)
+        view = await self.sessions.get(record.session_id)  # caught up: the input is in it
+        found = receipt_for(view.entries, input_id, record)
         return found if found is not None else Receipt(input_id, "accepted", position=written.seq)
 
     async def message(self, session_id: str, text: str, harness: str | None, input_id: str) -> Receipt:
-        entries = await self.catalog.read(session_id)
-        ts = self.now_ms()
-        state = fold(session_id, entries)
+        view = await self.sessions.get(session_id)
+        state = view.state
         name = harness or state.harness
-        record = InputMessage(session_id, ts, input_id, text, harness if harness else None)
-        known = receipt_for(entries, input_id, record)
+        record = InputMessage(session_id, self.now_ms(), input_id, text, harness if harness else None)
+        known = receipt_for(view.entries, input_id, record)
         if known is not None:
             return known
         if name is None:
@@ -104,39 +101,38 @@ class Inputs:
         if self.harness_names and name not in self.harness_names:
             return rejected(input_id, "unknown_harness",
                             f"no harness named {name!r} runs here; known: {', '.join(sorted(self.harness_names))}")
-        return await self._send(entries, record, input_id)
+        return await self._send(view, record, input_id)
 
-    async def answer(self, session_id: str, entries: list[LogEntry], tool_call_id: str, name: str, value: Any,
-                     input_id: str) -> Receipt:
+    async def answer(self, view: SessionView, tool_call_id: str, name: str, value: Any, input_id: str) -> Receipt:
         try:
             value = json_copy(value, what="answer")
         except HarnessError as exc:
             return rejected(input_id, "invalid_answer", str(exc))
-        record = InputAnswer(session_id, self.now_ms(), input_id, tool_call_id, name, value)
-        known = receipt_for(entries, input_id, record)
+        record = InputAnswer(view.session_id, self.now_ms(), input_id, tool_call_id, name, value)
+        known = receipt_for(view.entries, input_id, record)
         if known is not None:
             return known
-        verdict = judge_answer(fold(session_id, entries), tool_call_id, name, value, self.now_ms())
+        verdict = judge_answer(view.state, tool_call_id, name, value, self.now_ms())
         if not verdict.ok:
             return rejected(input_id, verdict.code or "invalid_answer", verdict.reason or "the answer was refused")
-        return await self._send(entries, record, input_id)
+        return await self._send(view, record, input_id)
 
-    async def records(self, session_id: str, entries: list[LogEntry], records: list[Any], input_id: str) -> Receipt:
+    async def records(self, view: SessionView, records: list[Any], input_id: str) -> Receipt:
         try:
             checked = check_app_records(records)
         except HarnessError as exc:
             return rejected(input_id, "invalid_records", str(exc))
-        record = InputRecords(session_id, self.now_ms(), input_id, checked)
-        return await self._send(entries, record, input_id)
+        record = InputRecords(view.session_id, self.now_ms(), input_id, checked)
+        return await self._send(view, record, input_id)
 
-    async def cancel(self, session_id: str, entries: list[LogEntry], target: str) -> Receipt:
+    async def cancel(self, view: SessionView, target: str) -> Receipt:
         input_id = cancel_input_id(target)
-        record = make_cancel(session_id, self.now_ms(), input_id, target)
+        record = make_cancel(view.session_id, self.now_ms(), input_id, target)
         if record is not None:
-            known = receipt_for(entries, input_id, record)
+            known = receipt_for(view.entries, input_id, record)
             if known is not None:
                 return known
-        inp = fold(session_id, entries).inputs.get(target)
+        inp = view.state.inputs.get(target)
         if inp is None:
             return rejected(input_id, "unknown_input", f"no input {target!r} in this session")
         if inp.settled is not None:
@@ -144,4 +140,4 @@ class Inputs:
         if record is None:
             return rejected(input_id, "cancel_unsupported",
                             "this version of the session log has no cancel input; upgrade the harness")
-        return await self._send(entries, record, input_id)
+        return await self._send(view, record, input_id)

@@ -13,7 +13,12 @@ Every flag has an environment variable, read once at start: HARNESS_LOG,
 HARNESS_APPS, HARNESS_GATEWAY_HOST, HARNESS_GATEWAY_PORT, HARNESS_METRICS_PORT,
 HARNESS_JWT_SECRET_FILE, HARNESS_JWKS_FILE, HARNESS_JWT_ISSUER, HARNESS_JWT_AUDIENCE,
 HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_OPEN_ACCESS,
-HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS.
+HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS, and
+HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
+
+On Kafka ``harness gateway`` is a client of the log: it never creates a topic
+(/readyz says which one is missing until a worker or ``harness topics create``
+makes it). ``harness serve`` opens the log for its worker, which creates them.
 """
 
 from __future__ import annotations
@@ -45,12 +50,20 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         from harness.errors import MissingExtra
 
         raise MissingExtra("the HTTP gateway", "gateway") from exc
-    from harness.log import open_log
-    from harness.services.gateway.app import create_app
+    from harness.live import LiveRouter, LiveSource
+    from harness.services.gateway.app import create_app, default_live, open_gateway_log
     from harness.services.worker.main import load_harnesses
 
     harnesses = load_harnesses(settings.apps) if settings.apps else []
-    log_ = open_log(settings.log)
+    log_ = open_gateway_log(settings, client=not worker)
+    live: LiveSource = default_live(log_)
+    if worker and isinstance(live, LiveRouter):
+        # No live topic (SQLite): the worker's sessions publish their deltas to the
+        # gateway's streams in this process. On Kafka the worker publishes to the live
+        # topic, which the gateway reads like any replica.
+        in_process: LiveRouter | None = live
+    else:
+        in_process = None
     stop = asyncio.Event()
     worker_task: asyncio.Task[None] | None = None
     the_worker: Any = None
@@ -61,6 +74,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
             from harness.runtime.worker import Worker
 
             the_worker = Worker(log=log_, harnesses=harnesses, lease=timedelta(seconds=30))
+            if in_process is not None:
+                the_worker.host.live = in_process
             worker_task = asyncio.create_task(the_worker.run(stop), name="harness-serve-worker")
 
     async def on_shutdown(state: Any) -> None:
@@ -68,13 +83,16 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         if worker_task is not None:
             await worker_task
 
-    app = create_app(settings, log=log_, harnesses=harnesses, on_startup=on_startup, on_shutdown=on_shutdown)
+    app = create_app(settings, log=log_, harnesses=harnesses, live=live, on_startup=on_startup,
+                     on_shutdown=on_shutdown)
     gw = app.state.gateway
     metrics_server = None
     if settings.metrics_port is not None:
         from harness.services.gateway.metrics import start_metrics_server
 
-        metrics_server = start_metrics_server(settings.metrics_port, lambda: gw.ready)
+        metrics_server = start_metrics_server(
+            settings.metrics_port, lambda: (gw.ready, "ready" if gw.ready else f"not ready: {gw.not_ready}")
+        )
 
     config = uvicorn.Config(
         app,
@@ -115,8 +133,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         await server.serve()
     finally:
         announcer.cancel()
-        if metrics_server is not None and hasattr(metrics_server, "stop"):
-            metrics_server.stop()
+        if metrics_server is not None:
+            metrics_server.close()
         await log_.close()
     return 0
 

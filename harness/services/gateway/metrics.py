@@ -1,17 +1,19 @@
-"""The gateway's metrics hook: HTTP requests and SSE subscribers.
+"""The gateway's metrics: HTTP requests and SSE subscribers, through the library's facade.
 
-Events go to the library's metrics facade (``harness.observability.metrics``:
-``http_request(route, method, status, seconds)`` and ``sse_subscribers(delta)``)
-when that package is present; otherwise they are dropped. Routes are templates
-(``/v1/sessions/{session_id}``), never paths, so a session id is never a label.
+Events go to ``harness.observability.metrics`` (``http_request(route, method, status,
+seconds)`` and ``sse_subscribers(delta)``): free until ``--metrics-port`` enables the
+Prometheus sink. Routes are templates (``/v1/sessions/{session_id}``), never paths, so a
+session id is never a label (the facade also caps a label's distinct values).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["GatewayMetrics", "gateway_metrics"]
+from harness.observability import MetricsServer, enable_metrics, metrics
+
+__all__ = ["GatewayMetrics", "gateway_metrics", "start_metrics_server"]
 
 
 class GatewayMetrics(Protocol):
@@ -20,37 +22,17 @@ class GatewayMetrics(Protocol):
     def sse_subscribers(self, delta: int) -> None: ...
 
 
-class _Off:
-    def http_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        return None
-
-    def sse_subscribers(self, delta: int) -> None:
-        return None
-
-
 def gateway_metrics() -> GatewayMetrics:
-    """The facade if the library has one, else a sink that drops everything."""
-    try:
-        module: Any = importlib.import_module("harness.observability")
-    except ImportError:
-        return _Off()
-    facade: GatewayMetrics = module.metrics
-    return facade
+    """The library's metrics facade (a no-op until metrics are enabled)."""
+    return metrics
 
 
-def start_metrics_server(port: int, ready: Any) -> Any:
-    """Serve ``/metrics`` on ``port`` through the library's metrics server.
+def start_metrics_server(port: int, ready: Callable[[], tuple[bool, str]]) -> MetricsServer:
+    """Enable the Prometheus sink and serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port``
+    (``ready() -> (ok, one line saying why)``, as ``harness.observability.MetricsServer`` takes it).
 
     Raises:
-        GatewayConfigError: the library has no metrics server (no ``harness.observability``).
+        MissingExtra: prometheus_client is not installed (the ``metrics`` extra).
     """
-    try:
-        module: Any = importlib.import_module("harness.observability")
-    except ImportError as exc:
-        from harness.services.gateway.auth import GatewayConfigError
-
-        raise GatewayConfigError(
-            "--metrics-port needs harness.observability, which this build does not have; drop the flag"
-        ) from exc
-    sink = module.enable_metrics()
-    return module.MetricsServer(port=port, registry=sink.registry, ready=ready).start()
+    sink = enable_metrics()
+    return MetricsServer(port=port, registry=sink.registry, ready=ready).start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import uuid
@@ -17,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.errors import LogError
-from harness.records import LogEntry
 from harness.replay.conversation import conversation
-from harness.replay.state import fold
+from harness.runtime import catalog
 from harness.services.gateway.auth import AuthError, Principal
-from harness.services.gateway.interim_views import summarize, timeline
+from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, console_dir
+from harness.views import SessionStateName, SessionSummary, summarize, timeline
 
 __all__ = ["install_routes"]
 
@@ -78,17 +77,34 @@ class OpenAskOut(BaseModel):
     tool_call_id: str
     name: str
     message: str
-    schema_: JsonValue = Field(alias="schema")
-    expires_at: int | None = None
+    schema_: JsonValue = Field(alias="schema", description="the JSON schema an answer must match")
+    expires_at: float | None = Field(None, description="seconds since the epoch (harness.views.OpenAsk)")
+
+
+class UsageOut(BaseModel):
+    calls: int = Field(description="completed model calls")
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = Field(None, description="US dollars, when the provider or the pricing says")
 
 
 class SummaryOut(BaseModel):
+    """``harness.views.SessionSummary.to_json()``, as ``harness sessions --json`` prints it."""
+
     model_config = ConfigDict(extra="allow")
     session_id: str
     harness: str | None
-    state: str
+    state: SessionStateName
     last_activity: int | None = None
+    sleeping_until: int | None = None
     open_asks: list[OpenAskOut] = []
+    turns: int = 0
+    last_outcome: str | None = None
+    last_code: str | None = None
+    active_input: str | None = None
+    pending_inputs: int = 0
+    partial: bool = Field(False, description="known by id only (Kafka: ended before its partition's checkpoint)")
+    usage: UsageOut | None = None
 
 
 class SessionPage(BaseModel):
@@ -97,13 +113,15 @@ class SessionPage(BaseModel):
 
 
 class SessionDetail(BaseModel):
+    """The summary and the timeline as ``harness show --json`` prints them, and more."""
+
     model_config = ConfigDict(extra="allow")
     summary: SummaryOut
     open_asks: list[OpenAskOut]
     sleeps: list[dict[str, Any]]
-    usage: dict[str, Any] | None
+    usage: UsageOut
     transcript: list[dict[str, Any]]
-    timeline: list[dict[str, Any]]
+    timeline: list[dict[str, Any]] = Field(description="harness.views.TimelineItem.to_json() of every item")
     last_position: int | None
 
 
@@ -234,12 +252,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     async def log_down(request: Request, exc: LogError) -> JSONResponse:
         return JSONResponse({"detail": f"the session log failed: {exc}; retry later"}, status_code=503)
 
-    async def existing(who: Principal, session_id: str) -> tuple[str, list[LogEntry]]:
-        log_sid = gw.log_id(who, session_id)
-        entries = await gw.catalog.read(log_sid)
-        if not entries:
+    async def existing(who: Principal, session_id: str) -> SessionView:
+        view = await gw.sessions.get(gw.log_id(who, session_id))
+        if not view.entries:
             raise HTTPException(404, f"no session {session_id!r}")
-        return log_sid, entries
+        return view
 
     def receipt(r: Any) -> dict[str, Any]:
         out: dict[str, Any] = r.to_json()
@@ -253,9 +270,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
     async def readyz() -> JSONResponse:
+        """Ready once the log answers (Kafka: its sessions topic exists; the gateway never creates it)."""
         if await gw.check_ready():
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"detail": "the session log cannot be reached"}, status_code=503)
+        return JSONResponse({"detail": f"not ready: {gw.not_ready}"}, status_code=503)
 
     @app.get("/", include_in_schema=False)
     async def console_index() -> FileResponse:
@@ -282,24 +300,24 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
               responses=_ERRORS)
     async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first."""
-        log_sid, entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
-        return receipt(await gw.inputs.answer(log_sid, entries, body.tool_call_id, body.name, body.value, input_id))
+        return receipt(await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id))
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
         """Append app records to the session (once per input_id)."""
-        log_sid, entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         input_id = body.input_id or f"rec-{uuid.uuid4().hex}"
-        return receipt(await gw.inputs.records(log_sid, entries, list(body.records), input_id))
+        return receipt(await gw.inputs.records(view, list(body.records), input_id))
 
     @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
         """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
-        log_sid, entries = await existing(who, session_id)
-        return receipt(await gw.inputs.cancel(log_sid, entries, body.input_id))
+        view = await existing(who, session_id)
+        return receipt(await gw.inputs.cancel(view, body.input_id))
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -311,56 +329,48 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ERRORS)
     async def list_sessions(
         who: Caller,
-        state: Annotated[Literal["running", "waiting", "sleeping", "idle", "failed"] | None, Query()] = None,
+        state: Annotated[SessionStateName | None, Query()] = None,
         harness: Annotated[str | None, Query(max_length=200)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
-        cursor: Annotated[str | None, Query(max_length=200, description="next_cursor of the previous page")] = None,
+        cursor: Annotated[str | None, Query(max_length=400, description="next_cursor of the previous page")] = None,
     ) -> dict[str, Any]:
-        """This tenant's sessions, most recently active first, paged."""
-        now = gw.now_ms()
-        rows: list[tuple[int, str, dict[str, Any]]] = []
-        for log_sid in await gw.catalog.session_ids():
-            mine = gw.owns(who, log_sid)
+        """This tenant's sessions, most recently active first, paged (``harness sessions --json``)."""
+        rows: list[tuple[tuple[bool, int, str], dict[str, Any]]] = []
+        for summary in await catalog.list_sessions(gw.log, now_ms=gw.now_ms()):
+            mine = gw.owns(who, summary.session_id)
             if mine is None:
                 continue
-            entries = await gw.catalog.read(log_sid)
-            if not entries:
+            if state is not None and summary.state != state:
                 continue
-            summary = _summary(fold(log_sid, entries), entries, now, mine)
-            if state is not None and summary["state"] != state:
+            if harness is not None and summary.harness != harness:
                 continue
-            if harness is not None and summary["harness"] != harness:
-                continue
-            rows.append((entries[-1].record.ts, mine, summary))
-        rows.sort(key=lambda row: (-row[0], row[1]))
-        start = 0
-        if cursor is not None:
-            start = next((i + 1 for i, row in enumerate(rows) if _cursor(row) == cursor), len(rows))
-        page = rows[start : start + limit]
-        more = start + limit < len(rows)
-        return {"sessions": [row[2] for row in page], "next_cursor": _cursor(page[-1]) if more and page else None}
+            rows.append((_order(summary, mine), _public(summary, mine)))
+        rows.sort(key=lambda row: row[0])  # the catalog's order, by the caller's ids
+        after = _parse_cursor(cursor)
+        page = [row for row in rows if after is None or row[0] > after][:limit]
+        more = bool(page) and rows[-1][0] > page[-1][0]
+        return {"sessions": [row[1] for row in page], "next_cursor": _cursor(page[-1][0]) if more else None}
 
     @app.get("/v1/sessions/{session_id}", response_model=SessionDetail, tags=["sessions"], responses=_ERRORS)
     async def get_session(session_id: SessionId, who: Caller) -> dict[str, Any]:
         """State, open asks with their schemas, sleeps, usage, transcript and timeline."""
-        log_sid, entries = await existing(who, session_id)
-        state = fold(log_sid, entries)
+        view = await existing(who, session_id)
+        state, entries = view.state, view.entries
         now = gw.now_ms()
-        summary = _summary(state, entries, now, session_id)
+        summary = _public(summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts), session_id)
         sleeps = [
             {"tool_call_id": call.tool_call_id, "name": name, "wake_at": wake, "due": wake <= now}
             for call in state.calls.values()
             if call.result is None
             for name, wake in call.sleeps.items()
         ]
-        items = [item.to_json() for item in timeline(entries)]
         return {
             "summary": summary,
             "open_asks": summary["open_asks"],
             "sleeps": sleeps,
-            "usage": dataclasses.asdict(state.usage),
+            "usage": summary["usage"],
             "transcript": conversation(state),
-            "timeline": items,
+            "timeline": [item.to_json() for item in timeline(entries)],
             "last_position": entries[-1].seq,
         }
 
@@ -384,10 +394,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
-        log_sid, _entries = await existing(who, session_id)
+        view = await existing(who, session_id)
         stream = session_stream(
-            gw.events,
-            log_session_id=log_sid,
+            gw.log,
+            gw.live,
+            log_session_id=view.session_id,
             public_session_id=session_id,
             after=cursor or 0,
             heartbeat_s=gw.settings.heartbeat_s,
@@ -400,11 +411,30 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         )
 
 
-def _cursor(row: tuple[int, str, dict[str, Any]]) -> str:
-    return f"{row[0]}.{row[1]}"
-
-
-def _summary(state: Any, entries: list[LogEntry], now: int, public_id: str) -> dict[str, Any]:
-    out: dict[str, Any] = summarize(state, now_ms=now, last_ts=entries[-1].record.ts if entries else None).to_json()
+def _public(summary: SessionSummary, public_id: str) -> dict[str, Any]:
+    """The summary as the caller sees it: its own session id, never the log's."""
+    out = summary.to_json()
     out["session_id"] = public_id
     return out
+
+
+def _order(summary: SessionSummary, public_id: str) -> tuple[bool, int, str]:
+    """The catalog's order (most recent activity first; ids known only by name last)."""
+    return (summary.last_activity is None, -(summary.last_activity or 0), public_id)
+
+
+def _cursor(key: tuple[bool, int, str]) -> str:
+    """The position after a row, as text: ``<last activity ms, or -1>.<session id>``."""
+    return f"{-1 if key[0] else -key[1]}.{key[2]}"
+
+
+def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
+    """A cursor back as an order key; a malformed one reads as the start."""
+    if not cursor:
+        return None
+    ts, _, public_id = cursor.partition(".")
+    try:
+        last = int(ts)
+    except ValueError:
+        return None
+    return (last < 0, -max(last, 0), public_id)

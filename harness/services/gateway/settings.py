@@ -11,6 +11,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harness.cli.common import kafka_client_config
+
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
 
 DEFAULT_PORT = 8080
@@ -34,6 +36,8 @@ class GatewaySettings:
         api_keys_file: lines ``<tenant> <key>`` (``#`` comments).
         max_body_bytes: request bodies larger than this get 413.
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
+        kafka_config: librdkafka settings for every Kafka client (security, SASL ...),
+            from ``HARNESS_KAFKA_CONFIG_<KEY>`` as the worker reads them.
     """
 
     log: str
@@ -50,6 +54,7 @@ class GatewaySettings:
     api_keys_file: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -132,6 +137,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         api_keys_file=getattr(args, "api_keys_file", None),
         max_body_bytes=args.max_body_bytes,
         heartbeat_s=args.heartbeat,
+        kafka_config=kafka_client_config(env),
     )
 
 

@@ -10,6 +10,12 @@ The wire, per the HTML spec's ``text/event-stream``:
 
 A client resumes with ``Last-Event-ID`` (or ``?after=``): the stream starts strictly
 after that position, with no gap and no duplicate.
+
+Records come from :func:`harness.log.follow.subscribe` (every stream of a process
+shares one reader of the log: per log on SQLite/memory, per partition on Kafka); live
+events from a :class:`~harness.live.LiveSource` (the worker of ``harness serve`` in this
+process, or the Kafka live topic), subscribed before the hello is sent, so a client
+that waits for the hello before it sends a message misses none of its answer's deltas.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from harness.live import LiveSource
+from harness.log.follow import subscribe
 from harness.records import LogEntry
-from harness.services.gateway.sources import EventSource
 
 __all__ = ["entry_json", "event_frame", "session_stream"]
 
@@ -75,7 +82,8 @@ def record_frame(entry: LogEntry, public_session_id: str) -> bytes:
 
 
 async def session_stream(
-    source: EventSource,
+    log: Any,
+    live: LiveSource,
     *,
     log_session_id: str,
     public_session_id: str,
@@ -103,9 +111,11 @@ async def session_stream(
             await queue.put(("end", None))
 
     unregister = register(queue)
+    deltas = live.subscribe(log_session_id)  # registered now, before the hello
+    records = subscribe(log, log_session_id, after=after)
     tasks = [
-        asyncio.create_task(pump(source.subscribe(log_session_id, after), "entry", True)),
-        asyncio.create_task(pump(source.live(log_session_id), "live", False)),
+        asyncio.create_task(pump(records, "entry", True)),
+        asyncio.create_task(pump(deltas, "live", False)),
     ]
     try:
         yield f"retry: {RETRY_MS}\n\n".encode()
@@ -130,8 +140,11 @@ async def session_stream(
                 return
     finally:
         unregister()
+        deltas.close()
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        with contextlib.suppress(Exception):
+            await records.aclose()

@@ -1,4 +1,4 @@
-"""What the gateway's routes share: the log, the readers, auth, the known harnesses."""
+"""What the gateway's routes share: the log, the live events, auth, the known harnesses."""
 
 from __future__ import annotations
 
@@ -11,18 +11,31 @@ from typing import Any
 from harness.definition import Harness
 from harness.errors import LogError
 from harness.ids import split_tenant_session_id, tenant_session_id
+from harness.live import LiveSource
 from harness.log.base import SessionLog
+from harness.records import LogEntry
+from harness.runtime.catalog import read_session
 from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
+from harness.services.gateway.sessions import Sessions
 from harness.services.gateway.settings import GatewaySettings
-from harness.services.gateway.sources import EventSource, SessionCatalog
 
-__all__ = ["GatewayState", "console_dir"]
+__all__ = ["READY_TIMEOUT_S", "GatewayState", "console_dir"]
+
+READY_TIMEOUT_S = 5.0
+"""How long ``/readyz`` waits for the log to answer."""
 
 
 class GatewayState:
-    """What the routes share: the log, the readers, the auth, the harnesses known here."""
+    """What the routes share: the log, the live events, the auth, the harnesses known here.
+
+    Records are read with :func:`harness.runtime.catalog.read_session` (read-only: an
+    unreadable record is skipped, never dead-lettered) through :class:`Sessions` (the
+    sessions read lately, caught up per request) and followed with
+    :func:`harness.log.follow.subscribe` (one shared reader per log, or per partition
+    on Kafka); live text deltas come from ``live``.
+    """
 
     def __init__(
         self,
@@ -30,8 +43,7 @@ class GatewayState:
         settings: GatewaySettings,
         log: SessionLog,
         owns_log: bool,
-        events: EventSource,
-        catalog: SessionCatalog,
+        live: LiveSource,
         harnesses: Sequence[Harness],
         auth: Authenticator,
         metrics: GatewayMetrics,
@@ -40,15 +52,20 @@ class GatewayState:
         self.settings = settings
         self.log = log
         self.owns_log = owns_log
-        self.events = events
-        self.catalog = catalog
+        self.live = live
         self.harnesses = {h.name: h for h in harnesses}
         self.auth = auth
         self.metrics = metrics
         self.now_ms = now_ms
-        self.inputs = Inputs(log, catalog, harness_names=self.harnesses, now_ms=now_ms)
+        self.sessions = Sessions(self.read)
+        self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
         self.ready = False
+        self.not_ready: str | None = "not started"
+
+    async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
+        """The session's committed records after ``after`` (all if None), read-only."""
+        return await read_session(self.log, session_id, after=after)
 
     def log_id(self, principal: Principal, session_id: str) -> str:
         return tenant_session_id(principal.tenant, session_id)
@@ -75,13 +92,17 @@ class GatewayState:
                 queue.put_nowait(("close", None))
 
     async def check_ready(self) -> bool:
+        """Whether the log answers (on Kafka: its sessions topic exists); ``not_ready`` says why not."""
         start = getattr(self.log, "start", None)
         try:
             if start is not None:
-                await asyncio.wait_for(start(), 5)
-            self.ready = True
-        except (LogError, TimeoutError, OSError):
+                await asyncio.wait_for(start(), READY_TIMEOUT_S)
+            self.ready, self.not_ready = True, None
+        except LogError as exc:  # TopicNotFound says which topic and how to make it
+            self.ready, self.not_ready = False, " ".join(str(exc).split())
+        except (TimeoutError, OSError) as exc:
             self.ready = False
+            self.not_ready = f"the session log did not answer within {READY_TIMEOUT_S:.0f} s ({type(exc).__name__})"
         return self.ready
 
 

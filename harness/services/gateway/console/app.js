@@ -1,6 +1,8 @@
 // The durable-harness web console: plain JS, no build step. Everything it shows comes
-// from the gateway's API (the same session views the CLI prints); a session page
-// follows the session's Server-Sent Events and re-reads its view on every record.
+// from the gateway's API: the session views of harness.views, the very JSON that
+// `harness sessions --json` and `harness show --json` print, and each timeline line
+// reads as `harness show` prints it (harness/cli/render.py). A session page follows
+// the session's Server-Sent Events and re-reads its view on every record.
 "use strict";
 
 const main = document.getElementById("main");
@@ -48,6 +50,7 @@ tokenForm.addEventListener("submit", (e) => {
 });
 
 function when(ms) { return ms ? new Date(ms).toLocaleString() : ""; }
+function clock(ms) { return ms ? new Date(ms).toLocaleTimeString() : "-"; }
 function badge(state) { return el("span", { class: "badge " + state, "data-state": state }, state); }
 function problem(err) { return el("p", { class: "card receipt rejected" }, String(err.message || err)); }
 
@@ -142,11 +145,70 @@ function askForm(sessionId, ask) {
 
 // -- a session page ------------------------------------------------------------------------
 
+// harness.views.TimelineItem -> the words `harness show` prints for it.
+const LABELS = { "input.message": "message", "input.answer": "answer", "input.records": "records",
+  "input.settled": "settled", "model.response": "model", "model.usage": "usage", "model.retry": "retry",
+  "tool.started": "tool", "step": "step", "sleep": "sleep", "ask": "ask", "ask.answered": "answered",
+  "tool.result": "result", "record": "record" };
+
+function label(it) {
+  if (it.kind.startsWith("turn.")) return "turn " + it.turn;
+  if (it.kind === "tool.result" && it.error) return "error";
+  return LABELS[it.kind] || it.kind;
+}
+
+function quoted(text) {
+  if (text === null || text === undefined) return "";
+  const one = String(text).split(/\s+/).join(" ").trim();
+  return '"' + (one.length > 100 ? one.slice(0, 99) + "…" : one) + '"';
+}
+
+function itemText(it) {
+  const why = it.code ? " (" + it.code + ")" : "";
+  switch (it.kind) {
+    case "input.message": return it.input_id + " " + quoted(it.text) + (it.status ? "  → " + it.status : "  (not settled yet)");
+    case "input.answer": return it.input_id + " for " + it.tool_call_id + "/" + it.name + " = " + it.preview;
+    case "input.records": return it.input_id + " " + (it.text || "") + " " + it.preview;
+    case "input.settled": return it.input_id + " " + it.status + (it.code ? " (" + it.code + ": " + it.text + ")" : "");
+    case "turn.started": return "started (input " + it.input_id + ")";
+    case "turn.resumed": return "taken over by a new owner (attempt " + it.attempt + ")";
+    case "turn.finished":
+      if (it.error) return "failed" + why + ": " + it.text;
+      return it.status + " " + quoted(it.text);
+    case "model.response":
+      return (quoted(it.text) || "(no text)") + (it.preview ? "  → " + it.preview : "") +
+        (it.status === "truncated" ? "  (cut at the output limit: its calls do not run)" : "");
+    case "model.usage": return (it.name || "model") + ": " + it.preview;
+    case "model.retry": return "failed" + why + ": " + it.text + "; retry " + it.attempt + " at " + clock(it.wake_at);
+    case "tool.started": return it.name + " [" + it.tool_call_id + "] started (attempt " + it.attempt + ")";
+    case "step": return it.name + " = " + it.preview;
+    case "sleep": return it.name + " until " + clock(it.wake_at);
+    case "ask": {
+      const answer = it.status === "answered" ? " → " + it.preview
+        : it.status === "open" ? " (open: waiting for an answer)" : " (" + it.status + ")";
+      return it.name + " [" + it.tool_call_id + "] " + quoted(it.text) + answer;
+    }
+    case "ask.answered": return it.name + " [" + it.tool_call_id + "] = " + it.preview;
+    case "tool.result": return it.name + " [" + it.tool_call_id + "]" + (it.error && it.code ? " (" + it.code + ")" : "") + " → " + it.preview;
+    case "record": return it.name + " " + it.preview;
+    default: return it.kind;
+  }
+}
+
 function timelineView(items) {
   return el("ol", { class: "timeline", id: "timeline" }, items.map((it) => el("li", {
-      class: "k-" + it.kind + (it.detail && it.detail.is_error ? " error" : ""), "data-seq": it.seq },
-    el("span", { class: "seq" }, "#" + it.seq), el("span", { class: "kind" }, it.kind),
-    el("span", { class: "what", title: when(it.ts) }, it.title))));
+      class: "k-" + it.kind.replace(".", "-") + " d-" + it.depth + (it.error ? " error" : "") + (it.status ? " s-" + it.status : ""),
+      "data-seq": it.seq, "data-kind": it.kind },
+    el("span", { class: "seq", title: when(it.ts) }, "#" + it.seq), " ",
+    el("span", { class: "kind" }, label(it)), " ",
+    el("span", { class: "what" }, itemText(it)))));
+}
+
+function usageText(u) {
+  if (!u || !u.calls) return null;
+  const n = (x) => x.toLocaleString("en-US");
+  return u.calls + " model call" + (u.calls === 1 ? "" : "s") + ": " + n(u.input_tokens) + " in / " +
+    n(u.output_tokens) + " out tokens" + (u.cost !== null && u.cost !== undefined ? ", $" + Number(u.cost.toPrecision(4)) : "");
 }
 
 async function showSession(sessionId) {
@@ -175,7 +237,8 @@ async function showSession(sessionId) {
     const s = d.summary;
     summary.replaceChildren(el("div", { class: "row" }, el("strong", {}, sessionId), badge(s.state),
       el("span", { class: "muted" }, (s.harness || "") + " · " + s.turns + " turn(s) · last activity " + when(s.last_activity)),
-      s.sleeping_until ? el("span", { class: "muted" }, "sleeping until " + when(s.sleeping_until)) : null));
+      s.sleeping_until ? el("span", { class: "muted" }, "sleeping until " + when(s.sleeping_until)) : null,
+      usageText(s.usage) ? el("span", { class: "muted", id: "usage" }, usageText(s.usage)) : null));
     const key = JSON.stringify(d.open_asks.map((a) => [a.tool_call_id, a.name]));
     if (key !== shownAsks) { shownAsks = key; asks.replaceChildren(...d.open_asks.map((a) => askForm(sessionId, a))); }
     timeline.replaceChildren(timelineView(d.timeline));

@@ -1,0 +1,117 @@
+"""The sessions a gateway process read lately: their records and folded state, caught up per request.
+
+Every request about a session needs its records (a receipt looks through its inputs, the
+page shows its timeline) and its folded state (its harness, open asks, the views).
+Reading and decoding a whole history per request costs time linear in its length (about
+18 ms for 1,100 records on SQLite), on every message, answer and page view. So the
+gateway keeps the sessions it read last: a request reads only the records after the
+position it knows (``read(session, after=position)``) and folds them on.
+
+A session's committed records never change and only grow at the end (SQLite and memory
+commit in position order; a Kafka read_committed reader never sees past an open
+transaction), so catching up gives what reading it all again would: every replica
+answers the same. Bounded: whole sessions are evicted, least recently used first, once
+the kept records pass ``MAX_ENTRIES``. A session with no record is never kept (a 404
+costs one small read, and probing ids fills nothing).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Protocol
+
+from harness.records import LogEntry
+from harness.replay.state import SessionState, fold
+
+__all__ = ["MAX_ENTRIES", "SessionReader", "SessionView", "Sessions"]
+
+MAX_ENTRIES = 200_000
+"""Records kept in memory across sessions (a few hundred MB at most)."""
+
+
+class SessionReader(Protocol):
+    """A session's committed records with seq > ``after`` (all if None), read-only."""
+
+    def __call__(self, session_id: str, *, after: int | None = None) -> Awaitable[list[LogEntry]]: ...
+
+
+@dataclass(slots=True)
+class SessionView:
+    """A session as far as it was read: its records in log order and their fold.
+
+    Shared by the requests of the process: read it, never change it.
+    """
+
+    session_id: str
+    entries: list[LogEntry]
+    state: SessionState
+
+    @property
+    def position(self) -> int:
+        """The last position read (0: none)."""
+        return self.entries[-1].seq if self.entries else 0
+
+    def _take(self, entries: list[LogEntry]) -> int:
+        """Fold on the entries past ``position`` (in order); how many there were."""
+        new = [e for e in entries if e.seq > self.position]
+        for entry in new:
+            self.state.apply(entry.seq, entry.record)
+            self.entries.append(entry)
+        if new:
+            self.state.mark_read(self.position)
+        return len(new)
+
+
+class Sessions:
+    """The latest sessions read, each caught up on every :meth:`get` (see the module doc).
+
+    Args:
+        read: how a session's records are read (``harness.runtime.catalog.read_session``).
+        max_entries: records kept across sessions before the least recently used go.
+    """
+
+    def __init__(self, read: SessionReader, *, max_entries: int = MAX_ENTRIES) -> None:
+        self._read = read
+        self._max = max_entries
+        self._views: OrderedDict[str, SessionView] = OrderedDict()
+        self._kept = 0
+        self.full_reads = 0  # whole histories read (for tests)
+
+    async def get(self, session_id: str) -> SessionView:
+        """The session with every record committed when it was asked (empty: no such session)."""
+        view = self._views.get(session_id)
+        if view is None:
+            self.full_reads += 1
+            entries = await self._read(session_id)
+            view = self._views.get(session_id)  # another request may have read it meanwhile
+            if view is None:
+                view = SessionView(session_id, [], fold(session_id, []))
+                view._take(entries)
+                if view.entries:
+                    self._keep(view)
+                return view
+        else:
+            entries = await self._read(session_id, after=view.position)
+        taken = view._take(entries)
+        if self._views.get(session_id) is view:  # (not evicted meanwhile)
+            self._kept += taken
+            self._views.move_to_end(session_id)
+            self._evict()
+        return view
+
+    def _keep(self, view: SessionView) -> None:
+        self._views[view.session_id] = view
+        self._kept += len(view.entries)
+        self._evict()
+
+    def _evict(self) -> None:
+        while self._kept > self._max and len(self._views) > 1:
+            _, old = self._views.popitem(last=False)
+            self._kept -= len(old.entries)
+
+    @property
+    def kept(self) -> tuple[int, int]:
+        """(sessions, records) kept now."""
+        return len(self._views), self._kept
