@@ -8,7 +8,6 @@ No network, no Kafka, no API key.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import open_log
+from harness.cli.common import CommandParser
 from harness.records import (
     AppRecord,
     InputMessage,
@@ -75,9 +75,9 @@ async def _transcript(log_url: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="harness demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  harness demo                  # in a temporary folder\n"
+    parser = CommandParser(
+        prog="harness demo", description=__doc__ or "",
+        example="  harness demo                  # in a temporary folder\n"
         "  harness demo --dir ./demo     # keep the log: harness show demo-checkout --log sqlite:///demo/sessions.db",
     )
     parser.add_argument("--dir", help="folder for the log and the fake provider (default: a temporary one)")

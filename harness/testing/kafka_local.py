@@ -21,7 +21,6 @@ lazily, when installed, to confirm readiness with a metadata request.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import os
@@ -450,13 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         0 after a clean stop, 1 if the broker failed to start or died.
     """
-    parser = argparse.ArgumentParser(
+    from harness.cli.common import CommandParser  # (lazily: this module imports only the stdlib)
+
+    parser = CommandParser(
         prog="harness kafka-local",
         description=f"Run a local single-node Apache Kafka {KAFKA_VERSION} broker (KRaft) until Ctrl-C. "
         "The first run fetches the broker's jars from Maven Central (needs Java 17+ and mvn) into the "
         "cache; it prints bootstrap=127.0.0.1:<port> once the broker serves.",
-        epilog="example:\n  harness kafka-local --port 9092 --data-dir ~/.cache/harness/broker",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        example="  harness kafka-local --port 9092 --data-dir ~/.cache/harness/broker",
     )
     parser.add_argument(
         "--port", type=int, default=None, help="PLAINTEXT port (default: free)"

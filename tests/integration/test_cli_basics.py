@@ -66,6 +66,15 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     assert f"harness {command} " in body
 
 
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_every_command_reports_a_usage_error_in_one_line(command: str) -> None:
+    out = harness(command, "--no-such-flag")
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert out.stderr.startswith(f"harness {command}: ")
+    assert "--no-such-flag" in out.stderr or "required" in out.stderr  # a missing argument comes first
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2

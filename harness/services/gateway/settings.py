@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.cli.common import kafka_client_config
+from harness.cli.common import CommandParser, kafka_client_config
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
 
@@ -141,11 +141,17 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
     )
 
 
+_EXAMPLES = {
+    "harness gateway": "  harness gateway --log 'kafka://broker:9092?topic_prefix=acme' --port 8080 \\\n"
+    "      --jwks-file /etc/harness/jwks.json --jwt-issuer https://auth.example.com --jwt-audience harness",
+    "harness serve": "  harness serve --log sqlite:///harness.db --app myapp.agents:assistant --open-access",
+}
+
+
 def parse_settings(argv: Sequence[str] | None, env: Mapping[str, str], *, prog: str = "harness gateway",
                    description: str | None = None) -> GatewaySettings:
     """``harness gateway`` flags (and ``HARNESS_*`` environment) -> settings; usage errors exit 2."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog=prog, description=description or "", example=_EXAMPLES.get(prog, ""))
     add_gateway_arguments(parser, env)
     args = parser.parse_args(argv)
     if not args.log:
