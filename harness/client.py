@@ -109,8 +109,11 @@ class HarnessClient:
 
     async def _submit(self, record: Record, input_id: str) -> InputReceipt:
         entry = await self.log.submit(record)
-        self._sent[(record.session_id, input_id)] = entry.seq
-        self._sent.move_to_end((record.session_id, input_id))
+        key = (record.session_id, input_id)
+        # A resend (a retry after a lost reply) keeps the first position: that record is
+        # the one the owner settles, possibly before the resent one.
+        self._sent[key] = min(entry.seq, self._sent.get(key, entry.seq))
+        self._sent.move_to_end(key)
         while len(self._sent) > SENT_REMEMBERED:
             self._sent.popitem(last=False)
         return InputReceipt(record.session_id, input_id, entry.seq)
@@ -199,7 +202,11 @@ class HarnessClient:
         mine: int | None
         after: int | None
         if isinstance(input, InputReceipt):
-            input_id, mine, after = input.input_id, input.position, input.position - 1
+            input_id = input.input_id
+            # From the first record this client sent under that id (a resend's own receipt
+            # points at the resend, and the first may have settled before it).
+            mine = min(input.position, self._sent.get((session_id, input_id), input.position))
+            after = mine - 1
         else:
             input_id, mine, after = input, self._sent.get((session_id, input)), None
         first: int | None = None  # position of the first input record of this id seen

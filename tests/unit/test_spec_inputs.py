@@ -84,6 +84,20 @@ async def test_harness_client_sees_its_conflicting_send_refused(hosts, log, othe
     assert (await client.wait_settled(SID, "in-3", timeout=30)).outcome == "completed"
 
 
+async def test_a_clients_resend_waits_on_the_first_record_it_sent(hosts, log, other_log):
+    """A retry after a lost reply: the resend's receipt still finds the verdict the owner
+    gave the first record, which may lie before the resend in the log."""
+    session = await hosts(owner_id="a").open(harness_of(), session_id=SID)
+    client = HarnessClient(log=other_log())
+    first = await client.send(SID, "one", harness="test/inputs", input_id="in-1")
+    await session.recover()
+    settled = await client.wait_settled(SID, first, timeout=30)
+    assert settled.outcome == "completed"
+    again = await client.send(SID, "one", harness="test/inputs", input_id="in-1")  # the retry
+    assert again.position > first.position
+    assert await client.wait_settled(SID, again, timeout=30) == settled
+
+
 async def test_two_racing_producers_of_one_input_id_both_learn_the_outcome(hosts, log, other_log):
     producer = other_log()
     a = await producer.submit(InputMessage(SID, 0, "in-1", "first", "test/inputs"))
