@@ -27,7 +27,7 @@ FULL: dict[str, Any] = {
     },
     "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
     "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
-    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500},
+    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32},
     "gateway": {
         "auth": {"mode": "jwt", "existingSecret": "gw-auth", "secretKey": "jwt.key",
                  "jwtIssuer": "https://id.example.com", "tenantClaim": "org"},
@@ -119,6 +119,7 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     assert env["HARNESS_SECRET_OPENAI"]["valueFrom"]["secretKeyRef"] == {"name": "model-keys", "key": "openai"}
     assert env["HARNESS_SECRETS_DIR"]["value"] == "/var/run/harness/secrets"
     assert env["HARNESS_MAX_SESSIONS"]["value"] == "500"
+    assert env["HARNESS_SYNC_THREADS"]["value"] == "32"
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["app-secrets"]["mountPath"] == "/var/run/harness/secrets" and mounts["app-secrets"]["readOnly"]
     assert c["args"] == ["worker"]

@@ -160,6 +160,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: HARNESS_MAX_SESSIONS
   value: {{ $.Values.worker.maxSessions | quote }}
 {{- end }}
+{{- if gt (int $.Values.worker.syncThreads) 0 }}
+- name: HARNESS_SYNC_THREADS
+  value: {{ $.Values.worker.syncThreads | quote }}
+{{- end }}
 {{- if .Values.appSecrets.existingSecret }}
 - name: HARNESS_SECRETS_DIR
   value: /var/run/harness/secrets
