@@ -52,6 +52,8 @@ CHUNK = 2000
 """Records per read of the shared reader."""
 LINGER_S = 30.0
 """A reader without subscribers stops after this long."""
+MAX_QUEUED = 10_000
+"""Records queued for one subscriber at most; past that it reads them back from the log."""
 
 
 class ChangeSource(Protocol):
@@ -241,7 +243,14 @@ class _Sub:
         self.waiter: asyncio.Future[None] | None = None
 
     def push(self, entry: LogEntry) -> None:
-        self.queue.append(entry)
+        if len(self.queue) >= MAX_QUEUED:
+            # A stalled reader (a slow SSE client): forget what it has not taken; it reads
+            # those records back from the log when it goes on, so memory stays bounded and
+            # nothing is lost or repeated.
+            self.queue.clear()
+            self.catch_up_to = entry.seq
+        else:
+            self.queue.append(entry)
         self.wake()
 
     def wake(self) -> None:
@@ -328,13 +337,15 @@ class LogFanout:
                         sub.after = entry.seq
                         yield entry
                     sub.after = max(sub.after, end)
-                while sub.queue:
+                while sub.queue and sub.catch_up_to is None:  # a pending read back comes first
                     entry = sub.queue.popleft()
                     if entry.seq > sub.after:
                         sub.after = entry.seq
                         yield entry
                 if self._failure is not None:
                     raise self._failure
+                if sub.queue or sub.catch_up_to is not None:
+                    continue  # pushed (or cut short) while this reader was yielding
                 sub.waiter = asyncio.get_running_loop().create_future()
                 try:
                     await sub.waiter

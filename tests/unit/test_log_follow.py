@@ -141,3 +141,25 @@ async def test_memory_log_signals_its_commits():
     await log.submit(InputMessage("s", 1, "in-1", "hi", None))
     assert await changes.wait(seen) == seen + 1
     assert await changes.end() == 1
+
+
+async def test_a_stalled_subscriber_holds_a_bounded_queue_and_reads_the_rest_back(logs, monkeypatch):
+    import harness.log.follow as follow
+
+    monkeypatch.setattr(follow, "MAX_QUEUED", 5)
+    followed, writer = logs
+    sub = subscribe(followed, "s", after=0)
+    first = await asyncio.gather(take(sub, 1), write(writer, "s", 1, 1))
+    reader = shared_reader(followed)
+    assert reader is not None
+
+    written = first[1] + await write(writer, "s", 2, 40)  # nobody takes these for now
+    await asyncio.sleep(0)
+    [held] = reader._subs["s"]
+    while reader.position < written[-1].seq:  # the shared reader saw all of them
+        await asyncio.sleep(0.001)
+    assert len(held.queue) <= 5  # memory stays bounded for a stalled reader
+
+    got = await take(sub, 40)
+    assert got == written[1:]  # read back from the log: no gap, no duplicate, in order
+    await sub.aclose()
