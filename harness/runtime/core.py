@@ -226,20 +226,24 @@ class SessionCore:
 
     async def ingest(self, entries: Sequence[LogEntry]) -> None:
         """Fold records a worker read from the log, then act on new inputs (follow=False)."""
+        state = self.state
+        new = new_input = False
+        for entry in entries:
+            if state.folded(entry.seq):
+                continue  # our own appends come back: folded at commit, not even decoded
+            state.apply_entry(entry)
+            new = True
+            new_input = new_input or entry.record.IS_INPUT
         if entries:
-            state = self.state
-            new_input = False
-            for entry in entries:
-                if state.folded(entry.seq):
-                    continue  # our own appends come back: folded at commit, not even decoded
-                state.apply_entry(entry)
-                new_input = new_input or entry.record.IS_INPUT
             state.mark_read(max(e.seq for e in entries))
-            if new_input and self._busy_until:
-                # Another owner held the session at our last try; it may have let go
-                # since (its host closed it): a new input is worth a claim now, not only
-                # when that lease would have run out.
-                self._busy_until = 0.0
+        if entries and not new:
+            return  # only our own appends: nothing changed, nobody to tell
+        if new_input and self._busy_until:
+            # Another owner held the session at our last try; it may have let go since
+            # (its host closed it): a new input is worth a claim now, not only when
+            # that lease would have run out.
+            self._busy_until = 0.0
+        if new:
             self.notify()
         self.after_new_records()
 

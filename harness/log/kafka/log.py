@@ -657,6 +657,7 @@ class KafkaLog:
             is_current=self._is_current,
             on_commit=self._note_commit,
             previous=previous,
+            on_records=self._own_records,
         )
         self._writers[partition] = writer
         writer.start()
@@ -667,6 +668,13 @@ class KafkaLog:
         with self._lock:
             own = self._owners.get(session_id)
             return own is not None and own.epoch == epoch and own.owner is not None
+
+    def _own_records(self, partition: int, records: list[tuple[int, Record]]) -> None:
+        """Records this process just committed (writer thread): the partition's shared
+        tail hands them to its subscribers as they are, without decoding their bytes."""
+        fanout = self._fanout
+        if fanout is not None and records:
+            fanout.own(partition, records)
 
     def _note_commit(self, partition: int, end: int) -> None:
         with self._lock:
