@@ -230,3 +230,28 @@ async def test_closing_during_the_first_model_call_never_starts_the_turn_twice(h
     [result] = await second.recover()
     assert result.outcome == "completed"
     assert len(await entries(log, SID, "harness.turn.started")) == 1
+
+
+@pytest.mark.parametrize("steps", [2, 30])
+async def test_a_waiting_send_is_not_woken_by_each_step_result(hosts, log, monkeypatch, steps):
+    from harness.runtime.core import SessionCore
+
+    looks: list[str] = []
+    real = SessionCore.result_of
+
+    def result_of(self, input_id, seq=None):  # type: ignore[no-untyped-def]
+        looks.append(input_id)
+        return real(self, input_id, seq)
+
+    monkeypatch.setattr(SessionCore, "result_of", result_of)
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for i in range(steps):
+            await ctx.step.do(f"s{i}", lambda i=i: i)
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    h = define_harness(name="test/commits", model=script([call("c1", "work")], "done"), tools=[t])
+    session = await hosts().open(h, session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    assert len(looks) <= 8  # a look per append that may decide it, none per step
