@@ -597,7 +597,10 @@ class KafkaLog:
             own.writer = writer
             writer.sessions.add(session_id)
             epoch = own.epoch
-        await _shared(writer.ready)
+        ready = writer.ready
+        started = ready.done() and not ready.cancelled() and ready.exception() is None
+        if not started:  # (a producer that started already costs no wait and no hop through a thread)
+            await _shared(ready)
         return KafkaSessionWriter(
             self, session_id, owner=owner, epoch=epoch, partition=partition, writer=writer
         )
