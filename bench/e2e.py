@@ -151,8 +151,12 @@ async def closed_loop(turn: Callable[[str], Awaitable[None]], clients: int, seco
 
 async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dict[str, Any]:
     from harness.client import HarnessClient
+    from harness.log.kafka.log import KafkaLog
 
     url = log_url(bootstrap, prefix, args.partitions)
+    admin = KafkaLog(bootstrap=bootstrap, topic_prefix=prefix, partitions=args.partitions)
+    await admin.start()  # clients never create topics: make them (an earlier run's stay as they are)
+    await admin.close()
     client = HarnessClient(bootstrap=bootstrap, topic_prefix=prefix, partitions=args.partitions)
     await client.log.start()  # type: ignore[attr-defined]
     worker = WorkerProc(url, "w0", profile=args.profile / "worker.prof" if args.profile else None)

@@ -221,11 +221,14 @@ def profile_rebuild(bootstrap: str, prefix: str, top: int) -> str:
     settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=prefix, partitions=1)
     pool = ConsumerPool(settings)
     rt = PartitionRuntime(host=HarnessHost(log=MemoryLog()), harnesses={bench.name: bench}, partition=0)
-    decode = default_codec().decode
+    codec = default_codec()
     profiler = cProfile.Profile()
     t0 = time.perf_counter()
     profiler.enable()
-    entries = read_range(pool, decode, topic=settings.sessions_topic, partition=0, start=0)
+    entries = read_range(  # lazily, as read_partition(lazy=True) does for a worker
+        pool, codec.decode, topic=settings.sessions_topic, partition=0, start=0,
+        peek=codec.peek_type, fields=codec.decode_fields,
+    )
     t1 = time.perf_counter()
     rt.rebuild(entries)  # type: ignore[arg-type]
     t2 = time.perf_counter()

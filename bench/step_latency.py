@@ -3,9 +3,12 @@
     python bench/step_latency.py --log sqlite:///tmp/bench.db
     python bench/step_latency.py --log kafka://127.0.0.1:9092 --concurrency 64
 
-One durable tool runs sequential no-op steps, timed one by one. The baseline, in the
-same run and interleaved with the steps in blocks of ``--block`` (so that disk or broker
-drift hits both alike):
+One durable tool runs sequential no-op steps, timed one by one, of two kinds: an
+``async def`` no-op fn (it runs on the event loop) and a sync no-op fn (a ``lambda``: it
+runs on the host's thread pool, one thread hop there and back per step, the price of
+keeping blocking code off the loop). The baseline, in the same run and interleaved with
+both kinds of steps in blocks of ``--block`` (so that disk or broker drift hits all
+alike):
 
 * SQLite: a raw commit of a record of the same size with the same settings (WAL,
   ``synchronous=FULL``), on its own file beside the log: BEGIN IMMEDIATE, INSERT, COMMIT.
@@ -14,7 +17,8 @@ drift hits both alike):
 
 With ``--concurrency N`` (Kafka) it also measures steps/s of N sessions at once (group
 commit: their steps share transactions) against bare transactions/s one after another.
-Prints tables and, last, ``ratio=<p50 step / p50 baseline>``.
+Prints tables, ``sync_ratio=<p50 sync step / p50 baseline>`` and, last,
+``ratio=<p50 async step / p50 baseline>``.
 """
 
 from __future__ import annotations
@@ -113,29 +117,40 @@ def _harness(steps_impl: Any) -> Any:
 
 async def interleaved(
     log_url: str, baseline: Callable[[], None], n: int, size: int, warmup: int, block: int
-) -> tuple[list[float], list[float]]:
-    """Step latencies and baseline latencies, measured in alternating blocks."""
+) -> tuple[list[float], list[float], list[float]]:
+    """Async-fn step, sync-fn step and baseline latencies, measured in alternating blocks."""
     steps: list[float] = []
+    sync_steps: list[float] = []
     base: list[float] = []
 
     async def steps_impl(args: NoArgs, ctx: Any) -> dict[str, int]:
         value = "x" * size
+
+        async def noop() -> str:
+            return value
+
         i = 0
         for _ in range(warmup):
-            await ctx.step.do(f"w{i}", lambda: value)
+            await ctx.step.do(f"w{i}", noop)
+            await ctx.step.do(f"v{i}", lambda: value)
             baseline()
             i += 1
         while len(steps) < n:
             for _ in range(block):
                 t0 = time.perf_counter()
-                await ctx.step.do(f"s{i}", lambda: value)
+                await ctx.step.do(f"a{i}", noop)
                 steps.append(time.perf_counter() - t0)
+                i += 1
+            for _ in range(block):
+                t0 = time.perf_counter()
+                await ctx.step.do(f"s{i}", lambda: value)
+                sync_steps.append(time.perf_counter() - t0)
                 i += 1
             for _ in range(block):
                 t0 = time.perf_counter()
                 baseline()
                 base.append(time.perf_counter() - t0)
-        return {"steps": len(steps)}
+        return {"steps": len(steps) + len(sync_steps)}
 
     host = HarnessHost(log=open_log(log_url))
     try:
@@ -144,7 +159,7 @@ async def interleaved(
         assert result.outcome == "completed", result
     finally:
         await host.close()
-    return steps, base
+    return steps, sync_steps, base
 
 
 async def concurrent_steps(log_url: str, sessions: int, per_session: int, size: int) -> float:
@@ -182,7 +197,7 @@ def table(rows: list[tuple[str, list[float]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", required=True, help="sqlite:///<file> or kafka://host:port")
-    parser.add_argument("-n", type=int, default=1000, help="timed steps (and as many baseline operations)")
+    parser.add_argument("-n", type=int, default=1000, help="timed steps of each kind (and as many baseline operations)")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--block", type=int, default=25, help="steps, then baseline operations, per block")
     parser.add_argument("--size", type=int, default=100, help="bytes of the step value")
@@ -199,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in (raw_path, Path(f"{raw_path}-wal"), Path(f"{raw_path}-shm")):
             p.unlink(missing_ok=True)
         baseline = sqlite_baseline(raw_path, args.size)
-        steps, base = asyncio.run(interleaved(args.log, baseline, args.n, args.size, args.warmup, args.block))
+        steps, sync_steps, base = asyncio.run(
+            interleaved(args.log, baseline, args.n, args.size, args.warmup, args.block)
+        )
         label = "raw sqlite commit (WAL, synchronous=FULL)"
         print(f"SQLite log, value {args.size} B, record {len(record_bytes(args.size))} B, {os.cpu_count()} cores")
     elif url.scheme == "kafka":
@@ -207,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         prefix = parse_qs(url.query).get("topic_prefix", [f"bench{uuid.uuid4().hex[:6]}"])[0]
         log_url = f"kafka://{bootstrap}?topic_prefix={prefix}&partitions={args.partitions}"
         baseline = kafka_baseline(bootstrap, f"{prefix}.raw", args.size)
-        steps, base = asyncio.run(interleaved(log_url, baseline, args.n, args.size, args.warmup, args.block))
+        steps, sync_steps, base = asyncio.run(
+            interleaved(log_url, baseline, args.n, args.size, args.warmup, args.block)
+        )
         label = "bare Kafka transaction (1 record)"
         print(f"Kafka log, value {args.size} B, record {len(record_bytes(args.size))} B, {os.cpu_count()} cores")
         if args.concurrency:
@@ -225,7 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("--log must be sqlite:///... or kafka://...", file=sys.stderr)
         return 2
-    print(table([("step.do (durable, sequential)", steps), (label, base)]))
+    print(table([
+        ("step.do, async no-op fn (on the loop)", steps),
+        ("step.do, sync no-op fn (thread pool hop)", sync_steps),
+        (label, base),
+    ]))
+    print(f"sync_ratio={pct(sync_steps, 0.5) / pct(base, 0.5):.2f}")
     print(f"ratio={pct(steps, 0.5) / pct(base, 0.5):.2f}")
     return 0
 

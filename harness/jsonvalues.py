@@ -37,9 +37,13 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
 
+# Built once: json.dumps with non-default options builds a new encoder per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text; refuses NaN/Infinity."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _encode(value)
 
 
 def loads(text: str) -> Any:

@@ -10,18 +10,25 @@ Durability: WAL with ``synchronous=FULL``; every write is part of one ``BEGIN
 IMMEDIATE`` ... ``COMMIT`` transaction, so it is fsync'd when ``append`` returns
 and a crash leaves all of it or none.
 
-Fencing: ``claim`` bumps the session's epoch. Every ``append``/``renew`` first runs
-``UPDATE owners SET lease_until=? WHERE session_id=? AND epoch=? AND owner=?`` in
-its transaction: no row changed means a newer claim (or a release) happened, and
-that write fails with ``FencedError`` having written nothing. That one statement
-is the whole ownership check, so an append costs one UPDATE plus its INSERTs. The
-lease only decides whether a *claim* is refused (``SessionBusy``); an owner whose
-lease ran out keeps writing until somebody actually claims.
+Fencing: ``claim`` bumps the session's epoch. Every ``append`` checks, in its
+transaction and in the statement that reads the next positions, that the owners row
+still names this writer at its epoch: a newer claim (or a release) makes that write
+fail with ``FencedError`` having written nothing. So an append costs one SELECT, its
+INSERTs and the head's upsert. The lease is renewed by ``renew`` (the host's poller)
+and by an append only when a third of it has passed since it was last renewed (then
+the check is ``UPDATE owners SET lease_until=? WHERE session_id=? AND epoch=? AND
+owner=?``: no row changed means fenced). The lease only decides whether a *claim* is
+refused (``SessionBusy``); an owner whose lease ran out keeps writing until somebody
+actually claims.
 
 Group commit: every write (append, submit, claim, renew, release) is queued on
-the event loop that awaits it, and the first one of a loop iteration schedules a
-flush with ``loop.call_soon``. The flush takes everything queued and runs it as
-ONE transaction, each write in its own ``SAVEPOINT`` (when there are several), in
+the event loop that awaits it. The first one while nothing is queued or committing
+opens the next group: it gives the tasks that are ready one loop step to join
+(``asyncio.sleep(0)``), then flushes the group itself, so a lone writer pays one
+loop iteration, not two (a flush callback, then its own wake-up); a write that joins
+a group, or any write while commits go to the writer thread, waits for the flush
+(``loop.call_soon``, or the end of the commit in flight). The flush takes everything
+queued and runs it as ONE transaction, each write in its own ``SAVEPOINT`` (when there are several), in
 queue order: a write refused by the log (``FencedError``, ``SessionBusy``) rolls
 back alone and the others commit; one fsync serves them all. An append's records
 are inserted one after the other inside it, so their seqs are contiguous. Any
@@ -40,7 +47,8 @@ things move a flush to a writer thread instead, so the loop never waits long:
   and writes queued meanwhile form the next group;
 * *another process's lock*: on the loop the write connection never waits
   (``busy_timeout=0``). If ``BEGIN IMMEDIATE`` finds the file locked by another
-  process (or another handle), that flush is retried on the writer thread, which
+  process (or another handle), that flush is retried on the writer thread, whose
+  own write connection (``busy_timeout`` set once, when it is first needed)
   waits up to ``busy_timeout`` (10 s by default) for the lock. So contention costs
   the loop nothing; the waiting writes fail with ``LogUnavailable`` only when
   the lock is held longer than ``busy_timeout``. The embedded log is meant for
@@ -191,7 +199,8 @@ class SqliteLog:
         self._closed = False
         self._groups: dict[asyncio.AbstractEventLoop, _Group] = {}
         self._wlock = threading.Lock()  # the write connection: one thread at a time
-        self._wconn: sqlite3.Connection | None = None
+        self._wconn: sqlite3.Connection | None = None  # commits on the loop (busy_timeout 0)
+        self._tconn: sqlite3.Connection | None = None  # commits on the writer thread (waits for locks)
         self._conn: sqlite3.Connection | None = None  # the reader thread's connection
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-read")
         # (threads start on first use: a log whose commits all run on the loop has none)
@@ -255,7 +264,7 @@ class SqliteLog:
         """Append one input record (``IS_INPUT``) without ownership."""
         _check_input(record)
         encoded = _encode_batch(self._codec, record.session_id, [record])
-        (seq,) = await self._write(self._op_append, (record.session_id, encoded, None), True)
+        (seq,) = await self._run(self._op_append, (record.session_id, encoded, None), True)
         return LogEntry(seq, record)
 
     async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> SqliteWriter:
@@ -267,7 +276,7 @@ class SqliteLog:
                 previous writer too.
         """
         seconds = _lease_seconds(lease)
-        epoch = await self._write(self._op_claim, (session_id, owner, seconds), False)
+        epoch = await self._run(self._op_claim, (session_id, owner, seconds), False)
         return SqliteWriter(self, session_id, owner=owner, epoch=epoch, lease_seconds=seconds)
 
     async def close(self) -> None:
@@ -292,6 +301,36 @@ class SqliteLog:
         await self.close()
 
     # --- group commit ----------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
+        """Run ``fn(db, *args)`` in the next group commit of the running loop; its value.
+
+        A write that finds the loop's writes idle opens the group and flushes it itself
+        after one loop step (see the module doc); any other waits for its group's flush.
+        """
+        if self._closed:
+            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if (group is not None and (group.queue or group.scheduled or group.inflight is not None)) or (
+            self._inline_limit <= 0 or self._commit_avg > self._inline_limit
+        ):
+            return await self._write(fn, args, is_append)
+        if group is None:
+            group = self._groups[loop] = _Group()
+        fut = loop.create_future()
+        group.queue.append((fn, args, fut, is_append))
+        group.scheduled = True  # (the flush is this task's: later writes only queue)
+        try:
+            await asyncio.sleep(0)  # the tasks ready now may join this group
+        except asyncio.CancelledError:
+            fut.cancel()  # a cancelled write writes nothing; the others still land
+            if group.scheduled:
+                loop.call_soon(self._flush, loop, group)
+            raise
+        if group.scheduled:  # (else close() flushed it meanwhile)
+            self._flush(loop, group)
+        return await fut  # done, unless the commit went to the writer thread
 
     def _write(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> asyncio.Future[Any]:
         """Queue ``fn(db, *args)`` for the next group commit of the running loop."""
@@ -399,7 +438,7 @@ class SqliteLog:
                 raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
             try:
                 if wait:
-                    db.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
+                    db = self._thread_conn()
                 try:
                     db.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
@@ -425,10 +464,19 @@ class SqliteLog:
                 return outcomes
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
-            finally:
-                if wait:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("PRAGMA busy_timeout = 0")
+
+    def _thread_conn(self) -> sqlite3.Connection:
+        """The writer thread's connection (made at its first commit, ``_wlock`` held): it
+        waits up to ``busy_timeout`` for another connection's lock; its pragmas are set once."""
+        conn = self._tconn
+        if conn is None:
+            conn = sqlite3.connect(
+                self._path, timeout=self._busy_seconds, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._tconn = conn
+        return conn
 
     @staticmethod
     def _run_ops(db: sqlite3.Connection, ops: list[_Op]) -> tuple[list[Any], int]:
@@ -474,10 +522,20 @@ class SqliteLog:
         encoded: Sequence[tuple[str, bytes]],
         writer: SqliteWriter | None,
     ) -> list[int]:
-        """The fence check (writers only), then the inserts, one after the other."""
+        """The fence check (writers only; a renewal when one is due), then the inserts."""
+        owner = None
         if writer is not None:
-            self._fence(db, writer)
-        return append_rows(db, session_id, encoded)
+            now = self._clock()
+            if now >= writer._renew_at:
+                self._fence(db, writer)  # checks and renews
+                writer._renew_at = now + writer._lease_seconds / 3
+            else:
+                owner = (writer.owner, writer.epoch)  # checked by the positions' query
+        seqs = append_rows(db, session_id, encoded, owner)
+        if seqs is None:
+            assert writer is not None
+            raise self._fenced(writer)
+        return seqs
 
     def _op_claim(self, db: sqlite3.Connection, session_id: str, owner: str, lease_seconds: float) -> int:
         now = self._clock()
@@ -501,7 +559,9 @@ class SqliteLog:
         return epoch
 
     def _op_renew(self, db: sqlite3.Connection, writer: SqliteWriter) -> None:
+        now = self._clock()
         self._fence(db, writer)
+        writer._renew_at = now + writer._lease_seconds / 3
 
     def _op_release(self, db: sqlite3.Connection, writer: SqliteWriter) -> None:
         db.execute(
@@ -514,11 +574,15 @@ class SqliteLog:
             _FENCE, (self._clock() + writer._lease_seconds, writer.session_id, writer.epoch, writer.owner)
         )
         if cur.rowcount != 1:
-            raise FencedError(
-                f"writer epoch {writer.epoch} of session {writer.session_id!r} lost ownership",
-                session_id=writer.session_id,
-                epoch=writer.epoch,
-            )
+            raise self._fenced(writer)
+
+    @staticmethod
+    def _fenced(writer: SqliteWriter) -> FencedError:
+        return FencedError(
+            f"writer epoch {writer.epoch} of session {writer.session_id!r} lost ownership",
+            session_id=writer.session_id,
+            epoch=writer.epoch,
+        )
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -559,9 +623,10 @@ class SqliteLog:
     def _close_conns(self) -> None:
         """On the reader thread: the write connection (after any write in progress), then its own."""
         with self._wlock:
-            if self._wconn is not None:
-                self._wconn.close()
-                self._wconn = None
+            for conn in (self._wconn, self._tconn):
+                if conn is not None:
+                    conn.close()
+            self._wconn = self._tconn = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -622,6 +687,8 @@ class SqliteWriter:
         self._owner = owner
         self._epoch = epoch
         self._lease_seconds = lease_seconds
+        # The claim set the lease: appends renew it again once a third of it has passed.
+        self._renew_at = log._clock() + lease_seconds / 3
 
     @property
     def session_id(self) -> str:
@@ -636,7 +703,8 @@ class SqliteWriter:
         return self._owner
 
     async def append(self, records: Sequence[Record]) -> list[LogEntry]:
-        """Append all ``records`` (contiguous seqs) in a fsync'd transaction, renewing the lease.
+        """Append all ``records`` (contiguous seqs) in a fsync'd transaction (renewing the
+        lease when a third of it has passed).
 
         Raises:
             FencedError: a newer claim (or ``release``) took the session; nothing written.
@@ -644,16 +712,16 @@ class SqliteWriter:
         """
         log = self._log
         encoded = _encode_batch(log._codec, self._session_id, records)
-        seqs = await log._write(log._op_append, (self._session_id, encoded, self), True)
+        seqs = await log._run(log._op_append, (self._session_id, encoded, self), True)
         return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
 
     async def renew(self) -> None:
-        await self._log._write(self._log._op_renew, (self,), False)
+        await self._log._run(self._log._op_renew, (self,), False)
 
     async def release(self) -> None:
         """Give the session up so another owner can claim at once (no-op if already lost)."""
         try:
-            await self._log._write(self._log._op_release, (self,), False)
+            await self._log._run(self._log._op_release, (self,), False)
         except LogError:
             if not self._log._closed:
                 raise

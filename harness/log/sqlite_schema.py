@@ -85,6 +85,11 @@ _NEXT = (
     "SELECT (SELECT last_seq FROM heads WHERE session_id = ?), "
     "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0)"
 )
+_NEXT_OWNED = (
+    "SELECT (SELECT last_seq FROM heads WHERE session_id = ?), "
+    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'records'), 0), "
+    "(SELECT epoch FROM owners WHERE session_id = ? AND owner = ?)"
+)
 
 
 def row_crc(seq: int, prev: int, session_id: str | bytes, type_: str | bytes, value: bytes) -> int:
@@ -101,10 +106,23 @@ def namespace_crc(namespace: str) -> str:
 
 
 def append_rows(
-    db: sqlite3.Connection, session_id: str, encoded: Sequence[tuple[str, bytes]]
-) -> list[int]:
-    """Insert ``encoded`` (type, bytes) as the session's next records, chained and checksummed."""
-    head, last = db.execute(_NEXT, (session_id,)).fetchone()
+    db: sqlite3.Connection,
+    session_id: str,
+    encoded: Sequence[tuple[str, bytes]],
+    owner: tuple[str, int] | None = None,
+) -> list[int] | None:
+    """Insert ``encoded`` (type, bytes) as the session's next records, chained and checksummed.
+
+    ``owner`` (owner, epoch): the same statement that reads the positions checks that
+    this owner still holds the session at that epoch; if not, nothing is written and
+    the answer is None (the caller raises ``FencedError``).
+    """
+    if owner is None:
+        head, last = db.execute(_NEXT, (session_id,)).fetchone()
+    else:
+        head, last, epoch = db.execute(_NEXT_OWNED, (session_id, session_id, owner[0])).fetchone()
+        if epoch != owner[1]:
+            return None
     prev: int = head if head is not None else 0
     seqs: list[int] = []
     for type_, value in encoded:

@@ -11,6 +11,7 @@ from harness.replay.planner import (
     ToolPolicy,
     TurnAction,
     decide_call,
+    first_runs,
     is_parked,
     plan_turn,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "conversation",
     "decide_call",
     "ended_from_control",
+    "first_runs",
     "fold",
     "is_parked",
     "plan_turn",

@@ -16,11 +16,16 @@ _UNFINISHED = {
 }
 
 
-def conversation(state: SessionState) -> list[dict[str, Any]]:
+def conversation(state: SessionState, *, starting: str | None = None) -> list[dict[str, Any]]:
     """Messages in the chat-completions shape, oldest first, without a system prompt.
 
     Each turn gives its user message, then for each model response the
     assistant message and the results of its calls that have one, in call order.
+
+    ``starting``: the input id of a message whose turn is being started (its
+    ``harness.turn.started`` not folded yet: the first model call overlaps that
+    append); its user message ends the conversation, exactly as folding that record
+    makes it (tested), whether or not it is folded yet.
     """
     messages: list[dict[str, Any]] = []
     for turn in state.turns:
@@ -53,4 +58,8 @@ def conversation(state: SessionState) -> list[dict[str, Any]]:
                         "is_error": is_error,
                     }
                 )
+    if starting is not None and state.inputs[starting].turn is None:  # (not folded yet)
+        record = state.inputs[starting].record
+        assert isinstance(record, InputMessage)
+        messages.append({"role": "user", "content": record.text})
     return messages

@@ -8,10 +8,11 @@ section 5 live here and nowhere else.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from harness.records import ModelResponseRecord
 from harness.replay.state import CallState, SessionState, TurnState
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ToolPolicy",
     "TurnAction",
     "decide_call",
+    "first_runs",
     "is_parked",
     "plan_turn",
 ]
@@ -130,6 +132,23 @@ def decide_call(
         action = "cut"
     parked = action == "rerun" and now_ms is not None and _call_parked(call, now_ms)
     return CallDecision(call.tool_call_id, call.name, action, attempt, parked)
+
+
+def first_runs(response: ModelResponseRecord, finished: Collection[str] = ()) -> tuple[CallDecision, ...]:
+    """The calls of a model response not logged yet that start in the SAME append as it.
+
+    Exactly what ``plan_turn`` would start once the response is folded (its
+    ``RunBatch.to_start``: first runs, attempt 1, since no ``harness.tool.started`` of
+    theirs can be in the log): every call but those with a result in that append
+    (``finished``: refused at once) and none of a truncated response. So the runtime
+    logs ``[model.response, tool.started x n]`` as one append, still before any call
+    runs (SPEC 5.7), and a first run and a recovery still agree (tested).
+    """
+    if response.truncated:
+        return ()
+    return tuple(
+        CallDecision(call["id"], call["name"], "run", 1) for call in response.tool_calls if call["id"] not in finished
+    )
 
 
 def is_parked(state: SessionState, now_ms: int) -> bool:

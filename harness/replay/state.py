@@ -216,7 +216,7 @@ class SessionState:
         before them. Positions up to ``read_upto`` (the log was read that far)
         and the positions in ``_ahead`` (folded beyond it) are known.
         """
-        if seq <= self.read_upto or seq in self._ahead:
+        if self.folded(seq):
             return
         self._ahead.add(seq)
         self.last_seq = max(self.last_seq, seq)
@@ -226,6 +226,11 @@ class SessionState:
 
     def apply_entry(self, entry: LogEntry) -> None:
         self.apply(entry.seq, entry.record)
+
+    def folded(self, seq: int) -> bool:
+        """Whether the record at ``seq`` is folded already (``apply`` would skip it): an
+        owner's own appends, read back, need not even be decoded again."""
+        return seq <= self.read_upto or seq in self._ahead
 
     def mark_read(self, upto: int) -> None:
         """The log was read up to position ``upto``: every record at or below it is folded."""

@@ -44,6 +44,7 @@ from harness.records import (
     InputSettled,
     LogEntry,
     Record,
+    StepResult,
     record_data,
 )
 from harness.replay import SessionState
@@ -127,7 +128,9 @@ class SessionCore:
         )
         self.ask_models: dict[tuple[str, str], type[BaseModel]] = {}  # registered by running asks
         self.driver = TurnDriver(self)
-        self._changed = asyncio.Event()  # replaced by a fresh one at every change
+        # Set and dropped at every change; made again by the next waiter (none: no cost).
+        self._changed: asyncio.Event | None = None
+        self._verdicts: asyncio.Event | None = None  # the same, for changes that may decide a result
         self._task: asyncio.Task[None] | None = None  # the driver's task
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._standby: asyncio.Task[None] | None = None
@@ -226,10 +229,24 @@ class SessionCore:
 
     async def ingest(self, entries: Sequence[LogEntry]) -> None:
         """Fold records a worker read from the log, then act on new inputs (follow=False)."""
+        state = self.state
+        new = new_input = False
+        for entry in entries:
+            if state.folded(entry.seq):
+                continue  # our own appends come back: folded at commit, not even decoded
+            state.apply_entry(entry)
+            new = True
+            new_input = new_input or entry.record.IS_INPUT
         if entries:
-            for entry in entries:
-                self.state.apply_entry(entry)  # our own appends come back: skipped
-            self.state.mark_read(max(e.seq for e in entries))
+            state.mark_read(max(e.seq for e in entries))
+        if entries and not new:
+            return  # only our own appends: nothing changed, nobody to tell
+        if new_input and self._busy_until:
+            # Another owner held the session at our last try; it may have let go since
+            # (its host closed it): a new input is worth a claim now, not only when
+            # that lease would have run out.
+            self._busy_until = 0.0
+        if new:
             self.notify()
         self.after_new_records()
 
@@ -276,7 +293,7 @@ class SessionCore:
         if self.fatal is not None:
             raise self.fatal
         own = self.ownership
-        writer = await own.acquire()
+        writer = own.writer or await own.acquire()
         own.inflight += 1
         try:
             entries = await writer.append([self.redact(r) for r in records])
@@ -284,7 +301,9 @@ class SessionCore:
             own.inflight -= 1
         for entry in entries:
             self.state.apply_entry(entry)
-        self.notify()
+        # This owner's own step results decide no input's result (settled, waiting):
+        # the waiters of results sleep on (a step costs no wake-up of ``send``).
+        self.notify(verdicts=not all(type(r) is StepResult for r in records))
 
     def publish_live(self, event: LiveEvent) -> None:
         """A text delta of a streamed model answer: to this host's subscribers and, on
@@ -296,18 +315,30 @@ class SessionCore:
 
     # -- change notification ---------------------------------------------------------------------
 
-    def notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+    def notify(self, *, verdicts: bool = True) -> None:
+        """Wake whoever waits for a change. ``verdicts=False``: a change that cannot
+        decide any input's result (see ``commit``); only ``next_change()`` waiters wake."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+        if verdicts:
+            decided, self._verdicts = self._verdicts, None
+            if decided is not None:
+                decided.set()
         if self.state.cancels:
             self.driver.check_interrupt()
 
-    async def next_change(self, *others: asyncio.Future[Any]) -> None:
-        """Wait for the next state change (or for one of ``others`` to finish)."""
+    async def next_change(self, *others: asyncio.Future[Any], verdicts: bool = False) -> None:
+        """Wait for the next state change (or for one of ``others`` to finish);
+        ``verdicts``: only for a change that may decide an input's result."""
+        if verdicts:
+            event = self._verdicts = self._verdicts or asyncio.Event()
+        else:
+            event = self._changed = self._changed or asyncio.Event()
         if not others:  # the common case: no task + asyncio.wait per commit (~15 µs a step)
-            await self._changed.wait()
+            await event.wait()
             return
-        waiter = asyncio.ensure_future(self._changed.wait())
+        waiter = asyncio.ensure_future(event.wait())
         try:
             await asyncio.wait({waiter, *others}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -360,7 +391,7 @@ class SessionCore:
                 raise SessionClosed(self.session_id)
             if not self.busy and self.clock.now() >= self._busy_until:
                 self.kick()
-            await self.next_change()
+            await self.next_change(verdicts=True)
 
     # -- the driver's task ----------------------------------------------------------------------
 

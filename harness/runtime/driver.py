@@ -9,6 +9,12 @@ A model call or a batch runs as a task that two things may stop at its next boun
 (nothing more is started; running tools are cancelled the recoverable way, writing
 nothing): a cancel input for the turn's input (the turn settles ``aborted``), and
 ``Durability.timeout`` measured from the turn's first start (``failed``, ``timeout``).
+
+Fewer sequential commits per turn (docs/architecture.md, "Fewer commits per turn"):
+the first model call of a turn overlaps its ``harness.turn.started`` append; a model
+response with tool calls is logged with their ``harness.tool.started`` records in one
+append (``first_runs``) and the batch runs right after it; a final answer is logged
+with ``harness.turn.finished`` and its input's ``harness.input.settled``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from harness.observability import metrics
 from harness.records import (
     AppRecord,
     InputSettled,
+    ModelResponseRecord,
     Record,
     ToolResult,
     ToolStarted,
@@ -45,7 +52,7 @@ from harness.replay import (
     FailTurn,
     RunBatch,
     SessionState,
-    TurnState,
+    first_runs,
     is_parked,
     plan_turn,
 )
@@ -131,11 +138,7 @@ class TurnDriver:
                 nxt = next((i for i in state.pending_inputs() if i.kind == "message"), None)
                 if nxt is None:
                     return
-                n = len(state.turns) + 1
-                await core.commit([TurnStarted(core.session_id, core.now_ms(), nxt.input_id, n)])
-                self._own_turns.add(n)  # (after the commit: a claim refused with SessionBusy starts nothing)
-                logs.bind(input_id=nxt.input_id)
-                log.info("turn %d of session %s started (input %s)", n, core.session_id, nxt.input_id)
+                await self._start_turn(nxt.input_id, len(state.turns) + 1)
                 continue
             action = plan_turn(
                 state,
@@ -147,9 +150,37 @@ class TurnDriver:
             if action is None:
                 continue
             if isinstance(action, (CallModel, RunBatch)):
-                await self._stoppable(turn, self._do(action))
+                await self._stoppable(turn.started_ts, self._do(action))
             else:
                 await self._do(action)
+
+    async def _start_turn(self, input_id: str, n: int) -> None:
+        """Start turn ``n`` for the message ``input_id``: its first model call runs while
+        its ``harness.turn.started`` is appended (what the planner answers for a turn just
+        started is that call: ``CallModel(n, 0)``). The answer waits for that append
+        before anything else is logged, so the log never holds a response of a turn it
+        does not hold; a crash during the call once the start committed is a takeover
+        that counts (SPEC 7.5)."""
+        core = self.core
+        now = core.now_ms()
+        self._own_turns.add(n)
+        logs.bind(input_id=input_id)
+        started = asyncio.ensure_future(core.commit([TurnStarted(core.session_id, now, input_id, n)]))
+        started.add_done_callback(lambda done: self._turn_started(done, n, input_id))
+        try:
+            await self._stoppable(now, self._call_model(CallModel(n, 0), starting=(input_id, started)))
+        finally:
+            if not started.done():  # stopped early: go on only once the start is settled,
+                await asyncio.wait([started])  # so a turn is never started twice
+        started.result()  # its failure, if the call did not raise it already
+
+    def _turn_started(self, done: asyncio.Future[None], n: int, input_id: str) -> None:
+        if done.cancelled() or done.exception() is not None:
+            # (a claim refused with SessionBusy starts nothing: a later try takes the
+            # turn as the log then shows it, maybe started by another owner)
+            self._own_turns.discard(n)
+            return
+        log.info("turn %d of session %s started (input %s)", n, self.core.session_id, input_id)
 
     def _timeout_ms(self) -> int | None:
         timeout = self.core.harness.durability.timeout
@@ -165,13 +196,15 @@ class TurnDriver:
             self._stop = "cancelled"
             work.cancel()
 
-    async def _stoppable(self, turn: TurnState, action: Awaitable[None]) -> None:
+    async def _stoppable(self, started_ts: int, action: Awaitable[None]) -> None:
+        """Run ``action`` (a model call or a batch of the turn that started at ``started_ts``)
+        so that a cancel input or the turn's deadline stops it at its next boundary."""
         work = asyncio.ensure_future(action)
         self._work, self._stop = work, None
         deadline: asyncio.Future[None] | None = None
         timeout = self._timeout_ms()
         if timeout is not None:
-            deadline = asyncio.ensure_future(self.core.clock.sleep_until((turn.started_ts + timeout) / 1000))
+            deadline = asyncio.ensure_future(self.core.clock.sleep_until((started_ts + timeout) / 1000))
             deadline.add_done_callback(lambda d: self._on_deadline(d, work))
         self.check_interrupt()
         try:
@@ -225,36 +258,68 @@ class TurnDriver:
 
     async def _finish(self, turn: int, input_id: str, outcome: str, *, text: str | None = None,
                       code: str | None = None, error: str | None = None, extra: list[Record] | None = None) -> None:
+        await self.core.commit(self._end_records(turn, input_id, outcome, text, code, error, extra))
+        self._ended(turn, input_id, outcome, code, error)
+
+    def _end_records(self, turn: int, input_id: str, outcome: str, text: str | None = None,
+                     code: str | None = None, error: str | None = None, extra: list[Record] | None = None) -> list[Record]:
         core = self.core
         now = core.now_ms()
-        await core.commit(
-            [
-                TurnFinished(core.session_id, now, input_id, turn, outcome, text, code, error),
-                InputSettled(core.session_id, now, input_id, outcome, code, error),
-                *(extra or []),
-            ]
-        )
+        return [
+            TurnFinished(core.session_id, now, input_id, turn, outcome, text, code, error),
+            InputSettled(core.session_id, now, input_id, outcome, code, error),
+            *(extra or []),
+        ]
+
+    def _ended(self, turn: int, input_id: str, outcome: str, code: str | None = None, error: str | None = None) -> None:
+        core = self.core
         metrics.turn(core.harness.name, outcome, code)
         log.info(
             "turn %d of session %s %s; input %s settled%s", turn, core.session_id, outcome, input_id,
             core.scrubber.redact_text(f" ({code}: {error})") if code else "",
         )
 
-    async def _call_model(self, action: CallModel) -> None:
+    async def _call_model(self, action: CallModel, starting: tuple[str, asyncio.Future[None]] | None = None) -> None:
         """One try of the model call, logged (streaming, retries, usage, the argument
-        rule: ``runtime/model_call.py``)."""
+        rule: ``runtime/model_call.py``), with what rides along in its append: the
+        batch's ``harness.tool.started`` records (then the batch runs at once), or the
+        end of the turn after a final answer. ``starting``: the turn's input id and its
+        ``harness.turn.started`` append, in flight (see ``_start_turn``)."""
         core = self.core
-        turn = core.state.active_turn
-        assert turn is not None
+        if starting is None:
+            turn = core.state.active_turn
+            assert turn is not None
+            input_id = turn.input_id
+        else:
+            input_id = starting[0]
+        batch: list[CallDecision] = []
+        final: list[bool] = []
 
         async def fail(code: str, error: str) -> None:
-            await self._finish(turn.turn, turn.input_id, "failed", code=code, error=error)
+            await self._finish(action.turn, input_id, "failed", code=code, error=error)
+
+        def along(records: list[Record]) -> list[Record]:
+            response = records[0]
+            assert isinstance(response, ModelResponseRecord)
+            if not response.tool_calls:  # the final answer wins whatever comes (SPEC 7.5): end the turn
+                final.append(True)
+                return self._end_records(action.turn, input_id, "completed", response.text)
+            refused = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
+            batch.extend(first_runs(response, refused))
+            return [ToolStarted(core.session_id, response.ts, d.tool_call_id, d.name, d.attempt) for d in batch]
 
         await call_model(
             action, harness=core.harness, state=core.state, session_id=core.session_id,
             secrets=core.secrets, scrubber=core.scrubber, clock=core.clock,
             commit=core.commit, fail=fail, publish=core.publish_live, check_name=core.check_name,
+            starting=starting[0] if starting is not None else None,
+            started=starting[1] if starting is not None else None,
+            along=along,
         )
+        if final:
+            self._ended(action.turn, input_id, "completed")
+        elif batch:
+            await self._run_calls(batch)  # logged as started in the response's append
 
     async def _run_batch(self, action: RunBatch) -> None:
         core = self.core
@@ -270,10 +335,14 @@ class TurnDriver:
         )
         if head:
             await core.commit(head)
-        if action.to_start:
+        await self._run_calls(action.to_start)
+
+    async def _run_calls(self, decisions: tuple[CallDecision, ...] | list[CallDecision]) -> None:
+        """Run the calls concurrently (their ``harness.tool.started`` is in the log)."""
+        if decisions:
             try:
                 async with asyncio.TaskGroup() as group:
-                    for decision in action.to_start:
+                    for decision in decisions:
                         group.create_task(self._run_call(decision))
             except BaseExceptionGroup as failed:
                 # Only the log (or a bug) fails a call this way: surface the error as itself,

@@ -5,7 +5,9 @@ which makes ONE try and logs what came of it, then returns; the driver asks the
 planner again. So a first run and a run after a crash take the same path:
 
 * success: the response (with its ``finish_reason``) and, when the model reports it,
-  its usage are appended in one atomic batch, before any tool runs (SPEC 5.7). A
+  its usage are appended in one atomic batch, before any tool runs (SPEC 5.7), with
+  whatever the caller's ``along`` adds to that append (the driver: the batch's
+  ``harness.tool.started`` records, or the end of the turn after a final answer). A
   truncated response (``finish_reason="length"``) is logged like any other; the
   planner then gives each of its calls the truncated-call error instead of running it.
 * a transient error (429, 5xx, timeout, connection reset, a stream cut half-way) with
@@ -18,14 +20,19 @@ planner again. So a first run and a run after a crash take the same path:
 
 Text deltas of a streamed answer go to ``publish`` as :class:`~harness.live.LiveEvent`
 objects, never to the log.
+
+The first model call of a turn overlaps the turn's ``harness.turn.started`` append
+(``started``): that append is awaited as soon as the model answered (or failed), before
+anything is logged or checked, and its failure cancels the call at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +56,8 @@ Commit = Callable[[list[Record]], Awaitable[None]]
 Fail = Callable[[str, str], Awaitable[None]]
 Publish = Callable[[LiveEvent], None]
 CheckName = Callable[[str, str], None]
+Along = Callable[[list[Record]], list[Record]]
+"""The records of a successful answer -> more records for the same append."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +99,34 @@ def backoff_seconds(
     return rng.uniform(base / 2, base)
 
 
-def model_messages(harness: Harness, state: SessionState) -> list[dict[str, Any]]:
-    """What the model is sent: the system prompt, then the conversation the log holds."""
+def model_messages(harness: Harness, state: SessionState, *, starting: str | None = None) -> list[dict[str, Any]]:
+    """What the model is sent: the system prompt, then the conversation the log holds
+    (``starting``: the message whose turn is being started, see ``conversation``)."""
     messages: list[dict[str, Any]] = []
     if harness.system_prompt:
         messages.append({"role": "system", "content": harness.system_prompt})
-    messages.extend(conversation(state))
+    messages.extend(conversation(state, starting=starting))
     return messages
+
+
+async def _beside(answer: Coroutine[Any, Any, ModelResponse], started: asyncio.Future[Any]) -> asyncio.Future[ModelResponse]:
+    """Run the model call ``answer`` while ``started`` (the turn's start) is appended.
+
+    Returns the call's future, done, once the append is done too. The append's failure
+    raises here and cancels the call (whose outcome then matters to nobody).
+    """
+    task = asyncio.ensure_future(answer)
+    try:
+        await asyncio.wait([task, started], return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():
+            await asyncio.wait([started])  # the answer waits until its turn is in the log
+        started.result()
+        if not task.done():
+            await asyncio.wait([task])
+    except BaseException:
+        task.cancel()
+        raise
+    return task
 
 
 class _Deltas:
@@ -227,36 +257,53 @@ async def call_model(
     publish: Publish | None = None,
     check_name: CheckName | None = None,
     rng: random.Random | None = None,
+    starting: str | None = None,
+    started: asyncio.Future[Any] | None = None,
+    along: Along | None = None,
 ) -> None:
     """Make one try of the model call ``action`` names and log its outcome (see the module doc).
 
     Only the log's errors (and cancellation) escape: every failure of the model
     becomes a retry record or a failed turn.
+
+    Args:
+        starting: the input id of the message whose turn this call starts, when its
+            ``harness.turn.started`` is not folded yet (its user message is sent).
+        started: that append, in flight: awaited before anything is logged.
+        along: more records for the append of a successful answer.
     """
     if action.not_before is not None:
         await clock.sleep_until(action.not_before / 1000)  # the logged backoff, even after a crash
-    messages = model_messages(harness, state)
+    messages = model_messages(harness, state, starting=starting)
     specs = [t.definition.spec() for t in harness.tools.values()]
     sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
-    started = time.perf_counter()
+    began = time.perf_counter()
+    answer = call_complete(
+        harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
+    )
     try:
-        response = await call_complete(
-            harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
-        )
+        if started is not None:
+            response = (await _beside(answer, started)).result()
+        else:
+            response = await answer
         records = _response_records(
             session_id, state, action, response, round(clock.now() * 1000), scrubber, check_name
         )
         sink.flush()
-    except Exception as exc:  # noqa: BLE001 - a model failure is retried or fails the turn, never the owner
-        metrics.model_call(harness.name, time.perf_counter() - started)
+    except Exception as exc:  # a model failure is retried or fails the turn, never the owner
+        if started is not None and (not started.done() or started.cancelled() or started.exception() is not None):
+            raise  # the turn's start failed: the log's error, not the model's
+        metrics.model_call(harness.name, time.perf_counter() - began)
         await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
         return
     usage = response.usage
     metrics.model_call(
-        harness.name, time.perf_counter() - started,
+        harness.name, time.perf_counter() - began,
         input_tokens=max(0, int(usage.input_tokens)) if usage is not None else 0,
         output_tokens=max(0, int(usage.output_tokens)) if usage is not None else 0,
     )
+    if along is not None:
+        records.extend(along(records))
     await commit(records)
 
 

@@ -118,6 +118,29 @@ async def test_tail_partition_and_subscribers_share_the_tail(make_log):
     await everything.aclose()
 
 
+async def test_a_tail_hands_out_this_process_own_records_without_decoding_them(make_log):
+    """A worker's partition tail reads back mostly its own appends: those come out as the
+    records that were appended (folded already by their session), never decoded again;
+    another process's records are decoded as before."""
+    log = make_log()
+    await log.start()
+    everything = log.tail_partition(0, 0)
+    got = asyncio.ensure_future(take(everything, 25))
+    while log.fanout.subscribers(0) < 1:
+        await asyncio.sleep(0.01)
+    own = await write(log, "mine", 1, 20)  # this process's own appends
+    theirs = await write(make_log(), "theirs", 1, 5)  # another process (another log object)
+    entries = await got
+    assert sorted(entries, key=lambda e: e.seq) == sorted(own + theirs, key=lambda e: e.seq)
+    stats = log.stats.snapshot()
+    assert stats["tail_own"] + stats["tail_decoded"] == 25
+    assert stats["tail_own"] >= 15  # (one may race its commit's return and be decoded)
+    assert stats["tail_decoded"] >= 5  # the other process's records are decoded
+    reused = {e.seq for e in entries if any(e.record is o.record for o in own)}
+    assert len(reused) == stats["tail_own"]
+    await everything.aclose()
+
+
 # --- no gap, no duplicate ------------------------------------------------------------------------
 
 

@@ -189,6 +189,33 @@ class _DyingWriter:
         return await self._inner.append(records)
 
 
+class CutLog(DyingLog):
+    """A log handle whose writer lands the first batch holding a record ``at`` picks only
+    up to that record, then dies (``Died``): the state a process of an earlier version,
+    which appended those records apart, leaves when it dies between them."""
+
+    def __init__(self, inner: SessionLog, at: Callable[[Any], bool]) -> None:
+        super().__init__(inner, lambda batch: any(at(r) for r in batch))
+        self._at = at
+
+    async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> Any:
+        return _CutWriter(self, await self._inner.claim(session_id, owner=owner, lease=lease))
+
+
+class _CutWriter(_DyingWriter):
+    async def append(self, records: Any) -> Any:
+        records = list(records)
+        log = self._log
+        assert isinstance(log, CutLog)
+        if not log.died and log._when(records):
+            log.died = True
+            cut = next(i for i, r in enumerate(records) if log._at(r))
+            if cut:
+                await self._inner.append(records[:cut])
+            raise Died("the process died between two appends")
+        return await self._inner.append(records)
+
+
 async def raw_bytes(log: SessionLog, logs: Logs) -> bytes:
     """Every byte the store holds (to look for secrets)."""
     if logs.backend == "memory":

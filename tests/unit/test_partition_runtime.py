@@ -126,3 +126,39 @@ async def test_worker_takes_a_session_back_after_another_process_released_it() -
     stop.set()
     await run
     assert await _settled(log, "x", "in-2") and await _settled(log, "x", "in-3")
+
+
+class _Sealed:
+    """A log entry whose body must not be decoded (reading ``record`` fails the test)."""
+
+    def __init__(self, seq: int, session_id: str) -> None:
+        self.seq = seq
+        self.session_id = session_id
+
+    @property
+    def record(self):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"record {self.seq} was decoded again")
+
+
+async def test_a_sessions_own_appends_coming_back_are_not_decoded_again() -> None:
+    log = CountingLog()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
+    await rt.go_live()
+    await rt.ingest([await log.submit(InputMessage("x", 0, "in-1", "hello", "echo"))])
+    session = rt.sessions["x"]
+    for _ in range(200):
+        if await _settled(log, "x", "in-1") and not session.busy:
+            break
+        await asyncio.sleep(0)
+    own = [e for e in await log.read("x") if not e.record.IS_INPUT]
+    assert own and all(session.state.folded(e.seq) for e in own)
+    await session.ingest([_Sealed(e.seq, "x") for e in own])  # type: ignore[list-item]
+    assert session.state.read_upto == own[-1].seq
+    # A new input after them is read (and taken) as ever.
+    await session.ingest([await log.submit(InputMessage("x", 0, "in-2", "again", "echo"))])
+    for _ in range(200):
+        if await _settled(log, "x", "in-2"):
+            break
+        await asyncio.sleep(0)
+    assert await _settled(log, "x", "in-2")
+    await rt.stop()

@@ -30,7 +30,9 @@ from harness.replay import (
     RunBatch,
     SessionState,
     ToolPolicy,
+    conversation,
     decide_call,
+    first_runs,
     fold,
     plan_turn,
 )
@@ -426,3 +428,53 @@ def test_call_model_carries_the_logged_retry_count_and_deadline() -> None:
     # A retry record for a call that already has its response is an anomaly, ignored.
     late = state_of(*base, ModelResponseRecord(S, 0, 1, 0, "x", ()), ModelRetry(S, 0, 1, 0, 1, 5_000, "late"))
     assert late.anomalies == 1 and plan(late) == CompleteTurn(1, "x")
+
+
+# -- merged appends (docs/architecture.md, "Fewer commits per turn") ------------------------------
+
+
+@pytest.mark.parametrize("finish", [None, "stop", "length"])
+@pytest.mark.parametrize("refused", [(), ("c2",), ("c1", "c2", "c3")])
+def test_first_runs_are_what_the_planner_starts_once_the_response_is_folded(finish: str | None, refused: tuple[str, ...]) -> None:
+    """The batch logged as started with its response is exactly the planner's first runs
+    of that response, for every policy (a first run is safe whatever it is)."""
+    response = ModelResponseRecord(
+        S, 0, 1, 0, None, (call("c1", "safe"), call("c2", "never"), call("c3", "agent"), call("c4", "gone")), finish
+    )
+    before = [InputMessage(S, 0, "in-1", "go", "h"), TurnStarted(S, 0, "in-1", 1), response]
+    results = [ToolResult(S, 0, cid, "x", {"error": "refused"}, True, False, "secret_in_arguments") for cid in refused]
+    action = plan_turn(state_of(*before, *results), POLICIES, max_attempts=3)
+    assert isinstance(action, RunBatch)
+    assert first_runs(response, refused) == action.to_start
+    if finish == "length":
+        assert first_runs(response, refused) == ()
+    else:
+        assert [d.tool_call_id for d in first_runs(response, refused)] == [
+            c for c in ("c1", "c2", "c3", "c4") if c not in refused
+        ]
+    # Logged as started in the same append, the calls then read as running (not parked).
+    started = [tool_started(d.tool_call_id, d.name, d.attempt) for d in first_runs(response, refused)]
+    after = state_of(*before, *results, *started)
+    assert all(after.calls[d.tool_call_id].attempts == 1 for d in first_runs(response, refused))
+
+
+def test_conversation_of_a_turn_being_started_is_the_one_its_fold_gives() -> None:
+    """The first model call of a turn is made before its turn.started is folded: the
+    message it sends ends with the turn's user message, exactly as after the fold."""
+    done = [
+        InputMessage(S, 0, "in-1", "first", "h"),
+        TurnStarted(S, 0, "in-1", 1),
+        ModelResponseRecord(S, 0, 1, 0, None, (call("c1", "safe"),)),
+        tool_started("c1", "safe"),
+        ToolResult(S, 0, "c1", "safe", {"ok": True}, False, False),
+        ModelResponseRecord(S, 0, 1, 1, "one", ()),
+        TurnFinished(S, 0, "in-1", 1, "completed", "one"),
+        InputSettled(S, 0, "in-1", "completed"),
+        InputMessage(S, 0, "in-2", "second", "h"),
+    ]
+    before = state_of(*done)
+    after = state_of(*done, TurnStarted(S, 0, "in-2", 2))
+    assert conversation(before, starting="in-2") == conversation(after)
+    assert conversation(before, starting="in-2")[-1] == {"role": "user", "content": "second"}
+    assert conversation(after, starting="in-2") == conversation(after)  # folded already: no second copy
+    assert plan_turn(after, POLICIES, max_attempts=3) == CallModel(2, 0)  # what the driver calls

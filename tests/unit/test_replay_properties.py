@@ -1,10 +1,13 @@
 """Property tests of the fold and the planner: a session's life cut by random crashes.
 
-The test simulates the owner's loop of ``harness/runtime/session.py`` (``_drive``,
-``_run_batch``, ``_run_call``, ``step.do``) on top of the REAL fold and planner:
-every append is atomic; a crash loses the append in flight (and whatever the
-process did since its last commit, e.g. a step whose value was not committed
-yet) and the next owner starts from a fresh fold of the committed log.
+The test simulates the owner's loop of ``harness/runtime/driver.py`` (``drive``,
+``_start_turn``, ``_call_model``, ``_run_batch``, ``_run_call``, ``step.do``) on top of
+the REAL fold and planner, with its appends: the first model call of a turn made while
+``turn.started`` is appended, a response logged with its batch's ``tool.started``
+records (``first_runs``), a final answer with the turn's end. Every append is atomic;
+a crash loses the append in flight (and whatever the process did since its last
+commit, e.g. a step whose value was not committed yet, or a model answer) and the next
+owner starts from a fresh fold of the committed log.
 
 Invariants:
   (a) a step with a committed ``harness.step.result`` is never executed again;
@@ -52,6 +55,7 @@ from harness.replay import (
     SessionState,
     ToolPolicy,
     conversation,
+    first_runs,
     fold,
     plan_turn,
 )
@@ -204,7 +208,11 @@ class Life:
                     return
                 n = len(self.state.turns) + 1
                 self.own_turns.add(n)
+                # The first model call runs while turn.started is appended: a crash in
+                # that append loses the answer too.
+                answer = self._call_model(CallModel(n, 0), starting=nxt.input_id)
                 yield [TurnStarted(S, 0, nxt.input_id, n)]
+                yield from self._logged(answer)
                 continue
             if turn.turn not in self.own_turns:
                 self.own_turns.add(turn.turn)
@@ -228,12 +236,27 @@ class Life:
                 InputSettled(S, 0, turn.input_id, "failed", action.code, action.error),
             ]
         elif isinstance(action, CallModel):
-            yield [self._call_model(action)]
+            yield from self._logged(self._call_model(action))
         else:
             assert isinstance(action, RunBatch)
             yield from self._run_batch(action)
 
-    def _call_model(self, action: CallModel) -> ModelResponseRecord:
+    def _logged(self, response: ModelResponseRecord) -> Iterator[list[Record]]:
+        """The answer's append: with the turn's end (a final answer) or its batch's
+        tool.started records, then the batch runs at once."""
+        turn = self.state.turns[response.turn - 1]
+        if not response.tool_calls:
+            yield [
+                response,
+                TurnFinished(S, 0, turn.input_id, turn.turn, "completed", response.text),
+                InputSettled(S, 0, turn.input_id, "completed"),
+            ]
+            return
+        starts = first_runs(response)
+        yield [response, *(ToolStarted(S, 0, d.tool_call_id, d.name, d.attempt) for d in starts)]
+        yield from self._run_calls([d.tool_call_id for d in starts])
+
+    def _call_model(self, action: CallModel, starting: str | None = None) -> ModelResponseRecord:
         # SPEC 5.7: never ask the model again for a response the log holds.
         logged = {
             (e.record.turn, e.record.index)
@@ -244,8 +267,9 @@ class Life:
         self.world.model_calls[(action.turn, action.index)] += 1
         # The request the model gets: this turn's user message, then `index` responses,
         # each followed by the results of all its calls, in call order.
-        messages = conversation(self.state)
+        messages = conversation(self.state, starting=starting)
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        assert messages[last_user]["content"] == f"please do {action.turn}"
         this_turn = messages[last_user + 1 :]
         assert sum(m["role"] == "assistant" for m in this_turn) == action.index
         expected: list[tuple[str, str | None]] = []
@@ -266,8 +290,11 @@ class Life:
         head.extend(ToolStarted(S, 0, d.tool_call_id, d.name, d.attempt) for d in action.to_start)
         if head:
             yield head
+        yield from self._run_calls([d.tool_call_id for d in action.to_start])
+
+    def _run_calls(self, tool_call_ids: list[str]) -> Iterator[list[Record]]:
         # The calls run concurrently: any of them may append next.
-        running = [self._run_call(d.tool_call_id) for d in action.to_start]
+        running = [self._run_call(cid) for cid in tool_call_ids]
         while running:
             call = self.world.rng.choice(running)
             try:

@@ -178,6 +178,73 @@ async def test_a_fenced_writer_in_a_group_fails_alone(log):
         assert await log.read(w.session_id) == entries
 
 
+async def test_an_append_checks_ownership_in_its_positions_query_and_renews_only_when_due(db):
+    now = [1000.0]
+    log = SqliteLog(db, clock=lambda: now[0])
+    statements: list[str] = []
+    try:
+        writer = await log.claim("s", owner="w", lease=LEASE)
+        assert (await log.lease_info("s")).lease_until == 1030.0
+        log._wconn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        now[0] += 9  # under a third of the lease: no renewal
+        await writer.append([step("s", 1)])
+        assert not any(s.startswith("UPDATE owners") for s in statements)
+        assert [s.split()[0] for s in statements] == ["BEGIN", "SELECT", "INSERT", "INSERT", "COMMIT"]
+        assert (await log.lease_info("s")).lease_until == 1030.0
+        now[0] += 2  # 11 s: a third of the lease has passed: this append renews it
+        await writer.append([step("s", 2)])
+        assert (await log.lease_info("s")).lease_until == 1041.0
+        statements.clear()
+        await writer.append([step("s", 3)])  # and the next one does not
+        assert not any(s.startswith("UPDATE owners") for s in statements)
+        await log.claim("s", owner="w", lease=LEASE)  # a newer claim fences it, renewal or not
+        with pytest.raises(FencedError):
+            await writer.append([step("s", 4)])
+        now[0] += 20
+        with pytest.raises(FencedError):
+            await writer.append([step("s", 5)])
+        assert [e.data["name"] for e in await log.read("s")] == ["step-1", "step-2", "step-3"]
+    finally:
+        await log.close()
+
+
+async def test_an_idle_writers_append_is_flushed_by_its_own_task_in_one_loop_step(log, monkeypatch):
+    writer = await log.claim("s", owner="w", lease=LEASE)
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    real = loop.call_soon
+
+    def call_soon(callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+        scheduled.append(getattr(callback, "__name__", callback))
+        return real(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon", call_soon)
+    before = log.stats.transactions
+    for n in range(5):
+        await writer.append([step("s", n)])
+    monkeypatch.undo()
+    assert log.stats.transactions == before + 5
+    assert "_flush" not in scheduled  # no flush callback: each append committed in its own task
+    assert len(await log.read("s")) == 5
+
+
+async def test_writes_that_join_a_group_share_its_commit_and_a_cancelled_opener_writes_nothing(log):
+    opener = await log.claim("a", owner="w", lease=LEASE)
+    others = [await log.claim(f"b{k}", owner="w", lease=LEASE) for k in range(3)]
+    before = log.stats.transactions
+    first = asyncio.ensure_future(opener.append([step("a", 1)]))
+    await asyncio.sleep(0)  # it opened the group and gives others a loop step to join
+    joined = [asyncio.ensure_future(w.append([step(w.session_id, 1)])) for w in others]
+    first.cancel()
+    results = await asyncio.gather(first, *joined, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert all(not isinstance(r, BaseException) for r in results[1:]), results
+    assert log.stats.transactions == before + 1  # the joiners landed together
+    assert await log.read("a") == []
+    for w, entries in zip(others, results[1:], strict=True):
+        assert await log.read(w.session_id) == entries
+
+
 async def test_a_database_error_fails_every_append_of_its_transaction(log, monkeypatch):
     writers = [await log.claim(f"s{k}", owner="w", lease=LEASE) for k in range(4)]
     real = log._op_append
@@ -220,6 +287,9 @@ async def test_a_file_locked_by_another_connection_never_blocks_the_loop(log, db
     assert log.stats.offloaded >= 1
     (again,) = await writer.append([step("s", 2)])  # and the next one is back on the loop
     assert again.seq == entry.seq + 1
+    # The writer thread waited on a connection of its own: no pragma set per commit.
+    assert log._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # type: ignore[union-attr]
+    assert log._tconn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000  # type: ignore[union-attr]
 
 
 async def test_commits_run_on_the_writer_thread_when_storage_is_slow(db):

@@ -20,6 +20,12 @@ A new tail starts at the end of the partition (the last stable offset, so record
 transaction still open when it starts are not skipped), or at its first subscriber's
 position when that is close to the end. A tail nobody subscribes to closes after
 ``LINGER_S``.
+
+Records this process committed itself (an owner's appends, told by its partition writer
+with their offsets, ``own``) are handed out as the records they were when they come
+back through the tail: their bytes are not decoded again (a worker's own appends are
+most of what its partition tail reads; the sessions that wrote them skip them by
+position).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from harness.log.base import LogEntry
 from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
 from harness.log.kafka.reader import _TRANSIENT, Decoder, _next_messages, _watermarks, decode_message
 from harness.log.kafka.stats import KafkaLogStats
+from harness.records import Record
 
 __all__ = ["CatchUp", "Fanout"]
 
@@ -68,6 +75,8 @@ CLOSE_WAIT_S = 2.0
 current wait ends."""
 IN_FLIGHT = 4
 """Batches handed to the loop and not yet dispatched; the thread waits beyond (back-pressure)."""
+OWN_LIMIT = 100_000
+"""Own records a tail keeps for their return; beyond (a tail far behind), they are decoded."""
 
 
 class _Sub:
@@ -114,6 +123,9 @@ class _Tail:
         self.every: set[_Sub] = set()
         self.idle_polls = 0  # blocking waits that ended with nothing (counter, for tests)
         self._linger: asyncio.TimerHandle | None = None
+        # offset -> a record this process committed there (told in offset order)
+        self._own: collections.OrderedDict[int, Record] = collections.OrderedDict()
+        self._own_lock = threading.Lock()  # (written by partition writer threads)
         self._hint = 0
         self._stop = threading.Event()
         self._in_flight = threading.Semaphore(IN_FLIGHT)
@@ -195,17 +207,38 @@ class _Tail:
         for sub in [*self.every, *(s for subs in self.by_key.values() for s in subs)]:
             sub.wake()
 
+    def own(self, records: list[tuple[int, Record]]) -> None:
+        """Records committed by this process at these offsets (any thread)."""
+        with self._own_lock:
+            if len(self._own) + len(records) > OWN_LIMIT:
+                return
+            position = self.position
+            for offset, record in records:
+                if offset >= position:
+                    self._own[offset] = record
+
     def _dispatch(self, batch: list[Any]) -> None:
         self._in_flight.release()
         decode = self.fanout.decode
         topic = self.fanout.settings.sessions_topic
+        own = self._own
+        decoded = reused = 0
         for msg in batch:
             offset: int = msg.offset()
             if offset < self.position:
                 continue
+            record = None
+            if own:
+                with self._own_lock:
+                    record = own.pop(offset, None)
             subs = self.by_key.get(msg.key())
             if subs or self.every:
-                item = decode_message(decode, topic, self.partition, msg)
+                if record is not None:
+                    item: LogEntry | CorruptRecord = LogEntry(offset + 1, record)
+                    reused += 1
+                else:
+                    item = decode_message(decode, topic, self.partition, msg)
+                    decoded += 1
                 if isinstance(item, CorruptRecord):
                     self.fanout.report_corrupt(item)
                 else:
@@ -217,6 +250,12 @@ class _Tail:
                 self.ring_start = self.ring[0].offset() + 1
             self.ring.append(msg)
             self.position = offset + 1
+        if own:  # told only after their records went by (a race with the commit): drop them
+            with self._own_lock:
+                while own and next(iter(own)) < self.position:
+                    own.popitem(last=False)
+        if decoded or reused:
+            self.fanout.stats.add(tail_decoded=decoded, tail_own=reused)
 
     def add(self, sub: _Sub) -> None:
         """Register ``sub``; if it starts behind, give it what it missed (see the module doc)."""
@@ -276,7 +315,7 @@ class Fanout:
         decode: the codec's ``decode``.
         catch_up: the bounded read a subscriber that starts behind uses.
         on_corrupt: called (on a worker thread) with each undecodable record, once.
-        stats: counters (``tails_opened``, ``catch_up_reads``).
+        stats: counters (``tails_opened``, ``catch_up_reads``, ``tail_decoded``, ``tail_own``).
     """
 
     def __init__(
@@ -292,7 +331,7 @@ class Fanout:
         self.decode = decode
         self._catch_up = catch_up
         self._on_corrupt = on_corrupt
-        self._stats = stats
+        self.stats = stats
         self._tails: dict[int, _Tail] = {}
         self._closed = False
 
@@ -312,6 +351,13 @@ class Fanout:
         tail = self._tails.get(partition)
         return tail.idle_polls if tail is not None else 0
 
+    def own(self, partition: int, records: list[tuple[int, Record]]) -> None:
+        """Records this process committed to ``partition`` (offset, record), from any thread:
+        the partition's tail, if one runs, hands them out without decoding them."""
+        tail = self._tails.get(partition)
+        if tail is not None:
+            tail.own(records)
+
     def report_corrupt(self, corrupt: CorruptRecord) -> None:
         asyncio.get_running_loop().run_in_executor(None, self._on_corrupt, corrupt)
 
@@ -330,7 +376,7 @@ class Fanout:
         if tail is None:
             tail = self._tails[partition] = _Tail(self, partition, loop)
             tail.start(hint)
-            self._stats.add(tails_opened=1)
+            self.stats.add(tails_opened=1)
         await asyncio.shield(tail.ready)
         return tail
 
@@ -354,7 +400,7 @@ class Fanout:
                     end = sub.catch_up_to
                     start = sub.after
                     while start < end:
-                        self._stats.add(catch_up_reads=1)
+                        self.stats.add(catch_up_reads=1)
                         entries, start = await self._catch_up(partition, start, end, key, CATCH_UP_CHUNK)
                         for entry in entries:
                             if entry.seq > sub.after:

@@ -597,7 +597,10 @@ class KafkaLog:
             own.writer = writer
             writer.sessions.add(session_id)
             epoch = own.epoch
-        await _shared(writer.ready)
+        ready = writer.ready
+        started = ready.done() and not ready.cancelled() and ready.exception() is None
+        if not started:  # (a producer that started already costs no wait and no hop through a thread)
+            await _shared(ready)
         return KafkaSessionWriter(
             self, session_id, owner=owner, epoch=epoch, partition=partition, writer=writer
         )
@@ -657,6 +660,7 @@ class KafkaLog:
             is_current=self._is_current,
             on_commit=self._note_commit,
             previous=previous,
+            on_records=self._own_records,
         )
         self._writers[partition] = writer
         writer.start()
@@ -667,6 +671,13 @@ class KafkaLog:
         with self._lock:
             own = self._owners.get(session_id)
             return own is not None and own.epoch == epoch and own.owner is not None
+
+    def _own_records(self, partition: int, records: list[tuple[int, Record]]) -> None:
+        """Records this process just committed (writer thread): the partition's shared
+        tail hands them to its subscribers as they are, without decoding their bytes."""
+        fanout = self._fanout
+        if fanout is not None and records:
+            fanout.own(partition, records)
 
     def _note_commit(self, partition: int, end: int) -> None:
         with self._lock:

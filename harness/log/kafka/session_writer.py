@@ -85,7 +85,7 @@ class KafkaSessionWriter:
         if not encoded:
             return []
         future: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
-        self._writer.enqueue(Append(self._session_id, self._epoch, encoded, future))
+        self._writer.enqueue(Append(self._session_id, self._epoch, encoded, future, records))
         offsets = await asyncio.wrap_future(future)
         return [LogEntry(offset + 1, record) for offset, record in zip(offsets, records, strict=True)]
 

@@ -30,6 +30,8 @@ class KafkaLogStats:
     reads: int = 0  # bounded reads of a partition (read, read_partition, scan, catch-up)
     tails_opened: int = 0  # shared tailing consumers the fan-out opened (one per partition followed)
     catch_up_reads: int = 0  # bounded reads of subscribers that started behind the shared tail
+    tail_decoded: int = 0  # records a shared tail decoded for its subscribers
+    tail_own: int = 0  # records this process committed, handed out by a shared tail without decoding
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **counts: int) -> None:

@@ -40,6 +40,7 @@ from harness.log.kafka.config import (
 )
 from harness.log.kafka.stats import KafkaLogStats
 from harness.observability import metrics
+from harness.records import Record
 
 __all__ = ["Append", "PartitionWriter", "RecordTooLarge"]
 
@@ -70,6 +71,7 @@ class Append:
     epoch: int
     values: Sequence[tuple[str, bytes]]  # (record type, encoded value)
     future: concurrent.futures.Future[list[int]]
+    records: Sequence[Record] = ()  # what was encoded (told to ``on_records`` once committed)
 
 
 class _Rejected(Exception):
@@ -91,6 +93,9 @@ class PartitionWriter:
         is_current: ``(session_id, epoch) -> bool``: False once the session was
             claimed again or released in this process (local fencing).
         on_commit: called with ``(partition, next_offset)`` after every commit.
+        on_records: called (on the writer thread) with ``(partition, [(offset, record)])``
+            of every committed append that carried its records, before the appends
+            return: this process's tails of the partition need not decode them again.
         previous: this partition's earlier writer, still closing; waited for first so
             its last transaction is not fenced in flight.
     """
@@ -104,6 +109,7 @@ class PartitionWriter:
         is_current: Callable[[str, int], bool],
         on_commit: Callable[[int, int], None],
         previous: PartitionWriter | None = None,
+        on_records: Callable[[int, list[tuple[int, Record]]], None] | None = None,
     ) -> None:
         self.partition = partition
         self.sessions: set[str] = set()  # sessions whose current writer uses this one (log's lock)
@@ -114,6 +120,7 @@ class PartitionWriter:
         self._stats = stats
         self._is_current = is_current
         self._on_commit = on_commit
+        self._on_records = on_records
         self._previous = previous
         self._queue: queue.SimpleQueue[Append | None] = queue.SimpleQueue()
         self._dead: LogError | None = None
@@ -340,6 +347,16 @@ class PartitionWriter:
                 aborts=aborts,
             )
             self._on_commit(self.partition, max(max(o) for o in offsets if o) + 1)
+            if self._on_records is not None:
+                self._on_records(
+                    self.partition,
+                    [
+                        (offset, record)
+                        for append, append_offsets in zip(pending, offsets, strict=True)
+                        if len(append.records) == len(append_offsets)
+                        for offset, record in zip(append_offsets, append.records, strict=True)
+                    ],
+                )
             for append, append_offsets in zip(pending, offsets, strict=True):
                 append.future.set_result(append_offsets)
             return

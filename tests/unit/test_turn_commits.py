@@ -1,0 +1,257 @@
+"""Fewer sequential commits per turn (issue 12; docs/architecture.md "Fewer commits per turn").
+
+A turn of one tool call of three steps is seven appends: turn.started (overlapped with
+the first model call), the response with its batch's tool.started, the three steps,
+the tool's result, the final answer with the turn's end and the input's settlement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from harness import define_harness, durable_tool, tool_definition
+from harness.errors import LogUnavailable
+from harness.log.base import SessionLog
+from harness.models import ModelResponse
+from harness.records import LogEntry, Record
+
+from .conftest import LEASE, Args, call, crash, entries, eventually, script
+
+SID = "s-1"
+
+
+class RecordingLog:
+    """A log handle that keeps the record types of every owner append, one list each;
+    ``hold(types)`` makes the next append holding one of ``types`` wait for ``release``."""
+
+    def __init__(self, inner: SessionLog) -> None:
+        self._inner = inner
+        self.appends: list[list[str]] = []
+        self.held: asyncio.Event | None = None
+        self._hold: set[str] = set()
+        self.release = asyncio.Event()
+        self.fail: type[Exception] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def hold(self, *types: str, fail: type[Exception] | None = None) -> asyncio.Event:
+        self._hold = set(types)
+        self.fail = fail
+        self.held = asyncio.Event()
+        return self.held
+
+    async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> Any:
+        return _RecordingWriter(self, await self._inner.claim(session_id, owner=owner, lease=lease))
+
+
+class _RecordingWriter:
+    def __init__(self, log: RecordingLog, inner: Any) -> None:
+        self._log = log
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def append(self, records: list[Record]) -> list[LogEntry]:
+        log = self._log
+        types = [r.TYPE for r in records]
+        if log._hold & set(types):
+            log._hold = set()
+            assert log.held is not None
+            log.held.set()
+            await log.release.wait()
+            if log.fail is not None:
+                raise log.fail("the log failed this append")
+        out: list[LogEntry] = await self._inner.append(records)
+        log.appends.append(types)
+        return out
+
+
+def three_steps() -> Any:
+    async def execute(args: Args, ctx: Any) -> Any:
+        for i in range(3):
+            await ctx.step.do(f"s{i}", lambda i=i: i)
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    return define_harness(name="test/commits", model=script([call("c1", "work")], "done"), tools=[t])
+
+
+async def test_a_turn_of_one_tool_call_of_three_steps_is_seven_appends(hosts, log):
+    recording = RecordingLog(log)
+    session = await hosts(log_=recording).open(three_steps(), session_id=SID)
+    stats = getattr(log, "stats", None)
+    before = stats.appends if stats is not None else 0
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed" and result.text == "done"
+    assert recording.appends == [
+        ["harness.turn.started"],
+        ["harness.model.response", "harness.tool.started"],
+        ["harness.step.result"],
+        ["harness.step.result"],
+        ["harness.step.result"],
+        ["harness.tool.result"],
+        ["harness.model.response", "harness.turn.finished", "harness.input.settled"],
+    ]
+    if stats is not None:  # SQLite counts every append and submit it commits
+        assert stats.appends - before == 1 + 7
+
+
+async def test_s5_7_the_response_and_its_batch_start_land_together_before_any_call_runs(hosts, log):
+    ran_with: list[list[str]] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        ran_with.append([e.type for e in await log.read(SID)])
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    h = define_harness(name="test/commits", model=script([call("c1", "work"), call("c2", "work")], "done"), tools=[t])
+    session = await hosts().open(h, session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    for seen in ran_with:  # each call ran with its response and both starts in the log
+        at = seen.index("harness.model.response")
+        assert seen[at : at + 3] == ["harness.model.response", "harness.tool.started", "harness.tool.started"]
+    assert len(ran_with) == 2
+
+
+class SlowModel:
+    """A model whose first call waits for ``go``; it notes when it was called and cancelled."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+        self.go = asyncio.Event()
+        self.cancelled = False
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+        self.called.set()
+        try:
+            await self.go.wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return ModelResponse(text="done")
+
+
+async def test_the_first_model_call_runs_while_turn_started_is_appended(hosts, log):
+    recording = RecordingLog(log)
+    model = SlowModel()
+    model.go.set()  # answers at once: the answer must wait for its turn's start
+    held = recording.hold("harness.turn.started")
+    session = await hosts(log_=recording).open(define_harness(name="test/commits", model=model), session_id=SID)
+    sending = asyncio.create_task(session.send("go", input_id="in-1"))
+    await held.wait()
+    await eventually(lambda: model.called.is_set())  # called while turn.started is in flight
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert recording.appends == []  # nothing logged before the turn's start
+    recording.release.set()
+    result = await sending
+    assert result.outcome == "completed" and result.text == "done"
+    assert recording.appends == [
+        ["harness.turn.started"],
+        ["harness.model.response", "harness.turn.finished", "harness.input.settled"],
+    ]
+    assert [e.type for e in await log.read(SID)] == [
+        "harness.input.message",
+        "harness.turn.started",
+        "harness.model.response",
+        "harness.turn.finished",
+        "harness.input.settled",
+    ]
+
+
+async def test_a_failed_turn_start_cancels_the_model_call_and_logs_nothing_more(hosts, log):
+    recording = RecordingLog(log)
+    model = SlowModel()
+    held = recording.hold("harness.turn.started", fail=LogUnavailable)
+    session = await hosts(log_=recording).open(define_harness(name="test/commits", model=model), session_id=SID)
+    sending = asyncio.create_task(session.send("go", input_id="in-1"))
+    await held.wait()
+    await eventually(lambda: model.called.is_set())
+    recording.release.set()
+    with pytest.raises(LogUnavailable):
+        await sending
+    assert model.cancelled
+    assert [e.type for e in await log.read(SID)] == ["harness.input.message"]
+
+
+async def test_s7_5_a_crash_during_the_first_model_call_is_a_takeover_that_counts(hosts, log, other_log, clock):
+    model = SlowModel()  # never answers: every owner dies during the call
+    h = define_harness(name="test/commits", model=model, durability={"max_attempts": 2})
+    first = await hosts(owner_id="p0").open(h, session_id=SID)
+    task = asyncio.create_task(first.send("go", input_id="in-1"))
+    await eventually(lambda: model.called.is_set() and first.state.active_turn is not None)
+    await crash(first)
+    task.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    model.called.clear()
+    second = await hosts(log_=other_log(), owner_id="p1").open(h, session_id=SID)
+    recovering = asyncio.create_task(second.recover())
+    await eventually(lambda: model.called.is_set())
+    [resumed] = await entries(log, SID, "harness.turn.resumed")
+    assert resumed["counted"] and resumed["attempt"] == 2
+    await crash(second)
+    recovering.cancel()
+    clock.advance(LEASE.total_seconds() + 1)
+    third = await hosts(log_=other_log(), owner_id="p2").open(h, session_id=SID)
+    [result] = await third.recover()
+    assert result.outcome == "failed" and result.code == "attempts_exhausted"
+
+
+async def test_a_cancel_during_the_first_model_call_aborts_the_turn(hosts, log):
+    model = SlowModel()
+    session = await hosts().open(define_harness(name="test/commits", model=model), session_id=SID)
+    sending = asyncio.create_task(session.send("go", input_id="in-1"))
+    await eventually(lambda: model.called.is_set() and session.state.active_turn is not None)
+    cancelled = await session.cancel("in-1")
+    assert cancelled.outcome == "aborted"
+    assert (await sending).outcome == "aborted"
+    assert model.cancelled
+    assert "harness.model.response" not in [e.type for e in await log.read(SID)]
+
+
+async def test_closing_during_the_first_model_call_never_starts_the_turn_twice(hosts, log, other_log):
+    model = SlowModel()
+    h = define_harness(name="test/commits", model=model)
+    first = await hosts(owner_id="p0").open(h, session_id=SID)
+    sending = asyncio.create_task(first.send("go", input_id="in-1"))
+    await eventually(lambda: model.called.is_set())  # (its turn.started may still be in flight)
+    await first.close()
+    with contextlib.suppress(Exception):
+        await sending
+    model.go.set()
+    second = await hosts(log_=other_log(), owner_id="p1").open(h, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+    assert len(await entries(log, SID, "harness.turn.started")) == 1
+
+
+@pytest.mark.parametrize("steps", [2, 30])
+async def test_a_waiting_send_is_not_woken_by_each_step_result(hosts, log, monkeypatch, steps):
+    from harness.runtime.core import SessionCore
+
+    looks: list[str] = []
+    real = SessionCore.result_of
+
+    def result_of(self, input_id, seq=None):  # type: ignore[no-untyped-def]
+        looks.append(input_id)
+        return real(self, input_id, seq)
+
+    monkeypatch.setattr(SessionCore, "result_of", result_of)
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for i in range(steps):
+            await ctx.step.do(f"s{i}", lambda i=i: i)
+        return "ok"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    h = define_harness(name="test/commits", model=script([call("c1", "work")], "done"), tools=[t])
+    session = await hosts().open(h, session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    assert len(looks) <= 8  # a look per append that may decide it, none per step
