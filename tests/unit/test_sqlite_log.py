@@ -100,8 +100,8 @@ async def test_wal_and_synchronous_full_are_set(log, db):
     assert busy == 10_000
     # the write connection: FULL too, and it never waits on the loop (a locked file
     # moves the commit to the writer thread, which waits busy_timeout)
-    assert log._wconn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    assert log._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    assert log._commits._wconn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert log._commits._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
 
 
 async def test_tables_and_namespace_row(log, db):
@@ -185,7 +185,7 @@ async def test_an_append_checks_ownership_in_its_positions_query_and_renews_only
     try:
         writer = await log.claim("s", owner="w", lease=LEASE)
         assert (await log.lease_info("s")).lease_until == 1030.0
-        log._wconn.set_trace_callback(statements.append)  # type: ignore[union-attr]
+        log._commits._wconn.set_trace_callback(statements.append)  # type: ignore[union-attr]
         now[0] += 9  # under a third of the lease: no renewal
         await writer.append([step("s", 1)])
         assert not any(s.startswith("UPDATE owners") for s in statements)
@@ -288,8 +288,8 @@ async def test_a_file_locked_by_another_connection_never_blocks_the_loop(log, db
     (again,) = await writer.append([step("s", 2)])  # and the next one is back on the loop
     assert again.seq == entry.seq + 1
     # The writer thread waited on a connection of its own: no pragma set per commit.
-    assert log._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # type: ignore[union-attr]
-    assert log._tconn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000  # type: ignore[union-attr]
+    assert log._commits._wconn.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # type: ignore[union-attr]
+    assert log._commits._tconn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000  # type: ignore[union-attr]
 
 
 async def test_commits_run_on_the_writer_thread_when_storage_is_slow(db):
@@ -319,7 +319,7 @@ async def test_one_log_serves_event_loops_in_several_threads(log):
         entries = [e for batch in batches for e in batch]
         assert all(b[1].seq == b[0].seq + 1 for b in batches)
         assert await log.read(w.session_id) == entries
-    assert log._groups == {}  # no loop is remembered once its writes landed
+    assert log._commits._groups == {}  # no loop is remembered once its writes landed
 
 
 async def test_close_lands_the_writes_already_queued(db):
