@@ -159,7 +159,6 @@ def test_every_panel_evaluates_and_the_key_panels_return_data(fleet_run: Run) ->
     assert not empty, f"key panels without data: {empty}"
 
 
-@pytest.mark.needs_gateway
 def test_prometheus_scrapes_the_gateway(kafka_bootstrap: str, unique_prefix: str, tmp_path: Path) -> None:
     """The gateway's /metrics on its metrics port, and its HTTP panels return data after a request."""
     http_port, metrics_port = free_port(), free_port()
