@@ -75,6 +75,16 @@ def test_every_command_reports_a_usage_error_in_one_line(command: str) -> None:
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("command", ["gateway", "serve"])
+def test_a_bad_port_names_the_flag_or_the_variable_it_came_from(command: str) -> None:
+    out = harness(command, "--port", "abc")
+    assert out.returncode == 2
+    assert one_line(out).startswith(f"harness {command}: argument --port: a port is a whole number 0..65535, not 'abc'")
+    env = harness(command, "--open-access", env={"HARNESS_GATEWAY_PORT": "x"})
+    assert env.returncode == 2
+    assert one_line(env) == f"harness {command}: HARNESS_GATEWAY_PORT: a port is a whole number 0..65535, not 'x'"
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2

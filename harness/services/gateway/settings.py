@@ -8,8 +8,9 @@ same name (``--jwt-issuer`` -> ``HARNESS_JWT_ISSUER``), as the Helm chart sets t
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from harness.cli.common import CommandParser, kafka_client_config
 
@@ -62,25 +63,49 @@ class GatewaySettings:
         return bool(self.jwt_secret_file or self.jwks_file or self.api_keys_file)
 
 
+T = TypeVar("T")
+
+
+def _whole(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}, not {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole(text, "must be a positive integer")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
     return value
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    value = _whole(text, "a port is a whole number 0..65535")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0..65535, not {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
     return value
+
+
+def _from_env(env: Mapping[str, str], name: str, convert: Callable[[str], T], default: T) -> T:
+    """``env[name]`` converted, or ``default``; a bad value names its variable."""
+    text = env.get(name)
+    if not text:  # unset or empty: the default
+        return default
+    try:
+        return convert(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
 
 
 def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str], *, with_auth: bool = True) -> None:
@@ -89,18 +114,17 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--log", default=get("HARNESS_LOG"), help="session log URL (HARNESS_LOG)")
     parser.add_argument("--host", default=get("HARNESS_GATEWAY_HOST", "127.0.0.1"),
                         help="address to listen on (HARNESS_GATEWAY_HOST; default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=_port(get("HARNESS_GATEWAY_PORT", str(DEFAULT_PORT))),
+    parser.add_argument("--port", type=_port, default=_from_env(env, "HARNESS_GATEWAY_PORT", _port, DEFAULT_PORT),
                         help=f"HTTP port (HARNESS_GATEWAY_PORT; default {DEFAULT_PORT}; 0 picks a free one)")
-    metrics = get("HARNESS_METRICS_PORT")
-    parser.add_argument("--metrics-port", type=_port, default=_port(metrics) if metrics else None,
+    parser.add_argument("--metrics-port", type=_port, default=_from_env(env, "HARNESS_METRICS_PORT", _port, None),
                         help="serve /metrics on this port (HARNESS_METRICS_PORT)")
     parser.add_argument("--app", action="append", default=None,
                         help="module:attribute of a harness (repeat; HARNESS_APPS, comma-separated)")
     parser.add_argument("--max-body-bytes", type=_positive_int,
-                        default=_positive_int(get("HARNESS_GATEWAY_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES))),
+                        default=_from_env(env, "HARNESS_GATEWAY_MAX_BODY_BYTES", _positive_int, DEFAULT_MAX_BODY_BYTES),
                         help="larger request bodies get 413 (HARNESS_GATEWAY_MAX_BODY_BYTES)")
     parser.add_argument("--heartbeat", type=_positive_float,
-                        default=_positive_float(get("HARNESS_GATEWAY_HEARTBEAT_SECONDS", str(DEFAULT_HEARTBEAT_S))),
+                        default=_from_env(env, "HARNESS_GATEWAY_HEARTBEAT_SECONDS", _positive_float, DEFAULT_HEARTBEAT_S),
                         help="seconds between SSE heartbeats (HARNESS_GATEWAY_HEARTBEAT_SECONDS)")
     if not with_auth:
         return
