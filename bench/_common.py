@@ -204,7 +204,12 @@ def _log_time(line: str) -> float:
 
 
 class WorkerProc:
-    """``harness worker`` in a child process; its stderr is parsed for the partitions it owns."""
+    """``harness worker`` in a child process; its stderr is parsed for the partitions it owns.
+
+    Its stderr goes to a file, as a deployed worker's does (a container runtime writes it to
+    disk), read here by a thread that tails the file: a pipe read line by line by a busy
+    bench process would fill up and block the worker's event loop on each log line.
+    """
 
     def __init__(self, url: str, name: str, *, app: str = APP, log_level: str = "INFO",
                  profile: Path | None = None) -> None:
@@ -212,10 +217,11 @@ class WorkerProc:
         self.name = name
         self.profile = profile
         runner = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+        self.err = tempfile.NamedTemporaryFile(mode="w", prefix=f"bench-{name}-", suffix=".log")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, *runner, "-m", "harness.cli", "worker", "--log", url, "--app", app,
              "--log-level", log_level],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.err, text=True,
         )
         self.owned: set[int] = set()
         self.events: list[tuple[str, int, float]] = []  # ("own" | "gave_up", partition, epoch s of the log line)
@@ -232,9 +238,26 @@ class WorkerProc:
             if line.startswith("worker ready"):
                 self.ready.set()
 
+    def _err_lines(self) -> Iterator[str]:
+        """The worker's stderr lines as they are written, until it exits and all are read."""
+        with open(self.err.name, encoding="utf-8", errors="replace") as file:
+            partial = ""
+            while True:
+                chunk = file.readline()
+                if chunk:
+                    partial += chunk
+                    if partial.endswith("\n"):
+                        yield partial
+                        partial = ""
+                elif self.proc.poll() is not None:
+                    if partial:
+                        yield partial
+                    return
+                else:
+                    time.sleep(0.02)
+
     def _read_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        for line in self._err_lines():
             with self._lock:
                 self.lines.append(line.rstrip())
                 if len(self.lines) > 2000:
@@ -270,6 +293,7 @@ class WorkerProc:
             except subprocess.TimeoutExpired:
                 self.signal(signal.SIGKILL)
                 self.proc.wait()
+        self.err.close()  # (deletes it; the reader thread has it open until it has read all)
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds the process used so far (Linux /proc)."""
