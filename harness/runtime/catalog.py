@@ -2,7 +2,9 @@
 
 :func:`list_sessions` works on any log and never writes, claims or fences:
 
-* SQLite / memory: the whole log is read (in chunks) and each session folded.
+* SQLite / memory: the whole log is read (in chunks) and each session folded, by a
+  :class:`~harness.runtime.session_index.SessionIndex` (a long-running reader keeps one:
+  its next listing reads only what was appended since).
 * Kafka: per partition (side by side), the latest checkpoint (``<prefix>.snapshots``:
   the live sessions' records and the ids and first positions of the ended ones) plus
   the tail after it. The sessions that ended before the checkpoint are read too when
@@ -29,17 +31,15 @@ from harness.errors import CorruptRecord
 from harness.log.base import SessionLog
 from harness.records import LogEntry
 from harness.replay import fold
+from harness.runtime.session_index import SessionIndex
 from harness.views import SessionSummary, summarize
 
-__all__ = ["follow_session", "list_sessions", "read_session", "scan_session"]
+__all__ = ["SessionIndex", "follow_session", "list_sessions", "read_session", "scan_session", "sort_summaries"]
 
 POLL_S = 0.1
 """How often ``follow_session`` reads a log that cannot be tailed (SQLite)."""
 
 log_ = logging.getLogger("harness.catalog")
-
-CHUNK = 5000
-"""Records per read when a whole SQLite / memory log is listed."""
 
 HISTORY_BUDGET = 50_000
 """On Kafka, the ended sessions of a checkpoint are read when their records span at most
@@ -84,36 +84,25 @@ async def list_sessions(
             checkpoint, so sessions that ended long ago get full summaries too.
     """
     now = now_ms if now_ms is not None else int(time.time() * 1000)
+    if not hasattr(log, "scan_partition"):
+        return sort_summaries(await SessionIndex(log).summaries(now_ms=now))
     catalog = _Skipped()
-    if hasattr(log, "scan_partition"):
-        by_session = await _kafka_sessions(log, catalog, history=history)
-    else:
-        by_session = await _all_sessions(log, catalog)
+    by_session = await _kafka_sessions(log, catalog, history=history)
     summaries = _summaries({s: e for s, e in by_session.items() if e is not None}, now)
     summaries.extend(
         SessionSummary(session_id=sid, harness=None, state="idle", partial=True)
         for sid, entries in by_session.items()
         if entries is None
     )
-    summaries.sort(key=lambda s: (s.last_activity is None, -(s.last_activity or 0), s.session_id))
     if catalog.unreadable:
         log_.warning("%d records could not be decoded and were left out", catalog.unreadable)
+    return sort_summaries(summaries)
+
+
+def sort_summaries(summaries: list[SessionSummary]) -> list[SessionSummary]:
+    """Most recent activity first (then by id); sessions known by id only last."""
+    summaries.sort(key=lambda s: (s.last_activity is None, -(s.last_activity or 0), s.session_id))
     return summaries
-
-
-async def _all_sessions(log: Any, catalog: _Skipped) -> dict[str, list[LogEntry] | None]:
-    by_session: dict[str, list[LogEntry] | None] = {}
-    position = 0
-    while True:
-        items = await log.scan(None, after=position, limit=CHUNK)
-        if not items:
-            return by_session
-        for item in items:
-            position = max(position, item.seq or position)
-        for entry in _keep(items, catalog):
-            bucket = by_session.setdefault(entry.session_id, [])
-            assert bucket is not None
-            bucket.append(entry)
 
 
 async def _kafka_sessions(log: Any, catalog: _Skipped, *, history: bool) -> dict[str, list[LogEntry] | None]:

@@ -17,7 +17,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.errors import LogError
 from harness.replay.conversation import conversation
-from harness.runtime import catalog
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
@@ -336,7 +335,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     ) -> dict[str, Any]:
         """This tenant's sessions, most recently active first, paged (``harness sessions --json``)."""
         rows: list[tuple[tuple[bool, int, str], dict[str, Any]]] = []
-        for summary in await catalog.list_sessions(gw.log, now_ms=gw.now_ms()):
+        for summary in await gw.list_sessions():
             mine = gw.owns(who, summary.session_id)
             if mine is None:
                 continue

@@ -14,12 +14,13 @@ from harness.ids import split_tenant_session_id, tenant_session_id
 from harness.live import LiveSource
 from harness.log.base import SessionLog
 from harness.records import LogEntry
-from harness.runtime.catalog import read_session
+from harness.runtime.catalog import SessionIndex, list_sessions, read_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
 from harness.services.gateway.sessions import Sessions
 from harness.services.gateway.settings import GatewaySettings
+from harness.views import SessionSummary
 
 __all__ = ["READY_TIMEOUT_S", "GatewayState", "console_dir"]
 
@@ -60,12 +61,20 @@ class GatewayState:
         self.sessions = Sessions(self.read)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
+        # SQLite / memory: a listing reads only what was appended since the previous one.
+        self._index = None if hasattr(log, "scan_partition") else SessionIndex(log)
         self.ready = False
         self.not_ready: str | None = "not started"
 
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """The session's committed records after ``after`` (all if None), read-only."""
         return await read_session(self.log, session_id, after=after)
+
+    async def list_sessions(self) -> list[SessionSummary]:
+        """Every session of the log (every tenant's), most recently active first."""
+        if self._index is None:  # Kafka: from each partition's latest checkpoint
+            return await list_sessions(self.log, now_ms=self.now_ms())
+        return sort_summaries(await self._index.summaries(now_ms=self.now_ms()))
 
     def log_id(self, principal: Principal, session_id: str) -> str:
         return tenant_session_id(principal.tenant, session_id)

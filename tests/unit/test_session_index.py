@@ -1,0 +1,123 @@
+"""SessionIndex: the sessions of a SQLite log, kept up to date by reading only what is new."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import HarnessHost, define_harness, durable_tool, open_log, tool_definition
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.runtime.catalog import SessionIndex, list_sessions, sort_summaries
+
+
+class Nothing(BaseModel):
+    pass
+
+
+class Approval(BaseModel):
+    ok: bool
+
+
+async def nap(args: Nothing, ctx: Any) -> str:
+    await ctx.step.sleep("nap", timedelta(hours=1))
+    return "rested"
+
+
+async def approve(args: Nothing, ctx: Any) -> bool:
+    answer = await ctx.step.ask("approve", message="ok?", schema=Approval)
+    return bool(answer.ok)
+
+
+def script(messages: list[dict[str, Any]]) -> ModelResponse:
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if any(m.get("role") == "tool" for m in messages[last_user:]):
+        return ModelResponse(text="done")
+    text = messages[last_user]["content"]
+    calls = [ToolCall(id=f"{name}-{last_user}", name=name, arguments={}) for name in re.findall(r"nap|approve", text)]
+    return ModelResponse(text="on it", tool_calls=calls)
+
+
+HARNESS = define_harness(
+    name="index-test",
+    model=ScriptedModel(script),
+    tools=[
+        durable_tool(tool_definition(name="nap", description="sleep an hour", input_schema=Nothing), nap),
+        durable_tool(tool_definition(name="approve", description="ask", input_schema=Nothing), approve),
+    ],
+)
+
+
+class CountingLog:
+    """A log that counts the records its whole-log scans return (reads of one session apart)."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self.whole = 0
+        self.by_id = 0
+
+    async def scan(self, session_id: str | None = None, **kwargs: Any) -> Any:
+        items = await self._log.scan(session_id, **kwargs)
+        if session_id is None:
+            self.whole += len(items)
+        else:
+            self.by_id += len(items)
+        return items
+
+
+def _json(summaries: list[Any]) -> list[dict[str, Any]]:
+    return [s.to_json() for s in sort_summaries(summaries)]
+
+
+async def test_an_index_lists_what_a_fresh_listing_lists_and_reads_only_what_is_new(tmp_path: Path) -> None:
+    log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+    counting = CountingLog(log)
+    index = SessionIndex(counting)  # type: ignore[arg-type]
+    try:
+        async with HarnessHost(log=log) as host:
+            done = await host.open(HARNESS, session_id="done")
+            assert (await done.send("hello", input_id="m1")).outcome == "completed"
+            waiting = await host.open(HARNESS, session_id="waiting")
+            await waiting.send("approve", input_id="m1")
+            sleeping = await host.open(HARNESS, session_id="sleeping")
+            napping = asyncio.create_task(sleeping.send("nap", input_id="m1"))  # sleeps an hour
+            while not [e for e in await log.read("sleeping") if e.record_type == "harness.sleep.scheduled"]:
+                await asyncio.sleep(0.01)
+
+            now = 1_000_000_000_000_000  # far after every wake time: the sleep is due
+            first = await index.summaries()
+            assert _json(first) == _json(await list_sessions(log))
+            assert {s.session_id: s.state for s in first} == {"done": "idle", "waiting": "waiting", "sleeping": "sleeping"}
+            assert _json(await index.summaries(now_ms=now)) == _json(await list_sessions(log, now_ms=now))
+            read_once = counting.whole
+            assert read_once > 0
+
+            assert _json(await index.summaries()) == _json(first)
+            assert counting.whole == read_once  # nothing new: nothing read
+
+            # New records: a quiet session gets a message (read again by its id), an ask is
+            # answered, a new session starts.
+            assert (await done.send("again", input_id="m2")).outcome == "completed"
+            await waiting.answer("approve-0", "approve", {"ok": True})
+            fresh = await host.open(HARNESS, session_id="fresh")
+            await fresh.send("hi", input_id="m1")
+            appended = len(await log.read_all(after=await _end(log, read_once)))
+            later = await index.summaries()
+            assert _json(later) == _json(await list_sessions(log))
+            assert {s.session_id: s.state for s in later}["waiting"] == "idle"
+            assert {s.session_id: s.turns for s in later}["done"] == 2
+            assert counting.whole == read_once + appended  # only the new records
+            assert counting.by_id > 0  # the quiet sessions that came back were read by id
+            napping.cancel()
+    finally:
+        await log.close()
+
+
+async def _end(log: Any, count: int) -> int:
+    """The position of the ``count``-th record of the log."""
+    entries = await log.read_all(limit=count)
+    return int(entries[-1].seq)
