@@ -5,23 +5,30 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import logging
+import random
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
 from harness.clock import Clock
-from harness.definition import DEFAULT_TRUNCATED_CALL_ERROR, Hooks, ToolCallEvent
+from harness.definition import DEFAULT_TRUNCATED_CALL_ERROR, Durability, Hooks, ToolCallEvent
 from harness.errors import HarnessError
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import Model, StreamSink, call_complete, model_keywords
 from harness.runtime.execute import error_outcome, run_tool_call
+from harness.runtime.model_call import backoff_seconds, classify_error
 from harness.secrets import SecretScrubber, secret_values
 from harness.step import PlainStep
 from harness.tools import Tool
 
 __all__ = ["chat"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("harness.chat")
 
 
 async def chat(
@@ -35,6 +42,7 @@ async def chat(
     max_model_calls: int = 50,
     clock: Clock | None = None,
     stream: StreamSink | None = None,
+    durability: Durability | None = None,
 ) -> list[dict[str, Any]]:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
@@ -44,7 +52,12 @@ async def chat(
     ``NotDurableError``. ``clock`` times the sleeps (a ``FakeClock`` in tests).
     ``stream`` gets the text deltas of models that stream. A response cut at the
     model's output limit (``finish_reason="length"``) runs none of its tool calls:
-    each gets a ``truncated`` tool error. Failed model calls are not retried here.
+    each gets a ``truncated`` tool error. A transient model error (429, 5xx, a timeout, a
+    connection reset: see ``ModelError``) is retried as in a durable session, with
+    ``durability``'s ``model_retries``, ``model_backoff`` and ``model_backoff_max``
+    (``Durability()`` by default; ``Retry-After`` honoured); nothing records the count, so
+    it starts again with each ``chat()``. A permanent error, or the last transient one,
+    is raised.
     """
     out: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
     if system_prompt and not (out and out[0].get("role") == "system"):
@@ -56,8 +69,11 @@ async def chat(
     hooks = hooks or Hooks()
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
+    retrying = _Retrying(durability or Durability(), clock, scrubber)
     for _ in range(max_model_calls):
-        response = await call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
+        response = await retrying.call(
+            lambda: call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
+        )
         calls = [
             {"id": c.id or f"call-{uuid.uuid4().hex[:12]}", "name": c.name, "arguments": json_copy(c.arguments)}
             for c in response.tool_calls
@@ -102,3 +118,33 @@ async def chat(
                 }
             )
     raise HarnessError(f"chat() stopped after {max_model_calls} model calls without a final answer")
+
+
+class _Retrying:
+    """Model calls retried on transient errors, with the durable path's backoff."""
+
+    def __init__(self, durability: Durability, clock: Clock | None, scrubber: SecretScrubber) -> None:
+        self._durability = durability
+        self._scrubber = scrubber
+        self._clock = clock
+        self._rng = random.Random()
+
+    async def call(self, make: Callable[[], Awaitable[T]]) -> T:
+        retry = 0
+        while True:
+            try:
+                return await make()
+            except Exception as exc:
+                verdict = classify_error(exc)
+                if not verdict.transient or retry >= self._durability.model_retries:
+                    raise
+                retry += 1
+                wait = backoff_seconds(retry, self._durability, verdict.retry_after, self._rng)
+                log.warning(
+                    "chat(): model call failed (%s); retry %d of %d in %.1f s",
+                    self._scrubber.redact_text(verdict.message), retry, self._durability.model_retries, wait,
+                )
+                if self._clock is None:
+                    await asyncio.sleep(wait)
+                else:
+                    await self._clock.sleep_until(self._clock.now() + wait)

@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from harness import FakeClock, chat, durable_tool, tool, tool_definition
@@ -135,3 +136,64 @@ async def test_s3_naive_until_is_refused_in_plain_mode_too():
     t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
     await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
     assert len(caught) == 1 and "until" in str(caught[0])
+
+
+class Flaky:
+    """A model that fails with the given errors first, then answers."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def complete(self, messages: list[dict[str, Any]], tools: Any) -> Any:
+        from harness.models import ModelResponse
+
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return ModelResponse(text="fine")
+
+
+async def test_chat_retries_transient_model_errors_with_backoff_and_retry_after():
+    from harness import Durability
+    from harness.errors import ModelError
+
+    clock = FakeClock()
+    model = Flaky(ModelError("slow down", transient=True, status=429, retry_after=7.0),
+                  ModelError("upstream 503", transient=True, status=503))
+    durability = Durability(model_backoff=timedelta(seconds=2), model_backoff_max=timedelta(seconds=30))
+    run = asyncio.ensure_future(chat(model=model, messages=[{"role": "user", "content": "hi"}], clock=clock,
+                                      durability=durability))
+    await eventually(lambda: clock.sleepers == 1)
+    assert model.calls == 1
+    clock.advance(6.9)
+    await asyncio.sleep(0)
+    assert model.calls == 1  # Retry-After: 7 s, not the backoff
+    clock.advance(0.2)  # (past 7 s: floats)
+    await eventually(lambda: model.calls == 2 and clock.sleepers == 1)
+    assert clock.sleepers == 1
+    clock.advance(3.9)  # the second retry: backoff 2 s x 2, drawn between 2 and 4 s
+    clock.advance(0.2)
+    out = await asyncio.wait_for(run, 10)
+    assert out[-1] == {"role": "assistant", "content": "fine"} and model.calls == 3
+
+
+async def test_chat_raises_a_permanent_model_error_at_once_and_the_last_transient_one():
+    from harness import Durability
+    from harness.errors import ModelError
+
+    permanent = Flaky(ModelError("bad key", transient=False, status=401))
+    with pytest.raises(ModelError, match="bad key"):
+        await chat(model=permanent, messages=[{"role": "user", "content": "hi"}], clock=FakeClock())
+    assert permanent.calls == 1
+
+    clock = FakeClock()
+    always = Flaky(*[ModelError(f"busy {i}", transient=True, status=503) for i in range(3)])
+    run = asyncio.ensure_future(chat(model=always, messages=[{"role": "user", "content": "hi"}], clock=clock,
+                                      durability=Durability(model_retries=2)))
+    for n in (1, 2):
+        await eventually(lambda n=n: always.calls == n and clock.sleepers == 1)
+        clock.advance(60)
+    with pytest.raises(ModelError, match="busy 2"):
+        await run
+    assert always.calls == 3  # the first call and 2 retries
