@@ -213,6 +213,11 @@ class DurableStep:
         self._s = scope
         self._names = _Names(scope.session_id, scope.tool_call_id, scope.scrubber)
 
+    @property
+    def clock(self) -> Clock:
+        """The clock the session's sleeps and waits are timed by."""
+        return self._s.clock
+
     def close(self) -> None:
         """The call is over: any later use raises NoToolCallError (SPEC 2.11)."""
         self._names.closed = True
@@ -368,6 +373,11 @@ class PlainStep:
         self._chat_id = chat_id
         self._names = _Names(session_id, tool_call_id)
         self._clock = clock or SystemClock()
+
+    @property
+    def clock(self) -> Clock:
+        """The clock sleeps are timed by."""
+        return self._clock
 
     def close(self) -> None:
         self._names.closed = True

@@ -4,7 +4,8 @@ The sub-agent's whole run lives in the parent tool call's steps (names start wit
 ``agent:``), so it needs no session, no partition and no owner of its own:
 
 * each model call of the sub-agent is a step (``agent:model:<k>``): after a crash the
-  logged responses come back and the model is not asked again;
+  logged responses come back and the model is not asked again; a transient model error
+  is retried inside the step with the sub-agent's ``Durability`` backoff (not logged);
 * each of its tool calls runs with a step namespace of its own
   (``agent:<call id>:<step name>``) and ends in a result step
   (``agent:<call id>:result``); a call that started on an earlier run and has no
@@ -32,6 +33,7 @@ from harness.jsonvalues import dumps, json_copy
 from harness.models.base import ModelResponse, call_complete
 from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
+from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber
 from harness.tools import Tool, ToolDefinition
 
@@ -46,6 +48,10 @@ class _PrefixedStep:
     def __init__(self, inner: Any, prefix: str) -> None:
         self._inner = inner
         self._prefix = prefix
+
+    @property
+    def clock(self) -> Any:
+        return self._inner.clock
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         return await self._inner.do(self._prefix + name, fn)
@@ -128,12 +134,17 @@ def agent_tool(
             messages.append({"role": "system", "content": harness.system_prompt})
         messages.append({"role": "user", "content": text})
         scrubber = SecretScrubber(ctx.secrets)
+        # A transient model error is retried inside the step (the count is not logged: a
+        # crash during a backoff starts the step's retries again).
+        retrier = ModelRetrier(harness.durability, getattr(ctx.step, "clock", None), scrubber)
         for k in range(limit):
             snapshot = [dict(m) for m in messages]
 
             async def call_model(snapshot: list[dict[str, Any]] = snapshot) -> dict[str, Any]:
-                response = await call_complete(
-                    harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
+                response = await retrier.call(
+                    lambda: call_complete(
+                        harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
+                    )
                 )
                 return _response_json(response, scrubber)
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import logging
-import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -19,16 +17,13 @@ from harness.errors import HarnessError
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import Model, StreamSink, call_complete, model_keywords
 from harness.runtime.execute import error_outcome, run_tool_call
-from harness.runtime.model_call import backoff_seconds, classify_error
+from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber, secret_values
 from harness.step import PlainStep
 from harness.tools import Tool
 
 __all__ = ["chat"]
 
-T = TypeVar("T")
-
-log = logging.getLogger("harness.chat")
 
 
 async def chat(
@@ -69,7 +64,7 @@ async def chat(
     hooks = hooks or Hooks()
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
-    retrying = _Retrying(durability or Durability(), clock, scrubber)
+    retrying = ModelRetrier(durability or Durability(), clock, scrubber)
     for _ in range(max_model_calls):
         response = await retrying.call(
             lambda: call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
@@ -118,33 +113,3 @@ async def chat(
                 }
             )
     raise HarnessError(f"chat() stopped after {max_model_calls} model calls without a final answer")
-
-
-class _Retrying:
-    """Model calls retried on transient errors, with the durable path's backoff."""
-
-    def __init__(self, durability: Durability, clock: Clock | None, scrubber: SecretScrubber) -> None:
-        self._durability = durability
-        self._scrubber = scrubber
-        self._clock = clock
-        self._rng = random.Random()
-
-    async def call(self, make: Callable[[], Awaitable[T]]) -> T:
-        retry = 0
-        while True:
-            try:
-                return await make()
-            except Exception as exc:
-                verdict = classify_error(exc)
-                if not verdict.transient or retry >= self._durability.model_retries:
-                    raise
-                retry += 1
-                wait = backoff_seconds(retry, self._durability, verdict.retry_after, self._rng)
-                log.warning(
-                    "chat(): model call failed (%s); retry %d of %d in %.1f s",
-                    self._scrubber.redact_text(verdict.message), retry, self._durability.model_retries, wait,
-                )
-                if self._clock is None:
-                    await asyncio.sleep(wait)
-                else:
-                    await self._clock.sleep_until(self._clock.now() + wait)

@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.clock import Clock
 from harness.definition import Durability, Harness
@@ -48,7 +48,9 @@ from harness.replay import CallModel, SessionState, conversation
 from harness.runtime.arguments import refuse_secret_arguments
 from harness.secrets import SecretScrubber
 
-__all__ = ["ErrorVerdict", "backoff_seconds", "call_model", "classify_error", "model_messages"]
+__all__ = ["ErrorVerdict", "ModelRetrier", "backoff_seconds", "call_model", "classify_error", "model_messages"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("harness.model")
 
@@ -341,3 +343,36 @@ async def _failed(
         message = f"the model call failed {action.retries + 1} times (durability.model_retries={durability.model_retries}); last: {message}"
     log.warning("session %s: model call %s.%s failed: %s", session_id, action.turn, action.index, message)
     await fail("model_error", message)
+
+
+class ModelRetrier:
+    """Model calls retried on transient errors with :func:`backoff_seconds`, the count kept
+    in memory only: for the calls that are not a session's own (plain ``chat()``, a
+    sub-agent's call inside a step), whose retries no record holds."""
+
+    def __init__(self, durability: Durability, clock: Clock | None, scrubber: SecretScrubber) -> None:
+        self._durability = durability
+        self._scrubber = scrubber
+        self._clock = clock
+        self._rng = random.Random()
+
+    async def call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """``await make()``, made again after each transient error until the retries run out."""
+        retry = 0
+        while True:
+            try:
+                return await make()
+            except Exception as exc:
+                verdict = classify_error(exc)
+                if not verdict.transient or retry >= self._durability.model_retries:
+                    raise
+                retry += 1
+                wait = backoff_seconds(retry, self._durability, verdict.retry_after, self._rng)
+                log.warning(
+                    "model call failed (%s); retry %d of %d in %.1f s",
+                    self._scrubber.redact_text(verdict.message), retry, self._durability.model_retries, wait,
+                )
+                if self._clock is None:
+                    await asyncio.sleep(wait)
+                else:
+                    await self._clock.sleep_until(self._clock.now() + wait)

@@ -150,3 +150,41 @@ async def test_agent_tool_in_plain_chat() -> None:
     tool_msg = next(m for m in messages if m["role"] == "tool")
     assert json.loads(tool_msg["content"]) == {"text": "x!"} and not tool_msg["is_error"]
     assert effects.lookups == 0
+
+
+class FlakyChild:
+    """A sub-agent model that is rate limited once (Retry-After 5 s), then answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, messages: list[dict[str, Any]], tools: Any) -> ModelResponse:
+        from harness.errors import ModelError
+
+        self.calls += 1
+        if self.calls == 1:
+            raise ModelError("rate limited", transient=True, status=429, retry_after=5.0)
+        return ModelResponse(text="after the wait")
+
+
+async def test_a_sub_agents_transient_model_error_is_retried_inside_its_step(host, log, clock) -> None:
+    import asyncio
+
+    from .conftest import eventually
+
+    child_model = FlakyChild()
+    child = define_harness(name="researcher", model=child_model)
+    research = agent_tool(tool_definition(name="research", description="d", input_schema=Topic), child)
+    parent_model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(id="p1", name="research", arguments={"topic": "x"})]), ModelResponse(text="ok")]
+    )
+    session = await host.open(define_harness(name="boss", model=parent_model, tools=[research]), session_id=SID)
+    sent = asyncio.ensure_future(session.send("go", input_id="in-1"))
+    await eventually(lambda: child_model.calls == 1 and clock.sleepers >= 1)
+    assert not sent.done()  # waiting out Retry-After on the session's clock
+    clock.advance(5.1)
+    result = await sent
+    assert result.outcome == "completed" and child_model.calls == 2
+    assert tool_result(parent_model, "p1") == {"content": {"text": "after the wait"}, "is_error": False}
+    steps = [s["name"] for s in await entries(log, SID, "harness.step.result")]
+    assert steps == ["agent:model:0"]  # one step: the retry left nothing in the log
