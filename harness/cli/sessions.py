@@ -201,12 +201,35 @@ async def main_tail(argv: list[str]) -> int:
 
 async def _follow(log: Any, session_id: str, after: int, entries: list[LogEntry], printed: set[int],
                   as_json: bool, style: Any) -> None:
-    async for entry in follow_session(log, session_id, after=after):
-        entries.append(entry)
-        for item in timeline(entries):  # asks and inputs show what they know when printed
-            if item.seq not in printed:
-                printed.add(item.seq)
-                _print_item(item, as_json, style)
+    """Print the timeline items of new records. The timeline is made again from the whole
+    session once per batch: the records that arrived while the last batch was printed
+    (a fast session batches itself, so the cost per record stays bounded)."""
+    queue: asyncio.Queue[LogEntry] = asyncio.Queue()
+
+    async def read() -> None:
+        async for entry in follow_session(log, session_id, after=after):
+            queue.put_nowait(entry)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while True:
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                reader.result()  # the reader failed (or ended): say why
+                return
+            entries.append(getter.result())
+            while not queue.empty():
+                entries.append(queue.get_nowait())
+            for item in timeline(entries):  # asks and inputs show what they know when printed
+                if item.seq not in printed:
+                    printed.add(item.seq)
+                    _print_item(item, as_json, style)
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
 
 
 def _print_item(item: Any, as_json: bool, style: Any) -> None:
