@@ -183,7 +183,7 @@ class HarnessClient:
         return merge_live(committed, deltas)
 
     async def _committed_events(self, session_id: str, after: int | None = None) -> AsyncGenerator[LogEntry, None]:
-        async with contextlib.aclosing(subscribe(self.log, session_id, after=after)) as entries:
+        async with contextlib.aclosing(subscribe(self.log, session_id, after=after, dead_letter=False)) as entries:
             async for entry in entries:
                 yield entry
 

@@ -398,16 +398,18 @@ def shared_reader(session_log: Any) -> LogFanout | None:
 
 
 async def subscribe(
-    session_log: Any, session_id: str, *, after: int | None = None
+    session_log: Any, session_id: str, *, after: int | None = None, dead_letter: bool = True
 ) -> AsyncGenerator[LogEntry, None]:
     """The committed records of ``session_id`` with seq > ``after`` (all if None), live.
 
     Each entry's ``seq`` is its position: pass the last one seen as ``after`` to resume.
-    Never ends by itself; close the iterator to stop.
+    Never ends by itself; close the iterator to stop. On Kafka a poison record is
+    dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing) skips
+    it quietly (the other logs never dead-letter).
     """
     own = getattr(session_log, "subscribe", None)
     if own is not None:  # Kafka: its shared per-partition tails
-        async for entry in own(session_id, after=after):
+        async for entry in own(session_id, after=after, dead_letter=dead_letter):
             yield entry
         return
     fanout = shared_reader(session_log)

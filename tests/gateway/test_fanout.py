@@ -1,6 +1,6 @@
 """The gateway's SSE streams share the library's readers: many streams of a session cost
 one reader of the log (``harness.log.follow``: one per log on memory and SQLite; on
-Kafka one tailing consumer per partition, ``KafkaLog.fanout``); each stream sees every
+Kafka one tailing consumer per partition, ``KafkaLog.quiet_fanout``); each stream sees every
 record after its cursor once, in order, whenever it joined."""
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def test_fan_out_shares_one_reader(backend: str, tmp_path: Path) -> None:
 
 def one_consumer_per_partition(log: Any, sid: str, streams: int) -> None:
     assert log.stats.tails_opened == 1  # one tailing consumer, opened once, for every stream
-    assert log.fanout.consumers == 1
-    assert log.fanout.subscribers(log.partition_for(sid)) == streams
+    assert log.quiet_fanout.consumers == 1  # the gateway reads: it never dead-letters
+    assert log.quiet_fanout.subscribers(log.partition_for(sid)) == streams
 
 
 @pytest.mark.kafka

@@ -4,6 +4,7 @@ poison records, zombie fencing, topic validation (harness.log.kafka)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -256,6 +257,39 @@ async def test_poison_record_is_dead_lettered_once_and_skipped(make_log, kafka_b
     (corrupt,) = [item for item in await log.scan("s") if not hasattr(item, "record")]
     assert (corrupt.topic, corrupt.partition, corrupt.offset) == (log.settings.sessions_topic, p, offsets[0])
     assert corrupt.raw == b"\xc3\x01garbage"
+
+
+async def test_a_quiet_subscriber_skips_a_poison_record_and_writes_no_dead_letter(make_log, kafka_bootstrap):
+    """Clients and the gateway subscribe with dead_letter=False: they read past a poison
+    record (no stall) and leave the dead-letter topic to the owner. A loud subscriber
+    beside it shows when the poison record's report has been handled."""
+    from harness.log.follow import subscribe
+
+    owner, quiet, loud = make_log(), make_log(), make_log()
+    writer = await owner.claim("s", owner="w", lease=LEASE)
+    before = await writer.append([step("s", 1)])
+    plain = ck.Producer({"bootstrap.servers": kafka_bootstrap})
+    plain.produce(owner.settings.sessions_topic, key=b"s", value=b"\xc3\x01garbage", partition=owner.partition_for("s"))
+    plain.flush(30)
+    after = await writer.append([step("s", 2)])
+
+    async def first_two(log: KafkaLog, dead_letter: bool) -> list[Any]:
+        seen = []
+        async with contextlib.aclosing(subscribe(log, "s", after=0, dead_letter=dead_letter)) as entries:
+            async for entry in entries:
+                seen.append(entry)
+                if len(seen) == 2:
+                    return seen
+        return seen
+
+    assert await first_two(quiet, False) == before + after
+    assert await first_two(loud, True) == before + after
+    for _ in range(300):  # the loud one dead-letters the poison record (off the loop)
+        if loud.stats.dead_lettered == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert loud.stats.dead_lettered == 1
+    assert quiet.stats.tail_decoded >= 3 and quiet.stats.dead_lettered == 0
 
 
 async def test_a_record_whose_key_names_another_session_is_poison(make_log, kafka_bootstrap):

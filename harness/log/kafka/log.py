@@ -308,7 +308,7 @@ class KafkaLog:
         await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
-        fanout = self.fanout if dead_letter else self._quiet_tails()
+        fanout = self.fanout if dead_letter else self.quiet_fanout
         listener = (asyncio.get_running_loop(), on_corrupt) if on_corrupt is not None else None
         if listener is not None:
             with self._lock:
@@ -321,13 +321,17 @@ class KafkaLog:
                 with self._lock:
                     self._corrupt_listeners.get(partition, []).remove(listener)
 
-    async def subscribe(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
+    async def subscribe(
+        self, session_id: str, *, after: int | None = None, dead_letter: bool = True
+    ) -> AsyncIterator[LogEntry]:
         """The committed records of ``session_id`` with seq > ``after``, in order, live.
 
         ``after=None`` (or <= 0): the whole history, from where the session starts (see
         :meth:`history`). Served by the partition's shared tail: however many subscribers,
         one consumer per partition; no gap and no duplicate between the history and the
-        live records. Never ends by itself; close the iterator to stop.
+        live records. Never ends by itself; close the iterator to stop. A poison record is
+        dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing: a
+        client, the gateway) skips it quietly, on a shared tail of its own.
 
         Raises:
             LogUnavailable: the partition's tail failed (subscribe again).
@@ -337,7 +341,8 @@ class KafkaLog:
             held, after = await self.history(session_id)
             for entry in held:
                 yield entry
-        async for entry in self.fanout.subscribe(self.partition_for(session_id), after=after, session_id=session_id):
+        fanout = self.fanout if dead_letter else self.quiet_fanout
+        async for entry in fanout.subscribe(self.partition_for(session_id), after=after, session_id=session_id):
             yield entry
 
     @property
@@ -355,7 +360,10 @@ class KafkaLog:
                 )
             return self._fanout
 
-    def _quiet_tails(self) -> Fanout:
+    @property
+    def quiet_fanout(self) -> Fanout:
+        """The shared tails of the subscribers that write nothing (``dead_letter=False``:
+        clients, the gateway): a poison record is skipped, never dead-lettered."""
         with self._lock:
             self._check_open()
             if self._quiet_fanout is None:

@@ -112,7 +112,7 @@ async def session_stream(
 
     unregister = register(queue)
     deltas = live.subscribe(log_session_id)  # registered now, before the hello
-    records = subscribe(log, log_session_id, after=after)
+    records = subscribe(log, log_session_id, after=after, dead_letter=False)  # a reader writes nothing
     tasks = [
         asyncio.create_task(pump(records, "entry", True)),
         asyncio.create_task(pump(deltas, "live", False)),
