@@ -371,10 +371,6 @@ async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, m
     from harness.models import ModelResponse, ScriptedModel
     from harness.runtime.worker import Worker
 
-    # The tail's blocking wait for records is long: a pickup can only come from the
-    # wait returning at the record's arrival (and the broker answering the fetch at the
-    # commit), never from a timer.
-    monkeypatch.setattr(fanout_module, "POLL_S", 120.0)
     harness = define_harness(name="pickup", model=ScriptedModel(lambda m: ModelResponse(text="hi")), tools=[])
     worker_log = make_log(partitions=2)
     worker = Worker(log=worker_log, harnesses=[harness], poll_interval=timedelta(hours=1))
@@ -384,11 +380,22 @@ async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, m
         await worker.ready.wait()
     client = HarnessClient(log=make_log(partitions=2))
     try:
-        for i in range(4):
-            receipt = await client.send(f"s{i}", "hello", harness="pickup")
-            settled = await client.wait_settled(f"s{i}", receipt, timeout=60)
+        by_partition: dict[int, list[str]] = {0: [], 1: []}
+        for i in range(100):
+            by_partition[client.log.partition_for(f"s{i}")].append(f"s{i}")
+        # A turn in each partition first (every tail of both processes runs then), then two more each.
+        sessions = [sids[k] for k in range(3) for sids in by_partition.values()]
+        for i, sid in enumerate(sessions):
+            if i == 2:
+                # From here on the tails' blocking wait for records is long: a pickup can
+                # only come from the wait returning at the record's arrival (the broker
+                # answering the fetch at the commit), never from a timer.
+                monkeypatch.setattr(fanout_module, "WAIT_S", 120.0)
+            receipt = await client.send(sid, "hello", harness="pickup")
+            settled = await client.wait_settled(sid, receipt, timeout=60)
             assert settled.outcome == "completed"
-        assert worker_log.fanout.consumers == 2  # one shared tail per owned partition
+        assert worker_log.fanout.tails == 2  # one tail per owned partition
+        assert worker_log.fanout.consumers == 1  # read by one consumer
     finally:
         stop.set()
         await run

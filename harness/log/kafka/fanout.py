@@ -1,11 +1,13 @@
-"""One shared tailing consumer per partition per process, fanned out to every subscriber.
+"""One shared tailing consumer per process, fanned out to every subscriber.
 
 ``Fanout.subscribe(partition, after=, session_id=)`` is an async iterator of the committed
 records of one session (or of every session, ``session_id=None``) with ``seq > after``, in
 log order, live. However many subscribers a process has (a thousand clients waiting for
-their turns, SSE streams, a worker's partition runtime), each partition is read by ONE
-read_committed consumer, on its own thread; its records are handed to the event loop in
-batches and routed by key. Only records somebody subscribed to are decoded.
+their turns, SSE streams, a worker's partition runtimes), every followed partition is
+read by ONE read_committed consumer on ONE thread (one fetch request covers every
+partition, and a busy process's partitions come back in the same responses); its records
+are handed to the event loop in batches, routed by partition to that partition's tail,
+then by key. Only records somebody subscribed to are decoded.
 
 No gap, no duplicate. The tail knows ``position``: every committed record with an offset
 below it has been dispatched (a record's ``seq`` is its offset + 1). A subscriber with
@@ -18,8 +20,13 @@ stops growing, and once it drained what it had it catches up again the same way.
 
 A new tail starts at the end of the partition (the last stable offset, so records of a
 transaction still open when it starts are not skipped), or at its first subscriber's
-position when that is close to the end. A tail nobody subscribes to closes after
-``LINGER_S``.
+position when that is close to the end: its position is set on the loop first, then the
+partition is added to the consumer's assignment (``incremental_assign``), so nothing it
+reads can come before the position. A tail nobody subscribes to closes after
+``LINGER_S`` (its partition leaves the assignment). Assignment changes run in order on
+the tail's thread between two waits (``WAIT_S``); librdkafka discards whatever was fetched
+for an earlier assignment of a partition, and a batch of a partition that has no live tail
+is dropped.
 
 Records this process committed itself (an owner's appends, told by its partition writer
 with their offsets, ``own``) are handed out as the records they were when they come
@@ -32,7 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import contextlib
 import logging
+import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -68,8 +78,12 @@ JOIN_WINDOW = 1000
 CATCH_UP_CHUNK = 1000
 """Records per bounded catch-up read."""
 POLL_S = 0.5
-"""The tail thread's blocking wait for the next records (it returns at the first one: not a
-poll interval on any path); it only bounds how fast a closed tail notices."""
+"""How long the tail thread waits for its first assignment, or for room to hand a batch on;
+it only bounds how fast a stopped tail notices."""
+WAIT_S = 0.02
+"""The tail thread's blocking wait for the next records. It returns at the first one (not
+a poll interval on any path); it bounds how long a new tail waits for the thread to add its
+partition to the assignment (done between two waits)."""
 CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for a tail's thread; it closes its consumer itself when its
 current wait ends."""
@@ -107,72 +121,120 @@ class _Sub:
             waiter.set_result(None)
 
 
-class _Tail:
-    """The consumer of one partition, its thread, and its subscribers (used on the loop)."""
+class _Reader:
+    """The process's one tailing consumer and its thread (see the module doc).
 
-    def __init__(self, fanout: Fanout, partition: int, loop: asyncio.AbstractEventLoop) -> None:
+    The thread reads and hands batches (grouped by partition) to the loop; the tails and
+    their subscribers live on the loop. Every other call on the consumer (watermarks,
+    assignment changes) runs on the same thread too, between two waits, in the order
+    asked for: librdkafka's consumer calls wait for each other, so an ``incremental_assign``
+    from another thread would wait for the poll loop forever.
+    """
+
+    def __init__(self, fanout: Fanout, loop: asyncio.AbstractEventLoop) -> None:
         self.fanout = fanout
-        self.partition = partition
         self.loop = loop
-        self.position = 0  # offset: every committed record below it was dispatched
-        self.ring: collections.deque[Any] = collections.deque(maxlen=RING)  # recent raw messages
-        self.ring_start = 0  # every committed record from this offset to ``position`` is in ``ring``
-        self.ready: asyncio.Future[None] = loop.create_future()
-        self.error: BaseException | None = None
-        self.by_key: dict[bytes, set[_Sub]] = {}
-        self.every: set[_Sub] = set()
+        self.tails: dict[int, _Tail] = {}
         self.idle_polls = 0  # blocking waits that ended with nothing (counter, for tests)
-        self._linger: asyncio.TimerHandle | None = None
-        # offset -> a record this process committed there (told in offset order)
-        self._own: collections.OrderedDict[int, Record] = collections.OrderedDict()
-        self._own_lock = threading.Lock()  # (written by partition writer threads)
-        self._hint = 0
+        self.consumer: Any = Consumer(fanout.settings.reader_config(tail=True))
+        self._assigned: set[int] = set()  # (the thread's)
+        self._ops: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], concurrent.futures.Future[Any]]] = (
+            queue.SimpleQueue()
+        )
         self._stop = threading.Event()
         self._in_flight = threading.Semaphore(IN_FLIGHT)
-        self._thread = threading.Thread(
-            target=self._run, name=f"harness-kafka-fanout-{partition}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="harness-kafka-fanout", daemon=True)
+        self._thread.start()
+
+    # -- calls on the consumer (run by the thread) ------------------------------------------------
+
+    async def op(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the reader's thread, after every op asked for before it."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self._stop.is_set():
+            raise LogUnavailable("the shared tail stopped")
+        self._ops.put((fn, args, future))
+        return await asyncio.wrap_future(future)
+
+    def op_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` on the reader's thread, in order; nobody waits for it."""
+        self._ops.put((fn, args, concurrent.futures.Future()))
+
+    def start_offset(self, partition: int, hint: int) -> int:
+        """Where a new tail of ``partition`` starts: ``hint`` if close to the end, else the end."""
+        tp = TopicPartition(self.fanout.settings.sessions_topic, partition)
+        low, end = _watermarks(self.consumer, tp, READ_TIMEOUT_S)
+        return hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end
+
+    def assign(self, partition: int, start: int) -> None:
+        self.consumer.incremental_assign([TopicPartition(self.fanout.settings.sessions_topic, partition, start)])
+        self._assigned.add(partition)
+
+    def unassign(self, partition: int) -> None:
+        if partition in self._assigned:
+            self._assigned.discard(partition)
+            self.consumer.incremental_unassign([TopicPartition(self.fanout.settings.sessions_topic, partition)])
+
+    def _serve_ops(self, wait: float) -> None:
+        """Run the ops asked for; with nothing assigned, wait up to ``wait`` for the first."""
+        while not self._stop.is_set():
+            try:
+                fn, args, future = self._ops.get(timeout=wait) if wait > 0 else self._ops.get_nowait()
+            except queue.Empty:
+                return
+            wait = 0
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # noqa: BLE001 - the caller's to handle
+                    future.set_exception(exc)
 
     # -- the thread ---------------------------------------------------------------------------
 
-    def start(self, hint: int) -> None:
-        self._hint = hint
-        self._thread.start()
-
     def _run(self) -> None:
-        settings = self.fanout.settings
-        topic = settings.sessions_topic
-        consumer: Any = None
+        topic = self.fanout.settings.sessions_topic
         try:
-            consumer = Consumer(settings.reader_config(tail=True))
-            low, end = _watermarks(consumer, TopicPartition(topic, self.partition), READ_TIMEOUT_S)
-            hint = self._hint
-            start = hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end
-            consumer.assign([TopicPartition(topic, self.partition, start)])
-            self._call(self._started, start)
             while not self._stop.is_set():
-                batch = []
-                messages = _next_messages(consumer, POLL_S)
+                self._serve_ops(0 if self._assigned else POLL_S)
+                if not self._assigned:
+                    continue
+                batches: dict[int, list[Any]] = {}
+                messages = _next_messages(self.consumer, WAIT_S)
                 if not messages:
                     self.idle_polls += 1
                 for msg in messages:
                     error = msg.error()
                     if error is None:
-                        batch.append(msg)
+                        batch = batches.get(msg.partition())
+                        if batch is None:
+                            batches[msg.partition()] = [msg]
+                        else:
+                            batch.append(msg)
                     elif error.code() != KafkaError._PARTITION_EOF and (
                         error.fatal() or not (error.retriable() or error.code() in _TRANSIENT)
                     ):
-                        raise LogUnavailable(f"tail of {topic}[{self.partition}] failed: {error.str()}")
-                if batch:
+                        failure = LogUnavailable(f"tail of {topic}[{msg.partition()}] failed: {error.str()}")
+                        if error.fatal() or msg.partition() is None or msg.partition() < 0:
+                            raise failure
+                        self._call(self._tail_failed, msg.partition(), failure)  # that partition only
+                if batches:
                     while not self._in_flight.acquire(timeout=POLL_S):
                         if self._stop.is_set():
                             return
-                    self._call(self._dispatch, batch)
+                    self._call(self._dispatch, batches)
         except BaseException as exc:  # noqa: BLE001 - reported to every subscriber
             self._call(self._failed, exc)
         finally:
-            if consumer is not None:
-                consumer.close()
+            self._stop.set()
+            while True:
+                try:
+                    _fn, _args, future = self._ops.get_nowait()
+                except queue.Empty:
+                    break
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(LogUnavailable("the shared tail stopped"))
+            with contextlib.suppress(Exception):
+                self.consumer.close()
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -189,19 +251,73 @@ class _Tail:
 
     # -- on the loop ------------------------------------------------------------------------
 
-    def _started(self, start: int) -> None:
-        self.position = self.ring_start = start
-        if not self.ready.done():
-            self.ready.set_result(None)
+    def _dispatch(self, batches: dict[int, list[Any]]) -> None:
+        self._in_flight.release()
+        for partition, batch in batches.items():
+            tail = self.tails.get(partition)
+            if tail is not None and tail.live:  # else: fetched for a tail that closed since
+                tail.dispatch(batch)
+
+    def _tail_failed(self, partition: int, exc: LogUnavailable) -> None:
+        tail = self.tails.get(partition)
+        if tail is not None:
+            tail.failed(exc)
 
     def _failed(self, exc: BaseException) -> None:
         if isinstance(exc, LogUnavailable):
-            self.error = exc
+            error = exc
         else:
-            self.error = LogUnavailable(f"tail of partition {self.partition} failed: {exc}")
-            self.error.__cause__ = exc
+            error = LogUnavailable(f"the shared tail of {self.fanout.settings.sessions_topic} failed: {exc}")
+            error.__cause__ = exc
+        self.fanout._forget_reader(self)
+        for tail in list(self.tails.values()):
+            tail.failed(error)
+
+
+class _Tail:
+    """One followed partition: its position, ring and subscribers (used on the loop)."""
+
+    def __init__(self, fanout: Fanout, reader: _Reader, partition: int) -> None:
+        self.fanout = fanout
+        self.reader = reader
+        self.partition = partition
+        self.loop = reader.loop
+        self.position = 0  # offset: every committed record below it was dispatched
+        self.live = False  # position set and the partition assigned: batches are taken
+        self.ring: collections.deque[Any] = collections.deque(maxlen=RING)  # recent raw messages
+        self.ring_start = 0  # every committed record from this offset to ``position`` is in ``ring``
+        self.ready: asyncio.Future[None] = self.loop.create_future()
+        self.error: BaseException | None = None
+        self.by_key: dict[bytes, set[_Sub]] = {}
+        self.every: set[_Sub] = set()
+        self._linger: asyncio.TimerHandle | None = None
+        # offset -> a record this process committed there (told in offset order)
+        self._own: collections.OrderedDict[int, Record] = collections.OrderedDict()
+        self._own_lock = threading.Lock()  # (written by partition writer threads)
+        self.starting: asyncio.Task[None] | None = None
+
+    async def start(self, hint: int) -> None:
+        """Find the start, set the position, then join the consumer's assignment."""
+        try:
+            start = await self.reader.op(self.reader.start_offset, self.partition, hint)
+            if self.error is None:
+                self.position = self.ring_start = start
+                self.live = True
+                await self.reader.op(self.reader.assign, self.partition, start)
+        except BaseException as exc:  # noqa: BLE001 - reported to the subscribers
+            self.failed(exc if isinstance(exc, LogUnavailable) else LogUnavailable(
+                f"cannot tail partition {self.partition}: {exc}"))
+            return
         if not self.ready.done():
-            self.ready.set_exception(self.error)
+            self.ready.set_result(None)
+
+    def failed(self, exc: BaseException) -> None:
+        if self.error is not None:
+            return
+        self.error = exc
+        self.live = False
+        if not self.ready.done():
+            self.ready.set_exception(exc)
             self.ready.exception()  # retrieved: a failed start is reported to the subscriber
         self.fanout._forget(self)
         for sub in [*self.every, *(s for subs in self.by_key.values() for s in subs)]:
@@ -217,8 +333,7 @@ class _Tail:
                 if offset >= position:
                     self._own[offset] = record
 
-    def _dispatch(self, batch: list[Any]) -> None:
-        self._in_flight.release()
+    def dispatch(self, batch: list[Any]) -> None:
         decode = self.fanout.decode
         topic = self.fanout.settings.sessions_topic
         own = self._own
@@ -303,8 +418,8 @@ class _Tail:
     def _close_idle(self) -> None:
         self._linger = None
         if not self.every and not self.by_key:
+            self.live = False
             self.fanout._forget(self)
-            self.stop()
 
 
 class Fanout:
@@ -333,11 +448,17 @@ class Fanout:
         self._on_corrupt = on_corrupt
         self.stats = stats
         self._tails: dict[int, _Tail] = {}
+        self._reader: _Reader | None = None
         self._closed = False
 
     @property
     def consumers(self) -> int:
-        """Tailing consumers open now (one per partition somebody follows)."""
+        """Tailing consumers open now: one for every partition this process follows, or none."""
+        return 1 if self._reader is not None else 0
+
+    @property
+    def tails(self) -> int:
+        """Partitions followed now."""
         return len(self._tails)
 
     def subscribers(self, partition: int) -> int:
@@ -346,10 +467,9 @@ class Fanout:
             return 0
         return len(tail.every) + sum(len(s) for s in tail.by_key.values())
 
-    def idle_polls(self, partition: int) -> int:
-        """Blocking waits of the partition's tail that ended with nothing (for tests)."""
-        tail = self._tails.get(partition)
-        return tail.idle_polls if tail is not None else 0
+    def idle_polls(self) -> int:
+        """Blocking waits of the shared consumer that ended with nothing (for tests)."""
+        return self._reader.idle_polls if self._reader is not None else 0
 
     def own(self, partition: int, records: list[tuple[int, Record]]) -> None:
         """Records this process committed to ``partition`` (offset, record), from any thread:
@@ -362,20 +482,42 @@ class Fanout:
         asyncio.get_running_loop().run_in_executor(None, self._on_corrupt, corrupt)
 
     def _forget(self, tail: _Tail) -> None:
+        """``tail`` is closed or failed: drop it, and its partition from the assignment."""
         if self._tails.get(tail.partition) is tail:
             del self._tails[tail.partition]
+        reader = tail.reader
+        if reader.tails.get(tail.partition) is tail:
+            del reader.tails[tail.partition]
+            if self._reader is reader:
+                reader.op_nowait(reader.unassign, tail.partition)
+
+    def _forget_reader(self, reader: _Reader) -> None:
+        if self._reader is reader:
+            self._reader = None
+        reader.stop()
+
+    def _reader_on(self, loop: asyncio.AbstractEventLoop) -> _Reader:
+        reader = self._reader
+        if reader is not None and reader.loop is not loop:  # the log moved to another event loop
+            self._forget_reader(reader)
+            for tail in list(reader.tails.values()):
+                tail.failed(LogUnavailable("the Kafka session log moved to another event loop"))
+            reader = None
+        if reader is None:
+            reader = self._reader = _Reader(self, loop)
+        return reader
 
     async def _tail(self, partition: int, hint: int) -> _Tail:
         if self._closed:
             raise LogUnavailable("the Kafka session log is closed")
         loop = asyncio.get_running_loop()
         tail = self._tails.get(partition)
-        if tail is not None and tail.loop is not loop:  # the log moved to another event loop
-            tail.stop()
+        if tail is not None and tail.loop is not loop:
             tail = None
         if tail is None:
-            tail = self._tails[partition] = _Tail(self, partition, loop)
-            tail.start(hint)
+            reader = self._reader_on(loop)
+            tail = self._tails[partition] = reader.tails[partition] = _Tail(self, reader, partition)
+            tail.starting = loop.create_task(tail.start(hint))
             self.stats.add(tails_opened=1)
         await asyncio.shield(tail.ready)
         return tail
@@ -428,11 +570,13 @@ class Fanout:
             tail.remove(sub)
 
     async def close(self) -> None:
-        """Stop every tail (their subscribers' next wait raises ``LogUnavailable``)."""
+        """Stop the shared tail (every subscriber's next wait raises ``LogUnavailable``)."""
         self._closed = True
+        reader, self._reader = self._reader, None
         tails, self._tails = list(self._tails.values()), {}
+        if reader is not None:
+            reader.stop()
         for tail in tails:
-            tail.stop()
-            tail._failed(LogUnavailable("the Kafka session log is closed"))
-        for tail in tails:
-            await asyncio.to_thread(tail.join, CLOSE_WAIT_S)
+            tail.failed(LogUnavailable("the Kafka session log is closed"))
+        if reader is not None:
+            await asyncio.to_thread(reader.join, CLOSE_WAIT_S)
