@@ -82,12 +82,13 @@ MAX_ABORT_RETRIES = 5
 MAX_APPENDS_PER_TRANSACTION = 1000
 """Cap of one group commit, so a burst cannot make one transaction arbitrarily long."""
 
-GROUP_COMMIT_LINGER_S = 0.002
+GROUP_COMMIT_LINGER_S = 0.004
 """Longest a transaction waits for the sessions of the previous one to come back with
 their next append, when several sessions of the partition are active (a lone session
-never waits). Each transaction costs the broker about the same whatever it carries
-(~3 ms of CPU on the 2-core bench machine), so under load fuller transactions are
-what lets more turns through; 1 ms is a few loop iterations of the owner."""
+never waits) and only for sessions with more to write (not those whose input just
+settled). Each transaction costs the broker about the same whatever it carries
+(~1.5-2.5 ms of CPU on the 2-core bench machine), so under load fuller transactions are
+what lets more turns through; a busy owner needs a few ms to come back."""
 
 # librdkafka settings the backend's guarantees rest on: a user's client_config may not set them.
 _RESERVED = frozenset(

@@ -40,9 +40,9 @@ from harness.log.kafka.config import (
 )
 from harness.log.kafka.stats import KafkaLogStats
 from harness.observability import metrics
-from harness.records import Record
+from harness.records import InputSettled, Record
 
-__all__ = ["Append", "PartitionWriter", "RecordTooLarge"]
+__all__ = ["Append", "PartitionWriter", "RecordTooLarge", "linger_for", "returning_sessions"]
 
 log = logging.getLogger("harness.log.kafka")
 
@@ -81,6 +81,34 @@ class _Rejected(Exception):
         super().__init__(str(error))
         self.append = append
         self.error = error
+
+
+_TURN_END = InputSettled.TYPE
+
+
+def returning_sessions(batch: Sequence[Append]) -> set[str]:
+    """The sessions of a committed batch that will be back with their next append a
+    moment after the commit: all but those whose append settled their input (they have
+    nothing more to write until somebody sends them another)."""
+    ended = {a.session_id for a in batch if any(t == _TURN_END for t, _v in a.values)}
+    return {a.session_id for a in batch} - ended
+
+
+def linger_for(returning: set[str], batch: Sequence[Append]) -> int:
+    """How many distinct sessions the next transaction should wait for (0: commit now).
+
+    Group commit under load: the sessions of the last transaction that still have work
+    come back with their next append a moment after it committed. Without waiting for
+    them they would start the next-but-one transaction, and the partition's sessions
+    would alternate between two half-full transactions. Only when several sessions are
+    active (a lone session never waits) and one of them is not in yet; the wait never
+    exceeds ``GROUP_COMMIT_LINGER_S``.
+    """
+    if len(returning) < 2:
+        return 0
+    present = {a.session_id for a in batch}
+    expected = returning | present
+    return len(expected) if len(present) < len(expected) else 0
 
 
 class PartitionWriter:
@@ -191,23 +219,17 @@ class PartitionWriter:
             return
         self.ready.set_result(None)
         stop = False
-        recent: set[str] = set()  # sessions of the last transaction
+        returning: set[str] = set()  # sessions of the last transaction with more to write
         while not stop:
             first = self._queue.get()
             if first is None:
                 break
             batch = [first]
             stop = self._drain(batch, None)
-            # Group commit under load: sessions whose appends were in the last
-            # transaction come back with their next one a moment after it committed.
-            # Without waiting for them they would start the next-but-one transaction
-            # and the partition's sessions would alternate between two half-full
-            # transactions. Only when several sessions are active (a lone session
-            # never waits), and never longer than GROUP_COMMIT_LINGER_S.
-            expected = recent | {a.session_id for a in batch}
-            if not stop and len(recent) > 1 and len({a.session_id for a in batch}) < len(expected):
-                stop = self._drain(batch, (time.monotonic() + GROUP_COMMIT_LINGER_S, len(expected)))
-            recent = {a.session_id for a in batch}
+            expected = linger_for(returning, batch)
+            if not stop and expected:
+                stop = self._drain(batch, (time.monotonic() + GROUP_COMMIT_LINGER_S, expected))
+            returning = returning_sessions(batch)
             try:
                 self._commit(batch)
             except Exception as exc:  # a bug must fail the appends, not hang them
