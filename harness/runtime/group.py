@@ -94,6 +94,12 @@ POLL_S = 0.2
 CALLBACK_TIMEOUT_S = 60.0
 """How long a rebalance callback waits for the loop to take up or drop partitions."""
 SWEEP_EVERY_S = 1.0
+RETAKE_GRACE_S = SESSION_TIMEOUT_MS / 1000
+"""How long an owned partition whose producer stopped (another writer fenced it, or it
+died after a failure) waits before this worker takes it up again, if the group still
+gives it here. A worker that was frozen (SIGSTOP, a VM pause) and lost the partition
+meanwhile hears so from the group within a heartbeat or two of waking up, long before
+this: only a real owner takes a partition up again, never a zombie."""
 CHECKPOINT_EVERY_RECORDS = 2000
 """A partition checkpoint is written once this many records were folded since the last."""
 CHECKPOINT_EVERY_S = 30.0
@@ -309,23 +315,53 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
             log.warning("checkpoint of partition %s not written: %s", p, exc)
         last_checkpoint[p] = loop.time()
 
+    stopped_since: dict[int, float] = {}  # owned partition -> loop time its producer was seen stopped
+
+    async def drop(p: int) -> None:
+        """Stop partition ``p`` here without writing anything (called with ``lock`` held)."""
+        own = owned.pop(p, None)
+        if own is not None and own.tail is not None:
+            own.tail.cancel()
+            with contextlib.suppress(BaseException):
+                await own.tail
+        rt = worker.runtimes.pop(p, None)
+        if rt is not None:
+            await rt.stop()
+        uncovered_since.pop(p, None)
+        input_lag.pop(p, None)
+        stopped_since.pop(p, None)
+        with contextlib.suppress(Exception):
+            await klog.disown_partition(p)
+
     async def revoked(partitions: list[int]) -> None:
         async with lock:
             for p in partitions:
                 unowned.discard(p)
-                own = owned.pop(p, None)
-                if own is not None and own.tail is not None:
-                    own.tail.cancel()
-                    with contextlib.suppress(BaseException):
-                        await own.tail
-                rt = worker.runtimes.pop(p, None)
-                if rt is not None:
-                    await rt.stop()
-                uncovered_since.pop(p, None)
-                input_lag.pop(p, None)
-                with contextlib.suppress(Exception):
-                    await klog.disown_partition(p)
+                await drop(p)
                 log.info("gave up partition %s", p)
+            worker.stats.partitions = len(owned)
+
+    async def retake_stopped() -> None:
+        """Take up again, from the log, each owned partition whose producer stopped
+        ``RETAKE_GRACE_S`` ago while the group still gives it here (see that constant)."""
+        now = loop.time()
+        for p in sorted(owned):
+            reason = klog.partition_stopped(p)
+            if reason is None:
+                stopped_since.pop(p, None)
+                continue
+            first = stopped_since.setdefault(p, now)
+            if now - first < RETAKE_GRACE_S:
+                continue
+            async with lock:
+                if p not in owned or klog.partition_stopped(p) is None:
+                    continue  # revoked (or taken up) meanwhile
+                log.warning(
+                    "partition %s: its producer stopped (%s) and the group still gives it to this "
+                    "worker; taking it up again from the log", p, reason,
+                )
+                await drop(p)
+                unowned.add(p)  # taken up by the sweep below, unless revoked first
             worker.stats.partitions = len(owned)
 
     member = GroupMember(
@@ -354,13 +390,16 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
                 await asyncio.wait_for(stop.wait(), SWEEP_EVERY_S)
             if member.error is not None:
                 raise member.error
+            await retake_stopped()
             if unowned:
                 await assigned(sorted(unowned))
             if loop.time() >= next_probe:
                 next_probe = loop.time() + PROBE_EVERY_S
                 await probe()
             for p, rt in list(worker.runtimes.items()):
-                if rt.records_since_checkpoint > 0 and p in owned:
+                if p not in owned or worker.runtimes.get(p) is not rt:
+                    continue  # revoked (or being taken up) while this sweep ran
+                if rt.records_since_checkpoint > 0:
                     uncovered_since.setdefault(p, time.time())
                 await rt.sweep()
                 rt.forget_idle()

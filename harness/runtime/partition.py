@@ -83,6 +83,7 @@ class PartitionRuntime:
         self._parked: dict[str, CorruptRecord] = {}  # sessions with an unreadable record: never driven
         self._closing: set[asyncio.Task[None]] = set()
         self.live = False
+        self.stopped = False  # stop() was called: this runtime never drives anything again
         self.on_corrupt: Callable[[CorruptRecord], object] | None = None
         self.position = 0  # every record <= position was folded
         self.records_since_checkpoint = 0
@@ -248,6 +249,8 @@ class PartitionRuntime:
 
     async def ingest(self, entries: Sequence[LogEntry]) -> None:
         """Route newly committed records to their sessions."""
+        if self.stopped:
+            return
         if not self.live:
             self.rebuild(entries)
             return
@@ -296,7 +299,10 @@ class PartitionRuntime:
                 await self._start(sid, state)
 
     async def stop(self) -> None:
-        """Stop every session without writing anything (revocation, shutdown)."""
+        """Stop every session without writing anything (revocation, shutdown); for good:
+        a stopped runtime starts no session again (a new owner makes a new runtime)."""
+        self.stopped = True
+        self._retry.clear()
         sessions, self._sessions = list(self._sessions.values()), {}
         self._gate.drop(self)
         for session in sessions:
@@ -312,6 +318,8 @@ class PartitionRuntime:
         the revocation that follows stops the rest. With leases (SQLite) it means another
         process took the session over for a while: it is retried.
         """
+        if self.stopped:
+            return
         for sid, session in list(self._sessions.items()):
             error = session.failed
             if error is None:
@@ -378,7 +386,7 @@ class PartitionRuntime:
         return None
 
     async def _start(self, sid: str, state: SessionState) -> None:
-        if sid in self._parked:
+        if sid in self._parked or self.stopped:
             return
         harness = self._harness_for(state)
         if harness is None:
@@ -428,7 +436,7 @@ class PartitionRuntime:
 
     async def _start_queued(self, sid: str) -> Active | None:
         """The gate's turn for ``sid``: start it from its records, if it still has work."""
-        if sid in self._sessions:
+        if sid in self._sessions or self.stopped:
             return None
         entries = self._entries.get(sid)
         if entries is None:

@@ -97,6 +97,12 @@ class FakePaymentProvider:
                 row = db.execute("SELECT COUNT(*) FROM calls WHERE kind=? AND key=?", (kind, key)).fetchone()
             return int(row[0])
 
+    def calls_per_key(self, kind: str) -> dict[str, int]:
+        """Requests of ``kind`` per idempotency key (replays of a key included)."""
+        with self._connect() as db:
+            rows = db.execute("SELECT key, COUNT(*) FROM calls WHERE kind=? GROUP BY key", (kind,)).fetchall()
+            return {str(key): int(n) for key, n in rows}
+
     def max_calls_per_key(self, kind: str) -> int:
         with self._connect() as db:
             row = db.execute(

@@ -138,7 +138,7 @@ async def test_sigkill_workers_every_session_settles_once(
             lambda: follower.all_settled(ids), timeout=SETTLE_TIMEOUT, what="every session settled",
             details=lambda: f"{settled_ok(follower, ids)()}\n{fleet.describe()}",
         )
-        counts = check_invariants(await read_everything(client), plans, provider)
+        counts = check_invariants(await read_everything(client), plans, provider, details=lambda: fleet.describe(400))
         print(f"kills: {kills}; {counts}")
         for worker in fleet.live:
             assert worker.terminate() == 0, worker.describe()
@@ -194,7 +194,7 @@ async def test_sigstop_zombie_is_fenced_and_gives_up(
             timeout=SETTLE_TIMEOUT, what="every input settled", details=fleet.describe,
         )
         everything = await read_everything(client)
-        counts = check_invariants(everything, plans, provider)
+        counts = check_invariants(everything, plans, provider, details=lambda: fleet.describe(400))
         for sid in on_zombie:
             second = [e.record for e in everything[sid]
                       if isinstance(e.record, InputSettled) and e.record.input_id == "in-2"]
@@ -238,7 +238,7 @@ async def test_sigterm_hand_over_is_fast(
         await wait_until(lambda: follower.all_settled(p.session_id for p in plans), timeout=SETTLE_TIMEOUT,
                          what="every session settled", details=fleet.describe)
         assert parts <= survivor.owned_partitions()
-        counts = check_invariants(await read_everything(client), plans, provider)
+        counts = check_invariants(await read_everything(client), plans, provider, details=lambda: fleet.describe(400))
         print(
             f"SIGTERM -> first harness.turn.resumed by the survivor: {first_resume - terminated_at:.2f}s "
             f"(group session timeout {SESSION_TIMEOUT_MS / 1000:.0f}s); {counts}"
@@ -271,7 +271,7 @@ async def test_broker_restart_mid_run(
             print(f"broker restarted in {time.time() - restart_started:.1f}s")
             await wait_until(lambda: follower.all_settled(ids), timeout=SETTLE_TIMEOUT, what="every session settled",
                              details=lambda: f"{settled_ok(follower, ids)()}\n{fleet.describe()}")
-            counts = check_invariants(await read_everything(client), plans, provider)
+            counts = check_invariants(await read_everything(client), plans, provider, details=lambda: fleet.describe(400))
             print(counts)
             for worker in workers:
                 assert worker.alive, worker.describe()
@@ -441,6 +441,65 @@ async def test_fenced_owner_never_takes_its_partition_back(kafka_bootstrap: str,
     finally:
         await zombie.close()
         await owner.close()
+
+
+async def test_a_worker_log_claims_only_partitions_the_group_gave_it(kafka_bootstrap: str, unique_prefix: str) -> None:
+    """Once a worker owns partitions (``own_partition``), no claim starts a producer of its
+    own: a session of a partition it was not given, or gave up, is refused. (A stopped
+    partition runtime restarting a session after the partition was revoked would
+    otherwise fence the partition's new owner.)"""
+    from harness.errors import FencedError
+    from harness.records import StepResult
+
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
+    try:
+        mine, theirs = sessions_on({0}, 1, "m")[0], sessions_on({1}, 1, "t")[0]
+        lease = timedelta(seconds=30)
+        await log.own_partition(0)
+        writer = await log.claim(mine, owner="w", lease=lease)
+        await writer.append([StepResult(mine, 1, "c", "s1", 1)])
+        with pytest.raises(FencedError, match="not owned by this worker"):
+            await log.claim(theirs, owner="w", lease=lease)
+        await log.disown_partition(0)  # revoked
+        with pytest.raises(FencedError, match="not owned by this worker"):
+            await log.claim(mine, owner="w", lease=lease)
+        assert log.stats.snapshot()["producers_started"] == 1
+    finally:
+        await log.close()
+
+
+async def test_a_worker_fenced_by_another_writer_takes_its_partition_up_again(
+    kafka_bootstrap: str, unique_prefix: str, provider: Path, make_fleet: Callable[..., Fleet]
+) -> None:
+    """Another process's producer fences a live worker's partition (a HarnessHost on the
+    same topics, or a zombie before it heard it lost the partition) while the group still
+    gives the partition to the worker: the worker takes it up again from the log once
+    ``RETAKE_GRACE_S`` passed, and its sessions finish. A partition never stalls."""
+    fleet = make_fleet(kafka_url(kafka_bootstrap, unique_prefix))
+    async with kafka_client(kafka_bootstrap, unique_prefix) as client, LogFollower(client, answer=APPROVE) as follower:
+        worker = fleet.start()
+        await fleet.wait_ready(worker)
+        await fleet.wait_partitions_spread([worker], PARTITIONS)
+        first, later = sessions_on({0}, 2, "fenced")
+        await submit(client, [Plan(first, order=first)])
+        await wait_until(lambda: follower.all_settled([first]), timeout=60, what="the first session settled",
+                         details=fleet.describe)
+
+        intruder = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=PARTITIONS)
+        try:  # its claim starts a producer of partition 0: init_transactions fences the worker's
+            writer = await intruder.claim(later, owner="intruder", lease=timedelta(seconds=30))
+            await writer.release()
+        finally:
+            await intruder.close()
+
+        plans = [Plan(later, order=later)]
+        await submit(client, plans)  # the worker's first append for it finds its producer fenced
+        await wait_until(lambda: follower.all_settled([later]), timeout=60, what="the session settled",
+                         details=fleet.describe)
+        check_invariants(await read_everything(client), [Plan(first, order=first), *plans], provider,
+                         details=lambda: fleet.describe(400))
+        assert "taking it up again from the log" in worker.stderr(), worker.describe()
+        assert worker.terminate() == 0, worker.describe()
 
 
 async def test_a_cancelled_claim_does_not_break_other_claims(kafka_bootstrap: str, unique_prefix: str) -> None:

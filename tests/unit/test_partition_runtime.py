@@ -162,3 +162,41 @@ async def test_a_sessions_own_appends_coming_back_are_not_decoded_again() -> Non
         await asyncio.sleep(0)
     assert await _settled(log, "x", "in-2")
     await rt.stop()
+
+
+class _FailingClaims(CountingLog):
+    """A log whose claims fail as a broker outage would (the session stops, to be retried)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claims = 0
+
+    async def claim(self, session_id, *, owner, lease):  # type: ignore[no-untyped-def]
+        from harness.errors import LogUnavailable
+
+        self.claims += 1
+        raise LogUnavailable("the broker is down")
+
+    async def read(self, session_id, *, after=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.01)  # a real read waits for the broker: others run meanwhile
+        return await super().read(session_id, after=after)
+
+
+async def test_a_stopped_runtime_never_starts_a_session_again() -> None:
+    """Revocation stops a partition's runtime; a sweep or a record that reaches it after
+    that must start nothing: on Kafka its claim could fence the partition's new owner."""
+    log = _FailingClaims()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
+    await rt.go_live()
+    await rt.ingest([await log.submit(InputMessage("s", 0, "in-1", "hello", "echo"))])
+    for _ in range(200):  # its driver fails on the claim: the sweep would restart it
+        if all(s.failed is not None for s in rt.sessions.values()):
+            break
+        await asyncio.sleep(0.005)
+    assert log.claims == 1
+    await asyncio.gather(rt.sweep(), rt.stop())  # revoked while a sweep restarts the session
+    await rt.sweep()
+    await rt.ingest([await log.submit(InputMessage("t", 0, "in-1", "hello", "echo"))])
+    await asyncio.sleep(0.05)
+    assert log.claims == 1
+    assert rt.sessions == {}

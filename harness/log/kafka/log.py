@@ -173,6 +173,9 @@ class KafkaLog:
         self._closed = False
         self._writers: dict[int, PartitionWriter] = {}
         self._pinned: set[int] = set()  # partitions a worker owns: their producer stays open
+        # Once a worker owned a partition (``own_partition``), this log writes only to the
+        # partitions the group gives it: no claim starts a producer of its own.
+        self._assigned_only = False
         self._owners: dict[str, _Ownership] = {}
         self._committed: dict[int, int] = {}  # partition -> end of what this process committed
         self._dead_lettered: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
@@ -576,9 +579,18 @@ class KafkaLog:
         it sat idle, the first append says so (``FencedError``); the claim after that
         starts a new producer, which fences the other process in turn.
 
+        A worker's log (one that ``own_partition`` was called on) never starts a producer
+        in ``claim``: only the group's assignment does (``own_partition``). A claim of a
+        partition it was not given, or whose producer stopped (fenced by another writer,
+        or dead after a failure), raises ``FencedError``: a new producer there could fence
+        the partition's real owner, e.g. when this process was frozen and the group moved
+        the partition meanwhile. The worker takes such a partition up again itself once
+        the group still says it is its own (``harness.runtime.group``).
+
         Raises:
             LogUnavailable: the producer could not be started.
-            FencedError: another writer fenced this one while it started.
+            FencedError: another writer fenced this one while it started, or (a worker)
+                the partition is not this worker's or its producer stopped.
         """
         _lease_seconds(lease)
         await self.start()
@@ -586,15 +598,23 @@ class KafkaLog:
         with self._lock:
             self._check_open()
             writer = self._writers.get(partition)
-            if writer is not None and writer.fenced and partition in self._pinned:
-                # A worker owns this partition by the group's assignment, and another
-                # producer fenced ours: this process is a zombie now. A new producer here
-                # would fence the partition's real owner back; only a new assignment
-                # (``own_partition``) may start one.
-                raise FencedError(
-                    f"partition {partition} of session {session_id!r} was taken over by another owner",
-                    session_id=session_id,
-                )
+            if self._assigned_only:
+                if partition not in self._pinned or writer is None:
+                    raise FencedError(
+                        f"partition {partition} of session {session_id!r} is not owned by this worker",
+                        session_id=session_id,
+                    )
+                if writer.dead or writer.closing:
+                    # Another producer fenced ours (this process may be a zombie now), or
+                    # it died after a failure. A new producer here could fence the
+                    # partition's real owner back; only the group's say-so may start one.
+                    raise FencedError(
+                        f"partition {partition} of session {session_id!r} was taken over by another owner"
+                        if writer.fenced
+                        else f"the producer of partition {partition} stopped ({writer.dead_reason}); "
+                        "the worker takes the partition up again",
+                        session_id=session_id,
+                    )
             if writer is None or writer.dead or writer.closing:
                 writer = self._new_writer(partition, previous=writer)
             own = self._owners.setdefault(session_id, _Ownership())
@@ -636,7 +656,17 @@ class KafkaLog:
                         own.writer, own.owner = None, None
             writer = self._new_writer(partition, previous=old)
             self._pinned.add(partition)
+            self._assigned_only = True
         await _shared(writer.ready)
+
+    def partition_stopped(self, partition: int) -> str | None:
+        """Why the producer of an owned partition stopped (fenced by another writer, or
+        dead after a failure), or None while it can write (or the partition is not owned)."""
+        with self._lock:
+            writer = self._writers.get(partition)
+            if partition not in self._pinned or writer is None or not writer.dead:
+                return None
+            return writer.dead_reason
 
     async def disown_partition(self, partition: int) -> None:
         """Give up ``partition`` (revoked from this worker): close its producer.

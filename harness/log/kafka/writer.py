@@ -166,6 +166,11 @@ class PartitionWriter:
         return self._dead is not None
 
     @property
+    def dead_reason(self) -> str:
+        """What stopped the writer ("" while it can write)."""
+        return "" if self._dead is None else str(self._dead)
+
+    @property
     def fenced(self) -> bool:
         """Dead because another producer of the partition fenced it (or a fatal error)."""
         return isinstance(self._dead, FencedError)
