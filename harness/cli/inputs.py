@@ -137,10 +137,20 @@ async def _watch(
     return None  # pragma: no cover - follow_session never ends
 
 
-async def _wait(coro: Any, timeout: float | None, what: str, session_id: str) -> Any:
+async def _wait(
+    coro: Any, timeout: float | None, what: str, session_id: str, state: SessionState, input_id: str
+) -> Any:
     try:
         return await asyncio.wait_for(coro, timeout)
     except TimeoutError:
+        inp = state.inputs.get(input_id)
+        if inp is not None and inp.settled is None and inp.turn is None and state.read_upto <= inp.seq:
+            # Nothing was written after it: most often no worker runs this log.
+            raise TimeoutError(
+                f"{what} within {timeout:g} s: no worker took it up. Is a worker running on this log "
+                f"('harness worker --log ... --app module:harness')? The input stays in the log and "
+                "a worker takes it when it starts"
+            ) from None
         raise TimeoutError(
             f"{what} within {timeout:g} s; it stays in the log and its owner will still take it "
             f"('harness show {session_id}' shows where the session is)"
@@ -196,7 +206,7 @@ async def main_send(argv: list[str]) -> int:
             return 0
         ticker = asyncio.create_task(status.run())
         watch = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
-        settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session)
+        settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session, state, input_id)
     finally:
         if ticker is not None:
             ticker.cancel()
@@ -261,7 +271,8 @@ async def main_answer(argv: list[str]) -> int:
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except ValueError as exc:
-        parser.error(f"JSON is not valid JSON ({exc}); quote it for the shell, e.g. '{{\"approved\": true}}'")
+        parser.error(f"the answer {args.value!r} is not valid JSON ({exc}); quote it for the shell, "
+                     "e.g. '{\"approved\": true}'")
     log = await open_log_for(args.log, role="client")
     try:
         entries = await read_existing(log, args.session)
@@ -279,7 +290,7 @@ async def main_answer(argv: list[str]) -> int:
             return 0
         watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, StatusLine(sys.stderr),
                        stop_when_waiting=False)
-        settled = await _wait(watch, args.timeout, f"the answer {input_id} was not taken", args.session)
+        settled = await _wait(watch, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id)
     finally:
         await log.close()
     assert settled is not None

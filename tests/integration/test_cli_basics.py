@@ -109,6 +109,22 @@ def test_a_missing_sqlite_file_is_a_runtime_error_and_is_not_created(tmp_path: P
     assert not path.exists()
 
 
+def test_send_with_no_worker_says_so_when_it_gives_up(tmp_path: Path) -> None:
+    import asyncio
+
+    from harness import HarnessHost, open_log
+
+    async def make_log() -> None:  # a log file that exists, with nobody running it
+        async with HarnessHost(log=open_log(f"sqlite:///{tmp_path / 'idle.db'}")):
+            pass
+
+    asyncio.run(make_log())
+    out = harness("send", "s-1", "hi", "--harness", "x", "--timeout", "1", "--log", f"sqlite:///{tmp_path / 'idle.db'}")
+    line = one_line(out)
+    assert out.returncode == 1 and "not settled within 1 s: no worker took it up" in line, line
+    assert "harness worker --log" in line
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'missing.db'}"
     plain = harness("show", "s-1", "--log", url)
