@@ -45,6 +45,12 @@ SENT_REMEMBERED = 10_000
 """How many of its latest inputs a client remembers the positions of, for
 ``wait_settled(session, input_id)`` without a receipt."""
 
+_SETTLING = frozenset(
+    {InputMessage.TYPE, InputAnswer.TYPE, InputRecords.TYPE, InputCancel.TYPE, InputSettled.TYPE}
+)
+"""What ``wait_settled`` reads of a session: its inputs and their settlements (on Kafka
+the rest of a turn's records are not even decoded)."""
+
 
 @dataclass(frozen=True, slots=True)
 class InputReceipt:
@@ -182,8 +188,11 @@ class HarnessClient:
         )
         return merge_live(committed, deltas)
 
-    async def _committed_events(self, session_id: str, after: int | None = None) -> AsyncGenerator[LogEntry, None]:
-        async with contextlib.aclosing(subscribe(self.log, session_id, after=after, dead_letter=False)) as entries:
+    async def _committed_events(
+        self, session_id: str, after: int | None = None, types: frozenset[str] | None = None
+    ) -> AsyncGenerator[LogEntry, None]:
+        stream = subscribe(self.log, session_id, after=after, dead_letter=False, types=types)
+        async with contextlib.aclosing(stream) as entries:
             async for entry in entries:
                 yield entry
 
@@ -210,7 +219,7 @@ class HarnessClient:
         else:
             input_id, mine, after = input, self._sent.get((session_id, input)), None
         first: int | None = None  # position of the first input record of this id seen
-        committed = self._committed_events(session_id, after)
+        committed = self._committed_events(session_id, after, _SETTLING)
         async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
             async for entry in entries:
                 record = entry.record

@@ -218,6 +218,16 @@ class RecordCodec:
             return writer, _REG_HEADER
         raise _error(f"unknown framing: first bytes {data[:2].hex() or '(empty)'}", raw=data)
 
+    def framed_type(self, data: bytes) -> str | None:
+        """The record type of a single-object framed ``data`` from its fingerprint alone,
+        or None when that does not tell (other framing, unknown schema, too short): then
+        ``peek_type`` or ``decode`` knows, or says what is wrong. Never raises; cheap
+        enough to run on every record a tail passes."""
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            return None
+        writer = _load_writers().get(data[2:_SO_HEADER])
+        return writer.schema.record_type if writer is not None else None
+
     def peek_type(self, data: bytes) -> str:
         """The record type ``data`` holds, from its framing alone (the body is not read).
 

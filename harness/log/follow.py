@@ -25,7 +25,7 @@ import logging
 import sqlite3
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from typing import Any, Protocol
 
 from harness.errors import CorruptRecord
@@ -398,30 +398,44 @@ def shared_reader(session_log: Any) -> LogFanout | None:
 
 
 async def subscribe(
-    session_log: Any, session_id: str, *, after: int | None = None, dead_letter: bool = True
+    session_log: Any,
+    session_id: str,
+    *,
+    after: int | None = None,
+    dead_letter: bool = True,
+    types: Collection[str] | None = None,
 ) -> AsyncGenerator[LogEntry, None]:
     """The committed records of ``session_id`` with seq > ``after`` (all if None), live.
 
     Each entry's ``seq`` is its position: pass the last one seen as ``after`` to resume.
     Never ends by itself; close the iterator to stop. On Kafka a poison record is
     dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing) skips
-    it quietly (the other logs never dead-letter).
+    it quietly (the other logs never dead-letter). ``types``: only records of these log
+    record types (``LogEntry.record_type``); on Kafka the others are not even decoded.
     """
+    wanted = frozenset(types) if types is not None else None
     own = getattr(session_log, "subscribe", None)
     if own is not None:  # Kafka: its shared per-partition tails
-        async for entry in own(session_id, after=after, dead_letter=dead_letter):
-            yield entry
+        if wanted is None:
+            async for entry in own(session_id, after=after, dead_letter=dead_letter):
+                yield entry
+        else:
+            async for entry in own(session_id, after=after, dead_letter=dead_letter, types=wanted):
+                if entry.record_type in wanted:
+                    yield entry
         return
     fanout = shared_reader(session_log)
     if fanout is not None:
         async for entry in fanout.subscribe(session_id, after=after or 0):
-            yield entry
+            if wanted is None or entry.record_type in wanted:
+                yield entry
         return
     position = after or 0
     while True:  # a log of another kind: read again every POLL_S
         entries = await session_log.read(session_id, after=position)
         for entry in entries:
             position = entry.seq
-            yield entry
+            if wanted is None or entry.record_type in wanted:
+                yield entry
         if not entries:
             await asyncio.sleep(POLL_S)

@@ -141,6 +141,49 @@ async def test_a_tail_hands_out_this_process_own_records_without_decoding_them(m
     await everything.aclose()
 
 
+async def test_a_follower_of_some_record_types_decodes_only_those(make_log):
+    """``follow.subscribe(types=)`` (what ``wait_settled`` uses): the records of the other
+    types are read past by their framing, never decoded, live or from the tail's ring."""
+    from harness.log.follow import subscribe
+
+    log, writer_log = make_log(), make_log()
+    await log.start()
+    writer = await writer_log.claim("s", owner="w", lease=LEASE)
+    wanted = frozenset({InputSettled.TYPE})
+    live = subscribe(log, "s", after=0, dead_letter=False, types=wanted)
+    got = asyncio.ensure_future(take(live, 2))
+    while log.quiet_fanout.subscribers(0) < 1:
+        await asyncio.sleep(0.01)
+    settled: list[LogEntry] = []
+    for n in range(2):
+        await writer.append([step("s", 10 * n + k) for k in range(4)])
+        settled += await writer.append([InputSettled("s", n, f"in-{n}", "completed")])
+    assert await got == settled
+    assert log.stats.snapshot()["tail_decoded"] == 2  # the 8 step results were not decoded
+
+    # From the ring (the tail has passed them): the same.
+    again = await take(subscribe(log, "s", after=0, dead_letter=False, types=wanted), 2)
+    assert again == settled
+    everything = await take(subscribe(log, "s", after=0, dead_letter=False), 10)
+    assert [e.record_type for e in everything].count(StepResult.TYPE) == 8
+    await live.aclose()
+
+
+async def test_a_follower_of_some_record_types_on_sqlite(tmp_path):
+    from harness.log.follow import subscribe
+    from harness.log.sqlite import SqliteLog
+
+    log = SqliteLog(tmp_path / "log.db")
+    try:
+        writer = await log.claim("s", owner="w", lease=LEASE)
+        await writer.append([step("s", 1), step("s", 2)])
+        settled = await writer.append([InputSettled("s", 0, "in-1", "completed")])
+        got = await take(subscribe(log, "s", after=0, types={InputSettled.TYPE}), 1)
+        assert got == settled
+    finally:
+        await log.close()
+
+
 # --- no gap, no duplicate ------------------------------------------------------------------------
 
 

@@ -33,6 +33,12 @@ with their offsets, ``own``) are handed out as the records they were when they c
 back through the tail: their bytes are not decoded again (a worker's own appends are
 most of what its partition tail reads; the sessions that wrote them skip them by
 position).
+
+A subscriber may name the record types it wants (``types=``, a hint: e.g. a client
+waiting for its input to settle needs two of a turn's dozen records): a record that no
+subscriber of its key wants is not decoded at all, its type read from its framing. The
+subscriber may still get records of other types (from a catch-up read, or one decoded
+for a subscriber beside it); ``harness.log.follow.subscribe`` drops those.
 """
 
 from __future__ import annotations
@@ -96,10 +102,11 @@ OWN_LIMIT = 100_000
 class _Sub:
     """One subscriber: its key filter, its position and its unread records."""
 
-    __slots__ = ("after", "catch_up_to", "key", "overflow", "queue", "waiter")
+    __slots__ = ("after", "catch_up_to", "key", "overflow", "queue", "types", "waiter")
 
-    def __init__(self, key: bytes | None, after: int) -> None:
+    def __init__(self, key: bytes | None, after: int, types: frozenset[str] | None = None) -> None:
         self.key = key
+        self.types = types  # the record types it wants (None: all); a hint, see the module doc
         self.after = after  # every record with seq <= after was yielded (or is not wanted)
         self.queue: collections.deque[LogEntry] = collections.deque()
         self.catch_up_to: int | None = None  # read [after, catch_up_to) before the queue
@@ -289,6 +296,7 @@ class _Tail:
         self.ready: asyncio.Future[None] = self.loop.create_future()
         self.error: BaseException | None = None
         self.by_key: dict[bytes, set[_Sub]] = {}
+        self.wants: dict[bytes, frozenset[str] | None] = {}  # key -> types its subscribers want (None: all)
         self.every: set[_Sub] = set()
         self._linger: asyncio.TimerHandle | None = None
         # offset -> a record this process committed there (told in offset order)
@@ -346,7 +354,12 @@ class _Tail:
             if own:
                 with self._own_lock:
                     record = own.pop(offset, None)
-            subs = self.by_key.get(msg.key())
+            key = msg.key()
+            subs = self.by_key.get(key)
+            if subs and record is None and not self.every:
+                wants = self.wants.get(key)
+                if wants is not None and not self._wanted(wants, msg):
+                    subs = None  # nobody here wants this type: not decoded
             if subs or self.every:
                 if record is not None:
                     item: LogEntry | CorruptRecord = LogEntry(offset + 1, record)
@@ -372,6 +385,25 @@ class _Tail:
         if decoded or reused:
             self.fanout.stats.add(tail_decoded=decoded, tail_own=reused)
 
+    def _wanted(self, wants: frozenset[str], msg: Any) -> bool:
+        """Whether ``msg`` may be of a type in ``wants`` (its type read from its framing;
+        a framing that does not tell is decoded, and reported if it is corrupt)."""
+        peek = self.fanout.peek
+        if peek is None:
+            return True
+        record_type = peek(msg.value() or b"")
+        return record_type is None or record_type in wants
+
+    def _want(self, key: bytes) -> None:
+        """Recompute what the subscribers of ``key`` want (None: every type)."""
+        subs = self.by_key.get(key)
+        if not subs:
+            self.wants.pop(key, None)
+        elif any(sub.types is None for sub in subs):
+            self.wants[key] = None
+        else:
+            self.wants[key] = frozenset().union(*(sub.types for sub in subs if sub.types is not None))
+
     def add(self, sub: _Sub) -> None:
         """Register ``sub``; if it starts behind, give it what it missed (see the module doc)."""
         if self._linger is not None:
@@ -381,6 +413,7 @@ class _Tail:
             self.every.add(sub)
         else:
             self.by_key.setdefault(sub.key, set()).add(sub)
+            self._want(sub.key)
         if sub.after >= self.position:
             return
         if sub.after >= self.ring_start:
@@ -394,7 +427,7 @@ class _Tail:
         for msg in reversed(self.ring):
             if msg.offset() < sub.after:
                 break
-            if sub.key is None or msg.key() == sub.key:
+            if sub.key is None or (msg.key() == sub.key and (sub.types is None or self._wanted(sub.types, msg))):
                 wanted.append(msg)
         decode = self.fanout.decode
         topic = self.fanout.settings.sessions_topic
@@ -412,6 +445,7 @@ class _Tail:
                 subs.discard(sub)
                 if not subs:
                     del self.by_key[sub.key]
+                self._want(sub.key)
         if not self.every and not self.by_key and self.error is None and self._linger is None:
             self._linger = self.loop.call_later(LINGER_S, self._close_idle)
 
@@ -431,6 +465,9 @@ class Fanout:
         catch_up: the bounded read a subscriber that starts behind uses.
         on_corrupt: called (on a worker thread) with each undecodable record, once.
         stats: counters (``tails_opened``, ``catch_up_reads``, ``tail_decoded``, ``tail_own``).
+        peek: the codec's ``framed_type`` (a record's type from its framing, None when that
+            does not tell), so records that no subscriber wants are not decoded (see
+            ``types`` of :meth:`subscribe`).
     """
 
     def __init__(
@@ -441,9 +478,11 @@ class Fanout:
         catch_up: CatchUp,
         on_corrupt: Callable[[CorruptRecord], None],
         stats: KafkaLogStats,
+        peek: Callable[[bytes], str | None] | None = None,
     ) -> None:
         self.settings = settings
         self.decode = decode
+        self.peek = peek
         self._catch_up = catch_up
         self._on_corrupt = on_corrupt
         self.stats = stats
@@ -523,10 +562,11 @@ class Fanout:
         return tail
 
     async def subscribe(
-        self, partition: int, *, after: int, session_id: str | None = None
+        self, partition: int, *, after: int, session_id: str | None = None, types: frozenset[str] | None = None
     ) -> AsyncIterator[LogEntry]:
         """Committed records of ``session_id`` (every session if None) in ``partition``
-        with ``seq > after``, in order, as they commit; never ends by itself.
+        with ``seq > after``, in order, as they commit; never ends by itself. ``types``:
+        the record types wanted (a hint, with ``session_id``: others may come too).
 
         Raises:
             LogUnavailable: the partition's tail failed (subscribe again to reopen it).
@@ -534,7 +574,7 @@ class Fanout:
         key = message_key(session_id) if session_id is not None else None
         after = max(0, after)
         tail = await self._tail(partition, after)
-        sub = _Sub(key, after)
+        sub = _Sub(key, after, types if key is not None else None)
         tail.add(sub)
         try:
             while True:

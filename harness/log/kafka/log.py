@@ -325,7 +325,12 @@ class KafkaLog:
                     self._corrupt_listeners.get(partition, []).remove(listener)
 
     async def subscribe(
-        self, session_id: str, *, after: int | None = None, dead_letter: bool = True
+        self,
+        session_id: str,
+        *,
+        after: int | None = None,
+        dead_letter: bool = True,
+        types: frozenset[str] | None = None,
     ) -> AsyncIterator[LogEntry]:
         """The committed records of ``session_id`` with seq > ``after``, in order, live.
 
@@ -334,7 +339,9 @@ class KafkaLog:
         one consumer per partition; no gap and no duplicate between the history and the
         live records. Never ends by itself; close the iterator to stop. A poison record is
         dead-lettered and skipped; ``dead_letter=False`` (a reader that writes nothing: a
-        client, the gateway) skips it quietly, on a shared tail of its own.
+        client, the gateway) skips it quietly, on a shared tail of its own. ``types``: the
+        record types wanted, a hint (records nobody wants are not decoded; others may
+        still come).
 
         Raises:
             LogUnavailable: the partition's tail failed (subscribe again).
@@ -345,7 +352,8 @@ class KafkaLog:
             for entry in held:
                 yield entry
         fanout = self.fanout if dead_letter else self.quiet_fanout
-        async for entry in fanout.subscribe(self.partition_for(session_id), after=after, session_id=session_id):
+        partition = self.partition_for(session_id)
+        async for entry in fanout.subscribe(partition, after=after, session_id=session_id, types=types):
             yield entry
 
     @property
@@ -360,6 +368,7 @@ class KafkaLog:
                     catch_up=self._catch_up,
                     on_corrupt=self._fanout_corrupt,
                     stats=self.stats,
+                    peek=self._codec.framed_type,
                 )
             return self._fanout
 
@@ -376,6 +385,7 @@ class KafkaLog:
                     catch_up=self._catch_up_quietly,
                     on_corrupt=_skip_quietly,
                     stats=self.stats,
+                    peek=self._codec.framed_type,
                 )
             return self._quiet_fanout
 

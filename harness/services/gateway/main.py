@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.gcpause import tune_for_service
 
 __all__ = ["main", "serve_main"]
 
@@ -56,6 +57,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
 
     harnesses = load_harnesses(settings.apps) if settings.apps else []
     log_ = open_gateway_log(settings, client=not worker)
+    tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     live: LiveSource = default_live(log_)
     if worker and isinstance(live, LiveRouter):
         # No live topic (SQLite): the worker's sessions publish their deltas to the

@@ -37,6 +37,7 @@ from harness.cli.common import (
     run_command,
 )
 from harness.errors import ConfigError
+from harness.gcpause import tune_for_service
 from harness.runtime.host import DEFAULT_SYNC_THREADS
 from harness.runtime.worker import Worker
 from harness.services.worker.apps import load_harnesses
@@ -156,6 +157,7 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
     secrets = load_secrets(args.secrets_dir, env)
     harnesses = load_harnesses(args.app)
     worker_log = await open_log_for(args.log, role="worker", env=env)
+    tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     try:
         worker = Worker(
             log=worker_log,
