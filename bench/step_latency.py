@@ -1,6 +1,6 @@
 """Latency of a durable no-op ``step.do`` against the physical floor of its log.
 
-    python bench/step_latency.py --log sqlite:///tmp/bench.db
+    python bench/step_latency.py --log sqlite:////tmp/bench.db      # (four slashes: an absolute path)
     python bench/step_latency.py --log kafka://127.0.0.1:9092 --concurrency 64
 
 One durable tool runs sequential no-op steps, timed one by one, of two kinds: an

@@ -37,6 +37,7 @@ loop has its own queue; the write connection is used by one thread at a time).
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -90,6 +91,17 @@ DEFAULT_INLINE_COMMIT_LIMIT = timedelta(milliseconds=2)
 
 def _seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _open_hint(path: str) -> str:
+    """Why a file could not be opened, when its folder says so."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return (f" (its folder {folder} does not exist: create it, or fix the path; sqlite:///name.db is "
+                "relative to the current folder, sqlite:////abs/path.db absolute)")
+    if not os.access(folder, os.W_OK):
+        return f" (its folder {folder} is not writable by this user)"
+    return ""
 
 
 class SqliteLog:
@@ -323,7 +335,7 @@ class SqliteLog:
             if conn is not None:
                 conn.close()
             if isinstance(exc, sqlite3.Error | UnicodeDecodeError):  # a file this damaged cannot be used
-                raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
+                raise LogUnavailable(f"SQLite log {self._path!r}: {exc}{_open_hint(self._path)}") from exc
             raise
         return conn, str(namespace)
 

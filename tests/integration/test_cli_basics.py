@@ -109,6 +109,14 @@ def test_a_missing_sqlite_file_is_a_runtime_error_and_is_not_created(tmp_path: P
     assert not path.exists()
 
 
+def test_a_worker_on_a_sqlite_file_in_a_missing_folder_says_which_folder(tmp_path: Path) -> None:
+    out = harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", "sqlite:///no-such-folder/x.db",
+                  cwd=tmp_path)
+    line = one_line(out)
+    assert out.returncode == 1 and f"its folder {tmp_path / 'no-such-folder'} does not exist" in line, line
+    assert not (tmp_path / "no-such-folder").exists()
+
+
 def test_send_with_no_worker_says_so_when_it_gives_up(tmp_path: Path) -> None:
     import asyncio
 
