@@ -165,7 +165,9 @@ class ModelResponseRecord(Record):
 
 @dataclass(frozen=True, slots=True)
 class ModelUsage(Record):
-    """What one completed model call used; appended with its ``ModelResponseRecord``."""
+    """What one completed model call used; appended with its ``ModelResponseRecord``, or,
+    for a call a sub-agent made inside an agent tool call (``tool_call_id``), with that
+    call's step result (``index``: its position among the sub-agent's calls)."""
 
     TYPE: ClassVar[str] = "harness.model.usage"
 
@@ -175,6 +177,7 @@ class ModelUsage(Record):
     input_tokens: int = 0
     output_tokens: int = 0
     cost: float | None = None
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

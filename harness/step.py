@@ -40,7 +40,7 @@ from harness.errors import (
 )
 from harness.jsonvalues import check_text, dumps, json_copy, loads
 from harness.observability import metrics
-from harness.records import AskOpened, Record, SleepScheduled, StepResult
+from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
 
@@ -286,11 +286,49 @@ class DurableStep:
             attempt=s.attempt,
         )
 
-    async def finish(self, name: str, raw: Any) -> Any:
-        """Check ``fn``'s value, commit it, return its JSON copy."""
+    async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
+        """A sub-agent's model call as a step (``agent_tool``): ``do``, and the usage the
+        value holds (``value["usage"]``, when the model reported it) lands with the step
+        result, in the same append, as a ``harness.model.usage`` record of this tool call
+        (``index``: the call's position among the sub-agent's calls)."""
+        stored, info = self.begin(name)
+        if info is None:
+            metrics.step(self._s.harness_name, "served")
+            return stored
+        s = self._s
+
+        def usage_of(value: Any) -> list[Record]:
+            used = value.get("usage") if isinstance(value, dict) else None
+            if not isinstance(used, dict):
+                return []
+            model, cost = used.get("model"), used.get("cost")
+            return [ModelUsage(
+                s.session_id, _ms(s.clock.now()), s.call.turn, index,
+                model=model if isinstance(model, str) else None,
+                input_tokens=max(0, int(used.get("input_tokens") or 0)),
+                output_tokens=max(0, int(used.get("output_tokens") or 0)),
+                cost=float(cost) if isinstance(cost, int | float) else None,
+                tool_call_id=s.tool_call_id,
+            )]
+
+        started = time.perf_counter()
+        try:
+            value = await self.finish(name, await _call_fn(fn, info, s.run_sync), extra=usage_of)
+        except BaseException:
+            metrics.step(s.harness_name, "failed", time.perf_counter() - started)
+            raise
+        metrics.step(s.harness_name, "ran", time.perf_counter() - started)
+        return value
+
+    async def finish(self, name: str, raw: Any, *, extra: Callable[[Any], list[Record]] | None = None) -> Any:
+        """Check ``fn``'s value, commit it (with ``extra(value)``'s records, in the same
+        append), return its JSON copy."""
         s = self._s
         value, text = self._check_value(name, raw)
-        await s.commit([StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)])
+        records: list[Record] = [StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)]
+        if extra is not None:
+            records.extend(extra(value))
+        await s.commit(records)
         # The caller gets a copy of its own (the session's state keeps ``value``): a
         # container parsed back from its JSON text (C speed, no second walk here).
         return loads(text) if isinstance(value, (dict, list)) else value
@@ -392,7 +430,11 @@ class PlainStep:
         key = ids.plain_idempotency_key(self._chat_id, self._call, name)
         return None, StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
 
-    async def finish(self, name: str, raw: Any) -> Any:
+    async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
+        """A sub-agent's model call (plain mode: no usage record, nothing stored)."""
+        return await self.do(name, fn)
+
+    async def finish(self, name: str, raw: Any, *, extra: Callable[[Any], list[Record]] | None = None) -> Any:
         return json_copy(raw)
 
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:

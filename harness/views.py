@@ -410,7 +410,8 @@ def timeline(entries: Sequence[LogEntry] | Iterable[LogEntry]) -> list[TimelineI
                                 or None)
         elif isinstance(r, ModelUsage):
             used = {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cost": r.cost}
-            item = TimelineItem(seq, ts, "model.usage", 1, turn=r.turn, name=r.model, value=used,
+            item = TimelineItem(seq, ts, "model.usage", 1 if r.tool_call_id is None else 2, turn=r.turn, name=r.model,
+                                value=used, tool_call_id=r.tool_call_id,
                                 preview=usage_text(Usage(1, r.input_tokens, r.output_tokens, r.cost)),
                                 detail={"index": r.index})
         elif isinstance(r, ModelRetry):

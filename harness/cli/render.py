@@ -200,7 +200,8 @@ def _body(item: TimelineItem, now_ms: int, style: Style) -> str:
         cut = style("  (cut at the output limit: its calls do not run)", "yellow") if item.status == "truncated" else ""
         return f"{_quoted(item.text) or '(no text)'}{calls}{cut}"
     if k == "model.usage":
-        return f"{item.name or 'model'}: {item.preview}"
+        by = f" (the sub-agent of [{item.tool_call_id}])" if item.tool_call_id else ""
+        return f"{item.name or 'model'}: {item.preview}{by}"
     if k == "model.retry":
         why = f" ({item.code})" if item.code else ""
         return f"failed{why}: {item.text}; retry {item.attempt} at {clock(item.wake_at, now_ms, millis=True)}"

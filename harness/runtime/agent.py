@@ -35,6 +35,7 @@ from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber
+from harness.step import DurableStep, PlainStep
 from harness.tools import Tool, ToolDefinition
 
 __all__ = ["agent_tool"]
@@ -60,8 +61,11 @@ class _PrefixedStep:
         begun: tuple[Any, Any] = self._inner.begin(self._prefix + name)
         return begun
 
-    async def finish(self, name: str, raw: Any) -> Any:
-        return await self._inner.finish(self._prefix + name, raw)
+    async def finish(self, name: str, raw: Any, *, extra: Any = None) -> Any:
+        return await self._inner.finish(self._prefix + name, raw, extra=extra)
+
+    async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
+        return await self._inner._model_call(self._prefix + name, index, fn)
 
     async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
         await self._inner.sleep(self._prefix + name, duration, until=until)
@@ -99,6 +103,14 @@ def _response_json(response: ModelResponse, scrubber: SecretScrubber) -> dict[st
     out: dict[str, Any] = {"text": text, "tool_calls": calls}
     if response.truncated:  # cut at the output limit: its calls never run (as at the top level)
         out["finish_reason"] = response.finish_reason
+    usage = response.usage
+    if usage is not None:  # becomes a harness.model.usage record of the tool call (DurableStep._model_call)
+        out["usage"] = {
+            "model": str(usage.model) if usage.model is not None else None,
+            "input_tokens": max(0, int(usage.input_tokens)),
+            "output_tokens": max(0, int(usage.output_tokens)),
+            "cost": float(usage.cost) if usage.cost is not None else None,
+        }
     return out
 
 
@@ -148,7 +160,7 @@ def agent_tool(
                 )
                 return _response_json(response, scrubber)
 
-            response = await ctx.step.do(f"agent:model:{k}", call_model)
+            response = await _model_step(ctx)._model_call(f"agent:model:{k}", k, call_model)
             calls = response["tool_calls"]
             assistant: dict[str, Any] = {"role": "assistant", "content": response["text"] or ""}
             if calls:
@@ -174,6 +186,15 @@ def agent_tool(
         raise HarnessError(f"the sub-agent {harness.name!r} made {limit} model calls without a final answer")
 
     return Tool(definition=definition, execute=execute, replay="never", durable=True, agent=True)
+
+
+def _model_step(ctx: ToolContext) -> DurableStep | PlainStep | _PrefixedStep:
+    """The step an agent tool's model calls go through (an agent tool is async: its step
+    is never a sync tool's ``SyncStep``)."""
+    step: Any = ctx.step
+    if not isinstance(step, DurableStep | PlainStep | _PrefixedStep):
+        raise HarnessError(f"an agent tool runs with a durable or plain step, not {type(step).__name__}")
+    return step
 
 
 async def _run_child(

@@ -141,7 +141,8 @@ def examples() -> list[Record]:
             replaced_by_hook=True,
             code="tool_failed",
         ),
-        ModelUsage(S, TS + 15, 1, 0, model="gpt-ü-mini", input_tokens=1234, output_tokens=56, cost=0.00123),
+        ModelUsage(S, TS + 15, 1, 0, model="gpt-ü-mini", input_tokens=1234, output_tokens=56, cost=0.00123,
+                   tool_call_id="call-agent-ü"),
         ModelRetry(
             S,
             TS + 16,

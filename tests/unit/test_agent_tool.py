@@ -188,3 +188,42 @@ async def test_a_sub_agents_transient_model_error_is_retried_inside_its_step(hos
     assert tool_result(parent_model, "p1") == {"content": {"text": "after the wait"}, "is_error": False}
     steps = [s["name"] for s in await entries(log, SID, "harness.step.result")]
     assert steps == ["agent:model:0"]  # one step: the retry left nothing in the log
+
+
+async def test_a_sub_agents_model_usage_counts_in_the_session_once(hosts, log, clock) -> None:
+    """Each model call of a sub-agent that reports usage lands a harness.model.usage of the
+    agent tool call, in the same append as the call's step result: the session's totals
+    include it, and a crash after it never counts it twice (the step is served)."""
+    from harness.models import Usage
+    from harness.records import ModelUsage, StepResult
+
+    effects = Effects()
+    parent, child_model, parent_model = sub_agent(effects)
+    used = [Usage(input_tokens=100 + i, output_tokens=10 + i, model="child-m", cost=0.5) for i in range(2)]
+    child_model._responses = [
+        ModelResponse(text=r.text, tool_calls=r.tool_calls, usage=u)
+        for r, u in zip(child_model._responses, used, strict=True)
+    ]
+    parent_model._responses = [
+        ModelResponse(text=r.text, tool_calls=r.tool_calls, usage=Usage(input_tokens=1000, output_tokens=1, model="boss-m"))
+        for r in parent_model._responses
+    ]
+    dying = DyingLog(log, lambda records: any(getattr(r, "name", "") == "agent:model:1" for r in records))
+    first = await hosts(log_=dying, owner_id="first").open(parent, session_id=SID)
+    with contextlib.suppress(Died):  # dies committing the sub-agent's second model call
+        await first.send("go", input_id="in-1")
+    await crash(first)
+    clock.advance(LEASE.total_seconds() + 1)
+    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    [result] = await second.recover()
+    assert result.outcome == "completed"
+
+    records = [e.record for e in await log.read(SID)]
+    mine = [r for r in records if isinstance(r, ModelUsage) and r.tool_call_id == "p1"]
+    assert [(u.index, u.input_tokens, u.output_tokens, u.model) for u in mine] == [(0, 100, 10, "child-m")]
+    at = records.index(mine[0])  # right after its step result: one append
+    assert isinstance(records[at - 1], StepResult) and records[at - 1].name == "agent:model:0"
+    totals = second.usage
+    parents = [r for r in records if isinstance(r, ModelUsage) and r.tool_call_id is None]
+    assert totals.calls == len(parents) + 1
+    assert totals.input_tokens == 1000 * len(parents) + 100 and totals.cost == 0.5
