@@ -74,6 +74,18 @@ def tool_result(model: ScriptedModel, call_id: str) -> dict[str, Any]:
     return {"content": json.loads(msg["content"]), "is_error": msg["is_error"]}
 
 
+async def died_at_the_sub_agents_second_call(hosts, log, clock, parent) -> Any:  # type: ignore[no-untyped-def]
+    """A first owner dies committing the sub-agent's second model response; the second
+    owner's handle of the session, once the first one's lease ran out."""
+    dying = DyingLog(log, lambda records: any(getattr(r, "name", "") == "agent:model:1" for r in records))
+    first = await hosts(log_=dying, owner_id="first").open(parent, session_id=SID)
+    with contextlib.suppress(Died):
+        await first.send("go", input_id="in-1")
+    await crash(first)
+    clock.advance(LEASE.total_seconds() + 1)
+    return await hosts(owner_id="second").open(parent, session_id=SID)
+
+
 async def test_agent_tool_runs_the_sub_harness_and_returns_its_answer(host, log) -> None:
     effects = Effects()
     parent, child_model, parent_model = sub_agent(effects)
@@ -114,13 +126,7 @@ async def test_s5_4_agent_call_waiting_for_a_person_keeps_its_place_after_a_cras
 async def test_s5_4_agent_call_not_waiting_is_cut(hosts, log, clock) -> None:
     effects = Effects()
     parent, _child_model, parent_model = sub_agent(effects)
-    dying = DyingLog(log, lambda records: any(getattr(r, "name", "") == "agent:model:1" for r in records))
-    first = await hosts(log_=dying, owner_id="first").open(parent, session_id=SID)
-    with contextlib.suppress(Died):  # the "process" died before the last model response committed
-        await first.send("go", input_id="in-1")
-    await crash(first)
-    clock.advance(LEASE.total_seconds() + 1)
-    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    second = await died_at_the_sub_agents_second_call(hosts, log, clock, parent)
     [result] = await second.recover()
     assert result.outcome == "completed"
     cut = tool_result(parent_model, "p1")
@@ -208,13 +214,7 @@ async def test_a_sub_agents_model_usage_counts_in_the_session_once(hosts, log, c
         ModelResponse(text=r.text, tool_calls=r.tool_calls, usage=Usage(input_tokens=1000, output_tokens=1, model="boss-m"))
         for r in parent_model._responses
     ]
-    dying = DyingLog(log, lambda records: any(getattr(r, "name", "") == "agent:model:1" for r in records))
-    first = await hosts(log_=dying, owner_id="first").open(parent, session_id=SID)
-    with contextlib.suppress(Died):  # dies committing the sub-agent's second model call
-        await first.send("go", input_id="in-1")
-    await crash(first)
-    clock.advance(LEASE.total_seconds() + 1)
-    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    second = await died_at_the_sub_agents_second_call(hosts, log, clock, parent)
     [result] = await second.recover()
     assert result.outcome == "completed"
 
