@@ -363,9 +363,32 @@ def timeline(entries: Sequence[LogEntry] | Iterable[LogEntry]) -> list[TimelineI
     ``code``) the same way. Each answer and settlement also has an item of its own,
     at its own time.
     """
+    return Timeline().add(entries)
+
+
+class Timeline:
+    """A session's timeline made as its records come (``harness tail``): each ``add``
+    returns the items of the new records only, and costs what they are, not what the
+    session holds. ``timeline(a + b)`` equals ``add(a) + add(b)`` item for item (earlier
+    items are still updated by later answers and settlements)."""
+
+    __slots__ = ("_asks", "_inputs")
+
+    def __init__(self) -> None:
+        self._inputs: dict[str, TimelineItem] = {}
+        self._asks: dict[tuple[str, str], TimelineItem] = {}
+
+    def add(self, entries: Sequence[LogEntry] | Iterable[LogEntry]) -> list[TimelineItem]:
+        """The items of ``entries`` (the session's next records, in log order)."""
+        return _timeline_items(entries, self._inputs, self._asks)
+
+
+def _timeline_items(
+    entries: Sequence[LogEntry] | Iterable[LogEntry],
+    inputs: dict[str, TimelineItem],
+    asks: dict[tuple[str, str], TimelineItem],
+) -> list[TimelineItem]:
     items: list[TimelineItem] = []
-    inputs: dict[str, TimelineItem] = {}
-    asks: dict[tuple[str, str], TimelineItem] = {}
     for entry in entries:
         r = entry.record
         seq, ts = entry.seq, r.ts

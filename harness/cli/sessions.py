@@ -27,7 +27,7 @@ from harness.errors import SessionNotFound
 from harness.records import LogEntry
 from harness.replay import fold
 from harness.runtime.catalog import follow_session, list_sessions, scan_session
-from harness.views import SESSION_STATES, summarize, timeline
+from harness.views import SESSION_STATES, Timeline, summarize, timeline
 
 __all__ = ["main_sessions", "main_show", "main_tail", "read_existing"]
 
@@ -177,15 +177,15 @@ async def main_tail(argv: list[str]) -> int:
     style = style_for(sys.stdout, args.color)
     try:
         entries, _ = await scan_session(log, args.session)
-        items = timeline(entries)
+        made = Timeline()
+        items = made.add(entries)
         shown = items[-args.lines:] if args.lines else []
         for item in shown:
             _print_item(item, args.json, style)
         if not entries:
             print(f"(no records of session {args.session} yet; waiting for the first one)", file=sys.stderr)
-        printed = {item.seq for item in items}
         after = entries[-1].seq if entries else 0
-        follower = asyncio.ensure_future(_follow(log, args.session, after, entries, printed, args.json, style))
+        follower = asyncio.ensure_future(_follow(log, args.session, after, made, args.json, style))
         stopper = asyncio.ensure_future(stop.wait())
         await asyncio.wait({follower, stopper}, return_when=asyncio.FIRST_COMPLETED)
         for task in (follower, stopper):
@@ -199,11 +199,10 @@ async def main_tail(argv: list[str]) -> int:
     return 0
 
 
-async def _follow(log: Any, session_id: str, after: int, entries: list[LogEntry], printed: set[int],
-                  as_json: bool, style: Any) -> None:
-    """Print the timeline items of new records. The timeline is made again from the whole
-    session once per batch: the records that arrived while the last batch was printed
-    (a fast session batches itself, so the cost per record stays bounded)."""
+async def _follow(log: Any, session_id: str, after: int, made: Timeline, as_json: bool, style: Any) -> None:
+    """Print the timeline items of new records, a batch at a time (the records that came
+    while the last batch was printed: an input and its settlement in one batch print as
+    settled). Each batch costs what it holds, however long the session."""
     queue: asyncio.Queue[LogEntry] = asyncio.Queue()
 
     async def read() -> None:
@@ -219,13 +218,11 @@ async def _follow(log: Any, session_id: str, after: int, entries: list[LogEntry]
                 getter.cancel()
                 reader.result()  # the reader failed (or ended): say why
                 return
-            entries.append(getter.result())
+            batch = [getter.result()]
             while not queue.empty():
-                entries.append(queue.get_nowait())
-            for item in timeline(entries):  # asks and inputs show what they know when printed
-                if item.seq not in printed:
-                    printed.add(item.seq)
-                    _print_item(item, as_json, style)
+                batch.append(queue.get_nowait())
+            for item in made.add(batch):  # asks and inputs show what they know when printed
+                _print_item(item, as_json, style)
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -31,7 +31,7 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay import fold
-from harness.views import SessionSummary, Usage, preview, summarize, timeline, usage_text
+from harness.views import SessionSummary, Timeline, Usage, preview, summarize, timeline, usage_text
 
 from .conftest import Args, call, eventually, script
 
@@ -180,6 +180,25 @@ def test_timeline_shows_takeovers_attempts_and_steps_in_log_order():
     assert items[0].status == "completed"  # the input carries its settlement
     assert [i.depth for i in items[:5]] == [0, 0, 1, 1, 2]
     assert roundtrip([i.to_json() for i in items])[4]["value"] == {"id": "ch_1", "amount": 1000}
+
+
+def test_a_timeline_made_batch_by_batch_is_the_timeline_of_the_whole():
+    """``harness tail`` adds each batch of new records to one Timeline: however the
+    session is cut into batches, the items are those of the whole (an input shown
+    settled once its settlement came, in a later batch too)."""
+    whole = [i.to_json() for i in timeline(takeover_log())]
+    entries = takeover_log()
+    for cuts in ([], [1], [3, 4], list(range(1, len(entries))), [11]):
+        made, got, start = Timeline(), [], 0
+        for end in [*cuts, len(entries)]:
+            got += made.add(entries[start:end])
+            start = end
+        assert [i.to_json() for i in got] == whole, cuts
+    made = Timeline()
+    first = made.add(entries[:1])
+    assert first[0].status is None  # not settled yet
+    assert [i.kind for i in made.add(entries[1:])][-1] == "input.settled"
+    assert first[0].status == "completed"  # the item it returned before learns it
 
 
 def test_summary_of_a_taken_over_turn_parked_on_an_answered_ask_is_running():
