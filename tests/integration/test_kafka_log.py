@@ -160,6 +160,43 @@ async def test_group_commit_64_concurrent_sessions_of_one_partition(make_log):
     assert len(everything) == 192 and [e.seq for e in everything] == sorted(e.seq for e in everything)
 
 
+async def test_a_cancelled_append_lands_only_if_its_transaction_had_begun(make_log, monkeypatch):
+    """Cancelling ``append`` before its transaction began lands nothing; after, its
+    outcome stands (the caller's await is cancelled either way). Other appends of the
+    group commit are not affected."""
+    import threading
+
+    from harness.log.kafka import writer as writer_module
+
+    gate, entered = threading.Event(), threading.Event()
+    transaction = writer_module.PartitionWriter._transaction
+
+    def held(self, pending, deadline):  # the first transaction waits (it has begun: running)
+        if not entered.is_set():
+            entered.set()
+            gate.wait(30)
+        return transaction(self, pending, deadline)
+
+    monkeypatch.setattr(writer_module.PartitionWriter, "_transaction", held)
+    log = make_log()
+    a, b = sessions_in_partition(0, 4, 2)
+    wa = await log.claim(a, owner="w", lease=LEASE)
+    wb = await log.claim(b, owner="w", lease=LEASE)
+    begun = asyncio.ensure_future(wa.append([step(a, 1)]))
+    await asyncio.to_thread(entered.wait, 30)  # its transaction began, and waits
+    queued = asyncio.ensure_future(wb.append([step(b, 1)]))
+    await asyncio.sleep(0.05)  # queued behind it
+    begun.cancel()
+    queued.cancel()
+    for task in (begun, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    gate.set()
+    after = await wb.append([step(b, 2)])  # the writer goes on
+    assert [e.record.name for e in await log.read(a)] == ["step-1"]  # begun: it landed
+    assert await log.read(b) == after  # queued: nothing of it landed
+
+
 async def test_one_session_appends_stay_in_call_order(make_log):
     log = make_log()
     writer = await log.claim("s", owner="w", lease=LEASE)

@@ -85,8 +85,14 @@ class KafkaSessionWriter:
         if not encoded:
             return []
         future: concurrent.futures.Future[list[int]] = concurrent.futures.Future()
-        self._writer.enqueue(Append(self._session_id, self._epoch, encoded, future, records))
-        offsets = await asyncio.wrap_future(future)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[int]] = loop.create_future()
+        self._writer.enqueue(Append(self._session_id, self._epoch, encoded, future, records, loop, waiter))
+        try:
+            offsets = await waiter
+        except asyncio.CancelledError:
+            future.cancel()  # lands nothing if its transaction has not begun; else its outcome stands
+            raise
         return [LogEntry(offset + 1, record) for offset, record in zip(offsets, records, strict=True)]
 
     async def renew(self) -> None:

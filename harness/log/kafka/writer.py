@@ -13,6 +13,7 @@ All transaction discipline lives in :meth:`PartitionWriter._commit`.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -42,7 +43,7 @@ from harness.log.kafka.stats import KafkaLogStats
 from harness.observability import metrics
 from harness.records import InputSettled, Record
 
-__all__ = ["Append", "PartitionWriter", "RecordTooLarge", "linger_for", "returning_sessions"]
+__all__ = ["Append", "PartitionWriter", "RecordTooLarge", "linger_for", "returning_sessions", "wake"]
 
 log = logging.getLogger("harness.log.kafka")
 
@@ -65,13 +66,47 @@ class RecordTooLarge(LogError, ValueError):
 
 @dataclass(slots=True, eq=False)
 class Append:
-    """One ``SessionWriter.append``: encoded records, resolved with their offsets."""
+    """One ``SessionWriter.append``: encoded records, resolved with their offsets.
+
+    ``future`` is the outcome (thread-safe; the writer marks it running when its
+    transaction begins, so a cancel after that changes nothing). ``waiter``, an asyncio
+    future of ``loop``, is what the appender awaits: the writer wakes every waiter of a
+    group commit with ONE call into each loop, not one per append (:func:`wake`).
+    """
 
     session_id: str
     epoch: int
     values: Sequence[tuple[str, bytes]]  # (record type, encoded value)
     future: concurrent.futures.Future[list[int]]
     records: Sequence[Record] = ()  # what was encoded (told to ``on_records`` once committed)
+    loop: asyncio.AbstractEventLoop | None = None
+    waiter: asyncio.Future[list[int]] | None = None
+
+
+def wake(appends: Sequence[Append]) -> None:
+    """Hand the outcomes of ``appends`` (resolved ones) to their waiters: one call per
+    event loop (any thread)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Append]] = {}
+    for append in appends:
+        if append.loop is not None and append.waiter is not None and append.future.done():
+            by_loop.setdefault(append.loop, []).append(append)
+    for loop, woken in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle_waiters, woken)
+
+
+def _settle_waiters(appends: list[Append]) -> None:
+    """(On the appenders' loop.) Copy each outcome to its waiter."""
+    for append in appends:
+        waiter, future = append.waiter, append.future
+        if waiter is None or waiter.done():
+            continue  # its appender was cancelled meanwhile
+        if future.cancelled():
+            waiter.cancel()
+        elif (error := future.exception()) is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(future.result())
 
 
 class _Rejected(Exception):
@@ -241,6 +276,7 @@ class PartitionWriter:
                 log.exception("group commit of partition %d failed unexpectedly", self.partition)
                 self._die(LogUnavailable(f"owner writer of partition {self.partition} failed: {exc}"))
                 self._fail(batch, self._dead_error)
+            wake(batch)
         self._finish()
 
     def _drain(self, batch: list[Append], linger: tuple[float, int] | None) -> bool:
@@ -276,6 +312,7 @@ class PartitionWriter:
                 break
             if item is not None:
                 self._fail([item], self._dead_error if self._dead else self._released_error)
+                wake([item])
         if self._producer is not None:
             with contextlib.suppress(Exception):  # a fenced producer may refuse; it is gone anyway
                 self._producer.flush(1.0)
