@@ -62,10 +62,16 @@ async def take(entries: AsyncIterator[LogEntry], n: int, timeout: float = 30) ->
 
 
 async def write(log: KafkaLog, session: str, first: int, count: int) -> list[LogEntry]:
+    """Steps ``first..first+count-1`` of ``session``, committed and readable by every reader.
+
+    Kafka writes the commit markers just after ``commit_transaction`` returns, so another
+    log's read could still end before them; the writer's own read waits for its commits.
+    """
     writer = await log.claim(session, owner="w", lease=LEASE)
     out = []
     for n in range(first, first + count):
         out += await writer.append([step(session, n)])
+    await log.read_partition(log.partition_for(session), out[-1].seq)
     return out
 
 
