@@ -99,11 +99,14 @@ def positive_float(name: str) -> Callable[[str], float]:
 
 def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
     """``HARNESS_KAFKA_CONFIG_<KEY>=value`` -> ``{"<key>": value}``: the key lower-cased
-    with ``_`` as ``.`` (``HARNESS_KAFKA_CONFIG_SASL_PASSWORD`` -> ``sasl.password``)."""
+    with ``_`` as ``.`` and ``__`` as ``_`` (``HARNESS_KAFKA_CONFIG_SASL_PASSWORD`` ->
+    ``sasl.password``, ``HARNESS_KAFKA_CONFIG_LOG__LEVEL`` -> ``log_level``), as
+    Confluent's images spell librdkafka settings in the environment."""
     out = {}
     for name, value in env.items():
         if name.startswith(KAFKA_CONFIG_PREFIX) and len(name) > len(KAFKA_CONFIG_PREFIX):
-            out[name[len(KAFKA_CONFIG_PREFIX):].lower().replace("_", ".")] = value
+            key = name[len(KAFKA_CONFIG_PREFIX):].lower()
+            out["_".join(part.replace("_", ".") for part in key.split("__"))] = value
     return out
 
 

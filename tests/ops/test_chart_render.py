@@ -14,6 +14,8 @@ import yaml
 from chart import container, find, kinds, render, template, validate, write_values
 from ops_tools import CHART, KUBE_VERSION, run, tool
 
+from harness.cli.common import kafka_client_config
+
 FULL: dict[str, Any] = {
     "kafka": {
         "bootstrap": "b1:9093,b2:9093",
@@ -23,7 +25,7 @@ FULL: dict[str, Any] = {
         "securityProtocol": "SASL_SSL",
         "sasl": {"mechanism": "SCRAM-SHA-512", "existingSecret": "kafka-creds"},
         "tls": {"existingSecret": "kafka-ca", "certKey": "tls.crt", "keyKey": "tls.key"},
-        "config": {"socket.keepalive.enable": "true", "client.id": "harness"},
+        "config": {"socket.keepalive.enable": "true", "client.id": "harness", "log_level": "6"},
     },
     "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
     "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
@@ -109,6 +111,8 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     assert config["HARNESS_KAFKA_CONFIG_SASL_MECHANISM"] == "SCRAM-SHA-512"
     assert config["HARNESS_KAFKA_CONFIG_SOCKET_KEEPALIVE_ENABLE"] == "true"
     assert config["HARNESS_KAFKA_CONFIG_SSL_CA_LOCATION"] == "/var/run/harness/kafka-tls/ca.crt"
+    given = {"socket.keepalive.enable": "true", "client.id": "harness", "log_level": "6"}
+    assert {k: v for k, v in kafka_client_config(config).items() if k in given} == given  # as the worker reads them
     assert not any("PASSWORD" in k or "USERNAME" in k for k in config), "credentials never in the ConfigMap"
 
     worker = find(docs, "Deployment", "-worker")

@@ -35,6 +35,11 @@ def test_kafka_config_variables_become_librdkafka_keys() -> None:
     assert kafka_client_config(env) == {"sasl.password": "pw", "security.protocol": "SASL_SSL"}
 
 
+def test_a_double_underscore_in_a_kafka_config_variable_is_an_underscore_of_the_key() -> None:
+    env = {"HARNESS_KAFKA_CONFIG_LOG__LEVEL": "7", "HARNESS_KAFKA_CONFIG_SASL_OAUTHBEARER_CLIENT_ID": "me"}
+    assert kafka_client_config(env) == {"log_level": "7", "sasl.oauthbearer.client.id": "me"}
+
+
 def test_secrets_folder_in_the_kubernetes_layout(tmp_path: Path) -> None:
     data = tmp_path / "..2025_01_01_00_00_00.1"
     data.mkdir()
