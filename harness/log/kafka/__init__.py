@@ -8,6 +8,7 @@ One module per job:
 * ``writer``         ``PartitionWriter``: one fenced transactional producer per owned partition,
                      group commit
 * ``session_writer`` ``KafkaSessionWriter``: a session's view of its partition's writer
+* ``owners``         ``Owners``: this process's owner writers (claims, epochs, owned partitions)
 * ``inputs``         the idempotent input producer and the dead-letter topic
 * ``reader``         bounded read_committed reads of a partition
 * ``fanout``         ``Fanout``: one shared tailing consumer per partition per process, fanned

@@ -14,7 +14,7 @@ partition, in order) and ``<prefix>.dead-letter`` for records nobody can decode.
   per process (:mod:`harness.log.kafka.fanout`).
 * Owner producers live as long as the log: releasing the last session of a partition
   keeps its producer (no second ``init_transactions``); ``disown_partition`` and
-  ``close`` close it.
+  ``close`` close it (:mod:`harness.log.kafka.owners`).
 * Partitions are computed by Kafka's keyed murmur2 partitioner
   (:mod:`harness.log.kafka.partitioner`) and produced explicitly.
 
@@ -37,7 +37,6 @@ import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Self
 
@@ -49,22 +48,24 @@ from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _le
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import DEFAULT_PARTITIONS, SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
-from harness.log.kafka.fanout import Fanout
+from harness.log.kafka.fanout import CatchUp, Fanout
 from harness.log.kafka.index import Indexes, KeyObserver
 from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_TOPIC_HEADER,
+    DeadLetters,
     InputProducer,
 )
+from harness.log.kafka.owners import Owners
 from harness.log.kafka.partitioner import partition_for
 from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range
 from harness.log.kafka.session_writer import KafkaSessionWriter
 from harness.log.kafka.snapshots import SnapshotStore
 from harness.log.kafka.stats import KafkaLogStats
 from harness.log.kafka.topics import ensure_topics
-from harness.log.kafka.writer import PartitionWriter, RecordTooLarge
+from harness.log.kafka.writer import RecordTooLarge
 from harness.records import Record
 
 __all__ = [
@@ -104,15 +105,6 @@ def open_kafka_log(url: str, **options: Any) -> KafkaLog:
         )
         kwargs["codec"] = RecordCodec(framing="registry", schema_ids=client)
     return KafkaLog(**kwargs)
-
-
-@dataclass(slots=True)
-class _Ownership:
-    """What this process knows about one session's writer."""
-
-    epoch: int = 0
-    owner: str | None = None
-    writer: PartitionWriter | None = None
 
 
 class KafkaLog:
@@ -167,19 +159,13 @@ class KafkaLog:
         )
         self.stats = KafkaLogStats()
         self._codec = codec if codec is not None else _default_codec()
-        self._lock = threading.Lock()  # guards every dict below; never held while waiting
+        self._lock = threading.Lock()  # guards the fields below; never held while waiting
         self._start_lock = threading.Lock()
         self._started = False
         self._closed = False
-        self._writers: dict[int, PartitionWriter] = {}
-        self._pinned: set[int] = set()  # partitions a worker owns: their producer stays open
-        # Once a worker owned a partition (``own_partition``), this log writes only to the
-        # partitions the group gives it: no claim starts a producer of its own.
-        self._assigned_only = False
-        self._owners: dict[str, _Ownership] = {}
-        self._committed: dict[int, int] = {}  # partition -> end of what this process committed
-        self._dead_lettered: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
+        self._owners = Owners(lambda: self.settings, self.stats, on_records=self._own_records)
         self._inputs: InputProducer | None = None
+        self._dead_letters = DeadLetters(self.settings, self.stats, self._input_producer)
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
         self._fanout: Fanout | None = None
@@ -362,14 +348,7 @@ class KafkaLog:
         with self._lock:
             self._check_open()
             if self._fanout is None:
-                self._fanout = Fanout(
-                    self.settings,
-                    decode=self._codec.decode,
-                    catch_up=self._catch_up,
-                    on_corrupt=self._fanout_corrupt,
-                    stats=self.stats,
-                    peek=self._codec.framed_type,
-                )
+                self._fanout = self._new_fanout(self._catch_up, self._fanout_corrupt)
             return self._fanout
 
     @property
@@ -379,15 +358,18 @@ class KafkaLog:
         with self._lock:
             self._check_open()
             if self._quiet_fanout is None:
-                self._quiet_fanout = Fanout(
-                    self.settings,
-                    decode=self._codec.decode,
-                    catch_up=self._catch_up_quietly,
-                    on_corrupt=_skip_quietly,
-                    stats=self.stats,
-                    peek=self._codec.framed_type,
-                )
+                self._quiet_fanout = self._new_fanout(self._catch_up_quietly, _skip_quietly)
             return self._quiet_fanout
+
+    def _new_fanout(self, catch_up: CatchUp, on_corrupt: Callable[[CorruptRecord], None]) -> Fanout:
+        return Fanout(
+            self.settings,
+            decode=self._codec.decode,
+            catch_up=catch_up,
+            on_corrupt=on_corrupt,
+            stats=self.stats,
+            peek=self._codec.framed_type,
+        )
 
     async def _catch_up(
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
@@ -456,12 +438,7 @@ class KafkaLog:
 
     async def lease_info(self, session_id: str) -> LeaseInfo:
         """What this process knows: its live writer's owner (if any) and the local epoch."""
-        with self._lock:
-            own = self._owners.get(session_id)
-            if own is None:
-                return LeaseInfo(owner=None, epoch=0, lease_until=None)
-            live = own.writer is not None and not own.writer.dead
-            return LeaseInfo(owner=own.owner if live else None, epoch=own.epoch, lease_until=None)
+        return self._owners.lease_info(session_id)
 
     async def _scan_partition(
         self,
@@ -477,8 +454,7 @@ class KafkaLog:
         await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
-        with self._lock:
-            must_reach = max(must_reach, self._committed.get(partition, 0))
+        must_reach = max(must_reach, self._owners.committed(partition))
         index = self._indexes.known(partition)
         # A read that starts inside what the index accounts for teaches it the sessions after.
         observe = KeyObserver(start) if index is not None and start <= index.position else None
@@ -516,32 +492,7 @@ class KafkaLog:
 
     def _dead_letter(self, corrupt: CorruptRecord) -> None:
         """Copy a poison record to the dead-letter topic, once per process (blocking; never raises)."""
-        where = (corrupt.partition or 0, corrupt.offset or 0)
-        with self._lock:
-            if where in self._dead_lettered:
-                return
-            self._dead_lettered.add(where)
-        log.error("skipping poison record %s[%s]@%s: %s", corrupt.topic, where[0], where[1], corrupt)
-        headers = [
-            (DLQ_TOPIC_HEADER, (corrupt.topic or "").encode()),
-            (DLQ_PARTITION_HEADER, str(where[0]).encode()),
-            (DLQ_OFFSET_HEADER, str(where[1]).encode()),
-            (DLQ_ERROR_HEADER, str(corrupt)[:4000].encode()),
-        ]
-        key = corrupt.session_id.encode() if corrupt.session_id is not None else None
-        try:
-            future = self._input_producer().produce(
-                self.settings.dead_letter_topic, value=corrupt.raw, key=key, headers=headers
-            )
-            future.result(timeout=SUBMIT_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - a failed dead letter must not fail the read
-            log.warning(
-                "could not dead-letter %s[%s]@%s (will retry on a later read): %s", corrupt.topic, *where, exc
-            )
-            with self._lock:
-                self._dead_lettered.discard(where)
-            return
-        self.stats.add(dead_lettered=1)
+        self._dead_letters.send(corrupt)
 
     # --- writes --------------------------------------------------------------------------
 
@@ -574,7 +525,7 @@ class KafkaLog:
             raise LogUnavailable(f"submit to session {record.session_id!r} failed: {error.str()}") from exc
         except TimeoutError as exc:
             raise LogUnavailable(f"submit to session {record.session_id!r} not acknowledged in time") from exc
-        self._note_commit(partition, offset + 1)
+        self._owners.note_commit(partition, offset + 1)
         self.stats.add(submits=1)
         return LogEntry(offset + 1, record)
 
@@ -604,37 +555,9 @@ class KafkaLog:
         """
         _lease_seconds(lease)
         await self.start()
+        self._check_open()
         partition = self.partition_for(session_id)
-        with self._lock:
-            self._check_open()
-            writer = self._writers.get(partition)
-            if self._assigned_only:
-                if partition not in self._pinned or writer is None:
-                    raise FencedError(
-                        f"partition {partition} of session {session_id!r} is not owned by this worker",
-                        session_id=session_id,
-                    )
-                if writer.dead or writer.closing:
-                    # Another producer fenced ours (this process may be a zombie now), or
-                    # it died after a failure. A new producer here could fence the
-                    # partition's real owner back; only the group's say-so may start one.
-                    raise FencedError(
-                        f"partition {partition} of session {session_id!r} was taken over by another owner"
-                        if writer.fenced
-                        else f"the producer of partition {partition} stopped ({writer.dead_reason}); "
-                        "the worker takes the partition up again",
-                        session_id=session_id,
-                    )
-            if writer is None or writer.dead or writer.closing:
-                writer = self._new_writer(partition, previous=writer)
-            own = self._owners.setdefault(session_id, _Ownership())
-            if own.writer is not None and own.writer is not writer:
-                own.writer.sessions.discard(session_id)
-            own.epoch += 1
-            own.owner = owner
-            own.writer = writer
-            writer.sessions.add(session_id)
-            epoch = own.epoch
+        writer, epoch = self._owners.claim(session_id, partition, owner)
         ready = writer.ready
         started = ready.done() and not ready.cancelled() and ready.exception() is None
         if not started:  # (a producer that started already costs no wait and no hop through a thread)
@@ -657,26 +580,13 @@ class KafkaLog:
         earlier session writers of it (their next append raises ``FencedError``).
         """
         await self.start()
-        with self._lock:
-            self._check_open()
-            old = self._writers.get(partition)
-            if old is not None:
-                for own in self._owners.values():
-                    if own.writer is old:
-                        own.writer, own.owner = None, None
-            writer = self._new_writer(partition, previous=old)
-            self._pinned.add(partition)
-            self._assigned_only = True
-        await _shared(writer.ready)
+        self._check_open()
+        await _shared(self._owners.own(partition).ready)
 
     def partition_stopped(self, partition: int) -> str | None:
         """Why the producer of an owned partition stopped (fenced by another writer, or
         dead after a failure), or None while it can write (or the partition is not owned)."""
-        with self._lock:
-            writer = self._writers.get(partition)
-            if partition not in self._pinned or writer is None or not writer.dead:
-                return None
-            return writer.dead_reason
+        return self._owners.stopped(partition)
 
     async def disown_partition(self, partition: int) -> None:
         """Give up ``partition`` (revoked from this worker): close its producer.
@@ -684,41 +594,9 @@ class KafkaLog:
         This process's session writers of the partition are fenced (their next append
         raises ``FencedError``); queued appends finish first.
         """
-        closing = None
-        with self._lock:
-            self._pinned.discard(partition)
-            writer = self._writers.pop(partition, None)
-            if writer is not None:
-                for own in self._owners.values():
-                    if own.writer is writer:
-                        own.writer, own.owner = None, None
-                writer.sessions.clear()
-                closing = writer.close()
+        closing = self._owners.disown(partition)
         if closing is not None:
             await _shared(closing)
-
-    def _new_writer(self, partition: int, *, previous: PartitionWriter | None) -> PartitionWriter:
-        """A started writer for ``partition`` (called with the lock held)."""
-        if previous is not None:
-            previous.close()  # a dead one stops its thread; a closing one finishes first
-        writer = PartitionWriter(
-            settings=self.settings,
-            partition=partition,
-            stats=self.stats,
-            is_current=self._is_current,
-            on_commit=self._note_commit,
-            previous=previous,
-            on_records=self._own_records,
-        )
-        self._writers[partition] = writer
-        writer.start()
-        self.stats.add(producers_started=1)
-        return writer
-
-    def _is_current(self, session_id: str, epoch: int) -> bool:
-        with self._lock:
-            own = self._owners.get(session_id)
-            return own is not None and own.epoch == epoch and own.owner is not None
 
     def _own_records(self, partition: int, records: list[tuple[int, Record]]) -> None:
         """Records this process just committed (writer thread): the partition's shared
@@ -727,18 +605,13 @@ class KafkaLog:
         if fanout is not None and records:
             fanout.own(partition, records)
 
-    def _note_commit(self, partition: int, end: int) -> None:
-        with self._lock:
-            if end > self._committed.get(partition, 0):
-                self._committed[partition] = end
-
     @property
     def codec(self) -> _Codec:
         return self._codec
 
     def check_writer(self, writer: KafkaSessionWriter) -> None:
         self._check_open()
-        if not self._is_current(writer.session_id, writer.epoch):
+        if not self._owners.is_current(writer.session_id, writer.epoch):
             raise FencedError(
                 f"writer epoch {writer.epoch} of session {writer.session_id!r} lost ownership "
                 "(claimed again or released)",
@@ -747,15 +620,9 @@ class KafkaLog:
             )
 
     async def release_writer(self, writer: KafkaSessionWriter) -> None:
-        with self._lock:
-            own = self._owners.get(writer.session_id)
-            if own is None or own.epoch != writer.epoch or own.owner is None:
-                return  # already lost: releasing changes nothing
-            own.owner = None
-            own.writer = None
-            # The partition's producer stays open, also when this was its last session:
-            # the next claim of the partition needs no new init_transactions (~100 ms).
-            writer.shared.sessions.discard(writer.session_id)
+        # The partition's producer stays open, also when this was its last session:
+        # the next claim of the partition needs no new init_transactions (~100 ms).
+        self._owners.release(writer.session_id, writer.epoch, writer.shared)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -776,9 +643,8 @@ class KafkaLog:
             if self._closed:
                 return
             self._closed = True
-            writers = list(self._writers.values())
-            self._writers.clear()
             inputs, self._inputs = self._inputs, None
+        writers = self._owners.close()
         closing = [asyncio.wrap_future(w.close()) for w in writers]
         await asyncio.gather(*closing, return_exceptions=True)
         if self._fanout is not None:
