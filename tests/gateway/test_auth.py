@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from harness.log import open_log
+from harness.services.gateway.auth import Authenticator, AuthError
 from harness.services.gateway.settings import GatewaySettings
 from tests.apps.approvals import approvals
 from tests.gateway.helpers import HARNESS, ServerThread, child_env, harness_command, wait_for
@@ -170,3 +171,73 @@ def test_open_access_anonymous_sees_only_untenanted_sessions(tmp_path: Path, aut
         assert http.get("/v1/sessions/a").status_code == 404
         assert [s["session_id"] for s in http.get("/v1/sessions", headers=bearer("key-acme-1234")).json()["sessions"]
                 ] == ["a"]
+
+
+def publish(folder: Path, version: str, files: dict[str, str]) -> None:
+    """A Secret's new version as the kubelet publishes it: a timestamped folder, then
+    ``..data`` swapped to it in one rename; the keys are links through ``..data``."""
+    data = folder / f"..{version}"
+    data.mkdir(parents=True)
+    for name, text in files.items():
+        (data / name).write_text(text)
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
+    (folder / "..data_tmp").symlink_to(data.name)
+    (folder / "..data_tmp").replace(folder / "..data")
+
+
+def rs_jwk(key: rsa.RSAPrivateKey, kid: str) -> dict[str, Any]:
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": kid, "use": "sig", "alg": "RS256"})
+    return jwk
+
+
+def test_rotated_auth_files_are_read_again_without_a_restart(tmp_path: Path) -> None:
+    """A Kubernetes Secret rotated under a running gateway: a revoked API key stops
+    working, a new one and a JWKS key added for the next signing key start working."""
+    old_signer = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    new_signer = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    mount = tmp_path / "gateway-auth"
+    publish(mount, "2026_01_01_v1", {"keys": "acme key-acme-OLD-1234\n",
+                                      "jwks.json": json.dumps({"keys": [rs_jwk(old_signer, "k1")]})})
+    settings = GatewaySettings(log=f"sqlite:///{tmp_path / 'h.db'}", api_keys_file=str(mount / "keys"),
+                               jwks_file=str(mount / "jwks.json"), secrets_recheck_s=0.1)
+    exp = int(time.time()) + 600
+    by_old = jwt.encode({"tenant": "acme", "exp": exp}, old_signer, algorithm="RS256", headers={"kid": "k1"})
+    by_new = jwt.encode({"tenant": "acme", "exp": exp}, new_signer, algorithm="RS256", headers={"kid": "k2"})
+    with ServerThread(settings, harnesses=[approvals]) as server, httpx.Client(base_url=server.url) as http:
+
+        def status(token: str) -> int:
+            return http.get("/v1/sessions", headers=bearer(token)).status_code
+
+        assert [status(t) for t in ("key-acme-OLD-1234", "key-acme-NEW-5678", by_old, by_new)] == [200, 401, 200, 401]
+        publish(mount, "2026_01_02_v2", {"keys": "acme key-acme-NEW-5678\n",
+                                          "jwks.json": json.dumps({"keys": [rs_jwk(old_signer, "k1"),
+                                                                            rs_jwk(new_signer, "k2")]})})
+        deadline = time.monotonic() + 30
+        while status("key-acme-OLD-1234") != 401:
+            assert time.monotonic() < deadline, "the revoked API key still works"
+            time.sleep(0.05)
+        assert [status(t) for t in ("key-acme-NEW-5678", by_old, by_new)] == [200, 200, 200]
+
+
+def test_an_auth_file_change_that_cannot_be_used_keeps_the_previous_keys(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("acme key-acme-1234\n")
+    now = [0.0]
+    auth = Authenticator(GatewaySettings(log="sqlite:///x.db", api_keys_file=str(keys)), recheck=1,
+                         clock=lambda: now[0])
+    keys.write_text("acme key-acme-1234 a-third-word\n")
+    now[0] += 1
+    with caplog.at_level("WARNING", logger="harness.gateway"):
+        assert auth.authenticate("Bearer key-acme-1234").tenant == "acme"
+    (warning,) = caplog.records
+    assert "cannot be used" in warning.getMessage() and "expected '<tenant> <key>'" in warning.getMessage()
+    assert "key-acme-1234" not in warning.getMessage()
+    keys.write_text("globex key-globex-5678\n")
+    now[0] += 1
+    assert auth.authenticate("Bearer key-globex-5678").tenant == "globex"
+    with pytest.raises(AuthError):
+        auth.authenticate("Bearer key-acme-1234")

@@ -4,6 +4,8 @@ wait said once), and its settings errors."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import signal
 import subprocess
@@ -204,6 +206,43 @@ def test_a_secret_given_twice_is_refused(backend: Backend, tmp_path: Path) -> No
     out = backend.cli("worker", "--app", "tests.apps.cli_app:assistant", "--secrets-dir", str(folder),
                       env={"HARNESS_SECRET_API_KEY": "b"})
     assert out.returncode == 2 and "secret 'api_key' is given twice" in out.stderr
+
+
+def publish_secret(folder: Path, version: str, api_key: str) -> None:
+    """A Secret's version as the kubelet publishes it: a timestamped folder, ``..data``
+    swapped to it in one rename, the key a link through ``..data``."""
+    (folder / f"..{version}").mkdir(parents=True)
+    (folder / f"..{version}" / "api_key").write_text(api_key + "\n")
+    (folder / "..data_tmp").symlink_to(f"..{version}")
+    (folder / "..data_tmp").replace(folder / "..data")
+    if not (folder / "api_key").is_symlink():
+        (folder / "api_key").symlink_to("..data/api_key")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_rotated_secret_reaches_new_sessions_without_a_restart(backend: Backend, tmp_path: Path) -> None:
+    first, second = "sk_live_FIRST_0001", "sk_live_SECOND_0002"
+    folder = tmp_path / "secrets"
+    publish_secret(folder, "2026_01_01_v1", first)
+    worker = backend.worker("--secrets-dir", str(folder), "--secrets-recheck", "0.2")
+    await backend.ready(worker)
+
+    def key_digest(session: str) -> str:
+        out = backend.cli("send", session, "secret", "--harness", HARNESS)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout[len("done: "):])["api_key_sha256"]
+
+    assert key_digest("before") == digest(first)
+    publish_secret(folder, "2026_01_02_v2", second)
+    sessions = iter(range(1000))
+    await wait_until(lambda: key_digest(f"after-{next(sessions)}") == digest(second), timeout=30,
+                     what="a new session to get the rotated secret", details=worker.describe)
+    assert f"the secrets in {folder} changed (api_key)" in worker.stderr()
+    assert first not in worker.stderr() + worker.stdout() and second not in worker.stderr() + worker.stdout()
+
+
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
 def test_worker_settings_come_from_the_environment(backend: Backend, tmp_path: Path) -> None:

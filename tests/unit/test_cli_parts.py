@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from harness.cli.common import kafka_client_config
 from harness.cli.render import Style, age, session_header, sessions_table, state_text, timeline_line
 from harness.errors import ConfigError
 from harness.runtime.gate import SessionGate
-from harness.services.worker.secrets import load_secrets, secrets_from_dir, secrets_from_env
+from harness.services.worker.secrets import WorkerSecrets, load_secrets, secrets_from_dir, secrets_from_env
 from harness.testing.kafka_jars import JarProgress
 from harness.views import OpenAsk, SessionSummary, TimelineItem, Usage
 
@@ -230,3 +231,76 @@ def test_show_prints_model_usage_retries_and_truncation() -> None:
     header = session_header(summary, now, Style(False))
     assert "  ·  2 model calls: 2,500 in / 4,136 out tokens, $0.0042  ·  " in header
     assert "model call" not in session_header(SessionSummary("s-2", None, "idle"), now, Style(False))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def publish(folder: Path, version: str, values: dict[str, str]) -> None:
+    """Publish a Secret's new version as the kubelet does: a new timestamped folder, then
+    ``..data`` swapped to it in one rename; the keys are links through ``..data``."""
+    data = folder / f"..{version}"
+    data.mkdir()
+    for name, value in values.items():
+        (data / name).write_text(value + "\n")
+        if not (folder / name).is_symlink():
+            (folder / name).symlink_to(f"..data/{name}")
+    (folder / "..data_tmp").symlink_to(data.name)
+    os.replace(folder / "..data_tmp", folder / "..data")
+
+
+def test_a_rotated_secret_reaches_the_sessions_started_after_the_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    publish(tmp_path, "2026_01_01_v1", {"api_key": "sk_live_first_1111", "other": "same-value-1"})
+    clock = FakeClock()
+    secrets = WorkerSecrets(tmp_path, {"HARNESS_SECRET_DB": "db-pass-123"}, recheck=10, clock=clock)
+    assert dict(secrets.secrets_for("s-1", "h")) == {
+        "api_key": "sk_live_first_1111", "other": "same-value-1", "db": "db-pass-123"
+    }
+
+    publish(tmp_path, "2026_01_02_v2", {"api_key": "sk_live_second_2222", "other": "same-value-1"})
+    clock.now += 5  # not time to look again yet
+    assert secrets.current()["api_key"] == "sk_live_first_1111"
+    clock.now += 5
+    with caplog.at_level(logging.INFO, logger="harness.worker"):
+        assert dict(secrets.current()) == {
+            "api_key": "sk_live_second_2222", "other": "same-value-1", "db": "db-pass-123"
+        }
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the secrets in {tmp_path} changed (api_key); sessions started from now on get them"
+    ]
+    # The old value may still be in a running session: both stay scrubbed.
+    assert logs.SECRETS.scrub("sk_live_first_1111 sk_live_second_2222") == "[secret:api_key] [secret:api_key]"
+    clock.now += 60  # nothing changed: nothing is read or logged
+    caplog.clear()
+    assert secrets.current()["api_key"] == "sk_live_second_2222" and not caplog.records
+
+
+def test_a_change_that_cannot_be_used_keeps_the_previous_secrets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "api_key").write_text("sk_live_first_1111")
+    clock = FakeClock()
+    secrets = WorkerSecrets(tmp_path, {"HARNESS_SECRET_DB": "db-pass-123"}, recheck=1, clock=clock)
+    (tmp_path / "api_key").write_bytes(b"\xff\xfe not utf-8")
+    clock.now += 1
+    with caplog.at_level(logging.WARNING, logger="harness.worker"):
+        assert secrets.current()["api_key"] == "sk_live_first_1111"
+    (warning,) = caplog.records
+    assert "cannot be used" in warning.getMessage() and "api_key" in warning.getMessage()
+    (tmp_path / "db").write_text("from-the-folder")  # now also given by the environment
+    (tmp_path / "api_key").write_text("sk_live_fixed_3333")
+    clock.now += 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="harness.worker"):
+        assert secrets.current()["api_key"] == "sk_live_first_1111"
+    assert "given twice" in caplog.records[0].getMessage()
+    (tmp_path / "db").unlink()
+    clock.now += 1
+    assert secrets.current() == {"api_key": "sk_live_fixed_3333", "db": "db-pass-123"}

@@ -103,7 +103,7 @@ def create_app(
     Raises:
         GatewayConfigError: no authentication and no ``open_access``; unreadable key files.
     """
-    auth = Authenticator(settings)  # config errors surface now, not at the first request
+    auth = Authenticator(settings, recheck=settings.secrets_recheck_s)  # config errors surface now, not at the first request
     owns_log = log is None
     the_log = log if log is not None else open_gateway_log(settings)
     state = GatewayState(

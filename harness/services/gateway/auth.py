@@ -8,6 +8,10 @@
   digests and compared in constant time.
 * ``--open-access``: a request without a token is the anonymous principal (no
   tenant: it sees the raw session ids, as the CLI does). Never the default.
+* Rotation: the files are looked at again at most every ``RECHECK_SECONDS``
+  (:mod:`harness.services.mounted`) and read again when they changed, so a rotated
+  Kubernetes Secret (a new JWKS key, a revoked API key) needs no restart. A change that
+  cannot be used is logged and the previous keys stay.
 
 A token is never logged, never put in an error message, never a metric label.
 """
@@ -17,12 +21,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, MissingExtra
 from harness.services.gateway.settings import GatewaySettings
+from harness.services.mounted import RECHECK_SECONDS, Recheck
 
 __all__ = ["AuthError", "Authenticator", "GatewayConfigError", "Principal"]
 
@@ -44,6 +52,8 @@ class Principal:
 
 
 ANONYMOUS = Principal(tenant=None, method="anonymous")
+
+log = logging.getLogger("harness.gateway")
 
 
 def _read(path: str, what: str) -> str:
@@ -74,33 +84,76 @@ def load_api_keys(path: str) -> dict[bytes, str]:
     return keys
 
 
-class Authenticator:
-    """Turns an ``Authorization`` header into a :class:`Principal` (or raises :class:`AuthError`)."""
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """What the auth files hold."""
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    api_keys: dict[bytes, str] = field(default_factory=dict)  # sha256(key) -> tenant
+    hs_secret: str | None = None
+    rs_keys: dict[str | None, Any] = field(default_factory=dict)  # kid -> public key
+
+
+def _load_keys(settings: GatewaySettings) -> _Keys:
+    api_keys = load_api_keys(settings.api_keys_file) if settings.api_keys_file else {}
+    hs_secret: str | None = None
+    rs_keys: dict[str | None, Any] = {}
+    if settings.jwt_secret_file or settings.jwks_file:
+        try:
+            import jwt
+        except ImportError as exc:
+            raise MissingExtra("JWT authentication in the gateway", "gateway") from exc
+        if settings.jwt_secret_file:
+            hs_secret = _read(settings.jwt_secret_file, "JWT secret file").strip()
+            if not hs_secret:
+                raise GatewayConfigError(f"the JWT secret file {settings.jwt_secret_file!r} is empty")
+        if settings.jwks_file:
+            rs_keys = _load_jwks(settings.jwks_file, jwt)
+    return _Keys(api_keys=api_keys, hs_secret=hs_secret, rs_keys=rs_keys)
+
+
+class Authenticator:
+    """Turns an ``Authorization`` header into a :class:`Principal` (or raises :class:`AuthError`).
+
+    Args:
+        settings: which files hold the keys, the claims to check.
+        recheck: least seconds between two looks at the files.
+        clock: monotonic seconds (tests pass their own).
+
+    Raises:
+        GatewayConfigError: a file is missing or unusable, or no authentication at all.
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        recheck: float = RECHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.open_access = settings.open_access
         self.tenant_claim = settings.tenant_claim
         self.issuer = settings.jwt_issuer
         self.audience = settings.jwt_audience
-        self._api_keys = load_api_keys(settings.api_keys_file) if settings.api_keys_file else {}
-        self._hs_secret: str | None = None
-        self._rs_keys: dict[str | None, Any] = {}
-        if settings.jwt_secret_file or settings.jwks_file:
-            try:
-                import jwt
-            except ImportError as exc:
-                raise MissingExtra("JWT authentication in the gateway", "gateway") from exc
-            if settings.jwt_secret_file:
-                self._hs_secret = _read(settings.jwt_secret_file, "JWT secret file").strip()
-                if not self._hs_secret:
-                    raise GatewayConfigError(f"the JWT secret file {settings.jwt_secret_file!r} is empty")
-            if settings.jwks_file:
-                self._rs_keys = _load_jwks(settings.jwks_file, jwt)
-        if not (self.open_access or self._api_keys or self._hs_secret or self._rs_keys):
+        self._settings = settings
+        files = [f for f in (settings.api_keys_file, settings.jwt_secret_file, settings.jwks_file) if f]
+        self._recheck = Recheck(files, every=recheck, clock=clock)
+        self._keys = _load_keys(settings)
+        if not (self.open_access or self._keys.api_keys or self._keys.hs_secret or self._keys.rs_keys):
             raise GatewayConfigError(
                 "no authentication configured: give a JWT secret, a JWKS file or an API keys file, "
                 "or open_access=True (dev only)"
             )
+
+    def _current(self) -> _Keys:
+        """The keys now: the files read again first if it is time and they changed."""
+        if self._recheck.changed():
+            try:
+                self._keys = _load_keys(self._settings)
+            except GatewayConfigError as exc:
+                log.warning("the gateway's auth files changed but cannot be used (%s); the previous keys stay", exc)
+            else:
+                log.info("the gateway's auth files changed: read again")
+        return self._keys
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not authorization:
@@ -111,16 +164,17 @@ class Authenticator:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise AuthError("the Authorization header must be 'Bearer <token>'")
-        if self._api_keys:
+        keys = self._current()
+        if keys.api_keys:
             digest = _digest(token)
-            for known, tenant in self._api_keys.items():
+            for known, tenant in keys.api_keys.items():
                 if hmac.compare_digest(known, digest):
                     return Principal(tenant=tenant, method="api_key")
-        if self._hs_secret or self._rs_keys:
-            return self._jwt(token)
+        if keys.hs_secret or keys.rs_keys:
+            return self._jwt(token, keys)
         raise AuthError("unknown API key")
 
-    def _jwt(self, token: str) -> Principal:
+    def _jwt(self, token: str, keys: _Keys) -> Principal:
         import jwt
 
         try:
@@ -128,13 +182,13 @@ class Authenticator:
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {exc}") from None
         alg = header.get("alg")
-        if alg == "HS256" and self._hs_secret:
-            key: Any = self._hs_secret
-        elif alg == "RS256" and self._rs_keys:
+        if alg == "HS256" and keys.hs_secret:
+            key: Any = keys.hs_secret
+        elif alg == "RS256" and keys.rs_keys:
             kid = header.get("kid")
-            key = self._rs_keys.get(kid) if kid is not None else None
-            if key is None and len(self._rs_keys) == 1 and kid is None:
-                key = next(iter(self._rs_keys.values()))
+            key = keys.rs_keys.get(kid) if kid is not None else None
+            if key is None and len(keys.rs_keys) == 1 and kid is None:
+                key = next(iter(keys.rs_keys.values()))
             if key is None:
                 raise AuthError("invalid token: no key of the JWKS file has its kid")
         else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from harness.cli.common import CommandParser, kafka_client_config
+from harness.services.mounted import RECHECK_SECONDS
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
 
@@ -35,6 +36,8 @@ class GatewaySettings:
         jwt_issuer / jwt_audience: checked when given.
         tenant_claim: the JWT claim naming the tenant.
         api_keys_file: lines ``<tenant> <key>`` (``#`` comments).
+        secrets_recheck_s: least seconds between two looks at the auth files (read again
+            when they change: a rotated Secret needs no restart).
         max_body_bytes: request bodies larger than this get 413.
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
         kafka_config: librdkafka settings for every Kafka client (security, SASL ...),
@@ -53,6 +56,7 @@ class GatewaySettings:
     jwt_audience: str | None = None
     tenant_claim: str = "tenant"
     api_keys_file: str | None = None
+    secrets_recheck_s: float = RECHECK_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     kafka_config: Mapping[str, str] = field(default_factory=dict)
@@ -139,6 +143,10 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                         help="JWT claim naming the tenant (HARNESS_TENANT_CLAIM; default 'tenant')")
     parser.add_argument("--api-keys-file", default=get("HARNESS_API_KEYS_FILE"),
                         help="file of '<tenant> <key>' lines (HARNESS_API_KEYS_FILE)")
+    parser.add_argument("--secrets-recheck", type=_positive_float,
+                        default=_from_env(env, "HARNESS_SECRETS_RECHECK_SECONDS", _positive_float, RECHECK_SECONDS),
+                        help="least seconds between two looks at the auth files, read again when they change "
+                        f"(HARNESS_SECRETS_RECHECK_SECONDS; default {RECHECK_SECONDS:g})")
     parser.add_argument("--open-access", action="store_true",
                         default=get("HARNESS_OPEN_ACCESS", "").lower() in ("1", "true", "yes"),
                         help="serve WITHOUT authentication (dev only; HARNESS_OPEN_ACCESS=true)")
@@ -159,6 +167,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         jwt_audience=getattr(args, "jwt_audience", None),
         tenant_claim=getattr(args, "tenant_claim", "tenant"),
         api_keys_file=getattr(args, "api_keys_file", None),
+        secrets_recheck_s=getattr(args, "secrets_recheck", RECHECK_SECONDS),
         max_body_bytes=args.max_body_bytes,
         heartbeat_s=args.heartbeat,
         kafka_config=kafka_client_config(env),

@@ -5,7 +5,8 @@
 
 Settings come from the command line or, read once at start, from the environment:
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
-HARNESS_SECRETS_DIR, HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
+HARNESS_SECRETS_DIR (read again when it changes, looked at every HARNESS_SECRETS_RECHECK_SECONDS,
+default 10), HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
 HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
 HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
 is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
@@ -41,7 +42,7 @@ from harness.gcpause import tune_for_service
 from harness.runtime.host import DEFAULT_SYNC_THREADS
 from harness.runtime.worker import Worker
 from harness.services.worker.apps import load_harnesses
-from harness.services.worker.secrets import load_secrets, static_secrets_for
+from harness.services.worker.secrets import RECHECK_SECONDS, WorkerSecrets
 
 __all__ = ["load_harnesses", "main", "parse", "run", "serve"]
 
@@ -94,7 +95,11 @@ def parser() -> CommandParser:
     p.add_argument("--instance-id", default=None, metavar="ID",
                    help="Kafka static group membership (group.instance.id), e.g. the pod name")
     p.add_argument("--secrets-dir", default=None, metavar="DIR",
-                   help="one file per secret (a mounted Kubernetes Secret); given to every session")
+                   help="one file per secret (a mounted Kubernetes Secret); given to every session, "
+                   "read again when it changes")
+    p.add_argument("--secrets-recheck", type=positive_float("--secrets-recheck"), default=None, metavar="SECONDS",
+                   help=f"least time between two looks at --secrets-dir (default {RECHECK_SECONDS:g}); "
+                   "sessions started after a change get the new values")
     p.add_argument("--max-sessions", type=positive_int("--max-sessions"), default=None, metavar="N",
                    help="at most N sessions running at once; the others wait in order")
     p.add_argument("--log-format", default=None, metavar="FORMAT", help="text (default) or json (one object per line)")
@@ -130,6 +135,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
         raise ConfigError("no harness to run: give --app module:attribute (or set HARNESS_APPS)", setting="--app")
     args.instance_id = args.instance_id or env.get("HARNESS_INSTANCE_ID") or None
     args.secrets_dir = args.secrets_dir or env.get("HARNESS_SECRETS_DIR") or None
+    if args.secrets_recheck is None:
+        args.secrets_recheck = _env_seconds(env, "HARNESS_SECRETS_RECHECK_SECONDS") or RECHECK_SECONDS
     if args.max_sessions is None:
         args.max_sessions = _env_int(env, "HARNESS_MAX_SESSIONS")
     if args.lease is None:
@@ -154,7 +161,7 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
 async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Load the apps and secrets, open the log, run the worker until SIGTERM/SIGINT."""
     env = os.environ if env is None else env
-    secrets = load_secrets(args.secrets_dir, env)
+    secrets = WorkerSecrets(args.secrets_dir, env, recheck=args.secrets_recheck)
     harnesses = load_harnesses(args.app)
     worker_log = await open_log_for(args.log, role="worker", env=env)
     tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
@@ -164,7 +171,7 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             harnesses=harnesses,
             lease=timedelta(seconds=args.lease),
             instance_id=args.instance_id,
-            secrets_for=static_secrets_for(secrets) if secrets else None,
+            secrets_for=secrets.secrets_for if secrets.reloads or len(secrets) else None,
             max_sessions=args.max_sessions,
             sync_threads=args.sync_threads,
         )

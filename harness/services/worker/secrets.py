@@ -6,21 +6,36 @@
   next to the keys); one trailing newline is dropped (``echo`` adds one).
 * ``HARNESS_SECRET_<NAME>=value``: one secret each, its key ``<name>`` lower-cased.
 
-A key given both ways is refused. Read once, at start: restart the worker to pick up
-a rotated secret. Every value is registered with :data:`harness.logs.SECRETS`, so no
-log line ever shows it.
+A key given both ways is refused. A rotated Secret is picked up without a restart
+(:class:`WorkerSecrets`): the folder is checked again at most every
+``RECHECK_SECONDS`` when a session starts, and sessions started after a change get the
+new values (a running session keeps the ones it started with). Every value, old and
+new, is registered with :data:`harness.logs.SECRETS`, so no log line ever shows it.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
 from harness.errors import ConfigError
 from harness.logs import SECRETS
+from harness.services.mounted import RECHECK_SECONDS, Recheck
 
-__all__ = ["ENV_PREFIX", "load_secrets", "secrets_from_dir", "secrets_from_env", "static_secrets_for"]
+__all__ = [
+    "ENV_PREFIX",
+    "RECHECK_SECONDS",
+    "WorkerSecrets",
+    "load_secrets",
+    "secrets_from_dir",
+    "secrets_from_env",
+    "static_secrets_for",
+]
+
+log = logging.getLogger("harness.worker")
 
 ENV_PREFIX = "HARNESS_SECRET_"
 
@@ -65,17 +80,79 @@ def load_secrets(folder: str | Path | None, env: Mapping[str, str]) -> Mapping[s
     Raises:
         ConfigError: see :func:`secrets_from_dir`; or one key given both ways.
     """
-    from_dir = secrets_from_dir(folder) if folder else {}
-    from_env = secrets_from_env(env)
+    secrets = _merged(secrets_from_dir(folder) if folder else {}, secrets_from_env(env))
+    SECRETS.add(secrets)
+    return secrets
+
+
+def _merged(from_dir: Mapping[str, str], from_env: Mapping[str, str]) -> Mapping[str, str]:
     both = sorted(set(from_dir) & set(from_env))
     if both:
         raise ConfigError(
             f"secret {both[0]!r} is given twice (a file in --secrets-dir and {ENV_PREFIX}{both[0].upper()}): "
             "keep one", setting="--secrets-dir",
         )
-    secrets = {**from_dir, **from_env}
-    SECRETS.add(secrets)
-    return MappingProxyType(secrets)
+    return MappingProxyType({**from_dir, **from_env})
+
+
+class WorkerSecrets:
+    """The secrets a worker gives to the sessions it starts: ``--secrets-dir`` (looked at
+    again at most every ``recheck`` seconds, and read again when it changed) and the
+    ``HARNESS_SECRET_*`` variables (read once).
+
+    A change that cannot be used (a file that is not UTF-8, a key now also in the
+    environment, the folder gone) is logged as a warning and the previous secrets stay.
+
+    Raises:
+        ConfigError: at construction, as :func:`load_secrets`.
+    """
+
+    def __init__(
+        self,
+        folder: str | Path | None,
+        env: Mapping[str, str],
+        *,
+        recheck: float = RECHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._folder = Path(folder) if folder else None
+        self._env = secrets_from_env(env)
+        self._recheck = Recheck([self._folder] if self._folder is not None else [], every=recheck, clock=clock)
+        self._current = _merged(secrets_from_dir(self._folder) if self._folder is not None else {}, self._env)
+        SECRETS.add(self._current)
+
+    def __len__(self) -> int:
+        return len(self._current)
+
+    @property
+    def reloads(self) -> bool:
+        """Whether there is a folder to look at again."""
+        return self._folder is not None
+
+    def current(self) -> Mapping[str, str]:
+        """The secrets now (reading the folder again first if it is time and it changed)."""
+        if self._folder is not None and self._recheck.changed():
+            self._reload(self._folder)
+        return self._current
+
+    def secrets_for(self, session_id: str, harness_name: str) -> Mapping[str, str]:
+        """The ``Worker(secrets_for=)`` hook: every session the same secrets."""
+        return self.current()
+
+    def _reload(self, folder: Path) -> None:
+        try:
+            new = _merged(secrets_from_dir(folder), self._env)
+        except ConfigError as exc:
+            log.warning("the secrets in %s changed but cannot be used (%s); new sessions keep the previous ones",
+                        folder, exc)
+            return
+        SECRETS.add(new)  # before anyone can log one; the old values stay registered too
+        old = self._current
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        self._current = new
+        if changed:
+            log.info("the secrets in %s changed (%s); sessions started from now on get them",
+                     folder, ", ".join(changed))
 
 
 def static_secrets_for(secrets: Mapping[str, str]) -> Callable[[str, str], Mapping[str, str]]:
