@@ -3,6 +3,8 @@ Kafka, `harness gateway` replicas next to a `harness worker`, over real HTTP."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -62,6 +64,48 @@ def test_harness_serve_runs_gateway_and_worker(tmp_path: Path) -> None:
     finally:
         proc.stop()
     assert (tmp_path / "h.db").exists()
+
+
+def test_harness_serve_gives_its_sessions_the_secrets_of_its_folder_and_environment(tmp_path: Path) -> None:
+    api_key, db_password = "sk_live_SERVE_0001", "db-SERVE-password"
+    data = tmp_path / "secrets" / "..2026_01_01_v1"
+    data.mkdir(parents=True)
+    (data / "api_key").write_text(api_key + "\n")
+    (tmp_path / "secrets" / "..data").symlink_to(data.name)
+    (tmp_path / "secrets" / "api_key").symlink_to("..data/api_key")
+    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", "tests.apps.cli_app:assistant",
+                          "--open-access", "--port", "0", "--secrets-dir", str(tmp_path / "secrets"),
+                          "--max-sessions", "1"],
+                         ready="serve ready", cwd=tmp_path,
+                         env={"HARNESS_SECRET_DB_PASSWORD": db_password, "HARNESS_LOG_LEVEL": "info"})
+    try:
+        with httpx.Client(base_url=proc.url, timeout=30) as http:
+            sent = http.post("/v1/sessions/s-1/messages", json={"text": "secret", "harness": "tests/cli"}).json()
+            assert sent["status"] == "accepted"
+            final = wait_for(lambda: (d := http.get("/v1/sessions/s-1").json())["summary"]["state"] == "idle" and d,
+                             timeout=60, what="the turn")
+        log_lines = proc.stderr()
+    finally:
+        proc.stop()
+    answer = json.loads(final["transcript"][-1]["content"][len("done: "):])
+    assert answer == {"api_key_sha256": digest(api_key), "db_password_sha256": digest(db_password),
+                      "names": ["api_key", "db_password"]}
+    assert "turn 1 of session s-1 completed" in log_lines  # the worker's lines, at info
+    assert api_key not in log_lines and db_password not in log_lines
+
+
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def test_harness_serve_with_a_missing_secrets_folder_says_so_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--app", APP, "--open-access",
+                                          "--secrets-dir", str(tmp_path / "nope")),
+                          cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"harness: --secrets-dir {tmp_path / 'nope'}: no such folder (mount the Secret there, or fix the path)"
+    )
 
 
 def test_harness_serve_needs_an_app(tmp_path: Path) -> None:

@@ -15,6 +15,10 @@ HARNESS_JWT_SECRET_FILE, HARNESS_JWKS_FILE, HARNESS_JWT_ISSUER, HARNESS_JWT_AUDI
 HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_SECRETS_RECHECK_SECONDS, HARNESS_OPEN_ACCESS,
 HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
+``serve``'s worker also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
+HARNESS_SECRET_<NAME>) and ``--max-sessions`` (HARNESS_MAX_SESSIONS), as
+``harness worker`` does. Log lines: HARNESS_LOG_LEVEL (default warning) and
+HARNESS_LOG_FORMAT (text or json), secrets scrubbed.
 
 On Kafka ``harness gateway`` is a client of the log: it never creates a topic
 (/readyz says which one is missing until a worker or ``harness topics create``
@@ -56,6 +60,11 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     from harness.services.worker.main import load_harnesses
 
     harnesses = load_harnesses(settings.apps) if settings.apps else []
+    secrets = None
+    if worker:
+        from harness.services.worker.secrets import WorkerSecrets
+
+        secrets = WorkerSecrets(settings.secrets_dir, os.environ, recheck=settings.secrets_recheck_s)
     log_ = open_gateway_log(settings, client=not worker)
     tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     live: LiveSource = default_live(log_)
@@ -75,7 +84,14 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         if worker:
             from harness.runtime.worker import Worker
 
-            the_worker = Worker(log=log_, harnesses=harnesses, lease=timedelta(seconds=30))
+            assert secrets is not None
+            the_worker = Worker(
+                log=log_,
+                harnesses=harnesses,
+                lease=timedelta(seconds=30),
+                secrets_for=secrets.secrets_for if secrets.reloads or len(secrets) else None,
+                max_sessions=settings.max_sessions,
+            )
             if in_process is not None:
                 the_worker.host.live = in_process
             worker_task = asyncio.create_task(the_worker.run(stop), name="harness-serve-worker")
@@ -142,8 +158,14 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
 
 
 def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
-    logging.basicConfig(level=os.environ.get("HARNESS_LOG_LEVEL", "WARNING"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from harness import logs
+
+    try:  # lines with context fields and every secret scrubbed, as the worker's
+        logs.configure(level=os.environ.get("HARNESS_LOG_LEVEL") or "warning",
+                       fmt=os.environ.get("HARNESS_LOG_FORMAT") or "text")
+    except ValueError as exc:
+        print(f"harness: HARNESS_LOG_LEVEL / HARNESS_LOG_FORMAT: {exc}", file=sys.stderr)
+        return 2
     try:
         return asyncio.run(run_gateway(settings, worker=worker))
     except HarnessError as exc:
@@ -161,7 +183,7 @@ def _settings(argv: Sequence[str] | None, prog: str, description: str | None, *,
     from harness.services.gateway.settings import parse_settings
 
     try:
-        settings = parse_settings(argv, os.environ, prog=prog, description=description)
+        settings = parse_settings(argv, os.environ, prog=prog, description=description, worker=need_apps)
     except (ValueError, argparse.ArgumentTypeError) as exc:  # a bad value in the environment
         print(f"{prog}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

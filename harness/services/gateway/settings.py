@@ -42,6 +42,9 @@ class GatewaySettings:
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
         kafka_config: librdkafka settings for every Kafka client (security, SASL ...),
             from ``HARNESS_KAFKA_CONFIG_<KEY>`` as the worker reads them.
+        secrets_dir: (``harness serve``'s worker) one file per secret for the sessions'
+            tools, as ``harness worker --secrets-dir``; ``HARNESS_SECRET_<NAME>`` adds more.
+        max_sessions: (``harness serve``'s worker) at most this many sessions at once.
     """
 
     log: str
@@ -60,6 +63,8 @@ class GatewaySettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    secrets_dir: str | None = None
+    max_sessions: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -152,6 +157,16 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                         help="serve WITHOUT authentication (dev only; HARNESS_OPEN_ACCESS=true)")
 
 
+def add_worker_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The flags of ``harness serve``'s worker (as ``harness worker`` has them)."""
+    parser.add_argument("--secrets-dir", default=env.get("HARNESS_SECRETS_DIR") or None, metavar="DIR",
+                        help="one file per secret, given to every session's tools, read again when it changes "
+                        "(HARNESS_SECRETS_DIR; HARNESS_SECRET_<NAME>=value adds one)")
+    parser.add_argument("--max-sessions", type=_positive_int, metavar="N",
+                        default=_from_env(env, "HARNESS_MAX_SESSIONS", _positive_int, None),
+                        help="at most N sessions running at once; the others wait in order (HARNESS_MAX_SESSIONS)")
+
+
 def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> GatewaySettings:
     apps = tuple(args.app) if args.app else tuple(a for a in env.get("HARNESS_APPS", "").split(",") if a)
     return GatewaySettings(
@@ -171,6 +186,8 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         max_body_bytes=args.max_body_bytes,
         heartbeat_s=args.heartbeat,
         kafka_config=kafka_client_config(env),
+        secrets_dir=getattr(args, "secrets_dir", None),
+        max_sessions=getattr(args, "max_sessions", None),
     )
 
 
@@ -182,10 +199,13 @@ _EXAMPLES = {
 
 
 def parse_settings(argv: Sequence[str] | None, env: Mapping[str, str], *, prog: str = "harness gateway",
-                   description: str | None = None) -> GatewaySettings:
-    """``harness gateway`` flags (and ``HARNESS_*`` environment) -> settings; usage errors exit 2."""
+                   description: str | None = None, worker: bool = False) -> GatewaySettings:
+    """``harness gateway`` flags (and ``HARNESS_*`` environment) -> settings; usage errors exit 2.
+    ``worker``: also the flags of the worker of ``harness serve``."""
     parser = CommandParser(prog=prog, description=description or "", example=_EXAMPLES.get(prog, ""))
     add_gateway_arguments(parser, env)
+    if worker:
+        add_worker_arguments(parser, env)
     args = parser.parse_args(argv)
     if not args.log:
         parser.error("--log is required (or HARNESS_LOG), e.g. --log sqlite:///harness.db")
