@@ -471,10 +471,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     args = parser.parse_args(argv)
 
-    stop = threading.Event()
+    # A plain flag: a signal handler must take no lock. ``threading.Event.set`` takes the
+    # event's lock, which the main thread itself holds for a moment in each
+    # ``Event.wait``; a signal landing then (likely right after ``bootstrap=`` is printed,
+    # when the caller sends SIGTERM) deadlocked the process for good.
+    stopping: list[int] = []
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        stopping.append(signum)
 
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     broker = LocalKafka(
@@ -492,11 +496,12 @@ def main(argv: list[str] | None = None) -> int:
         except KafkaLaunchError as exc:
             print(f"kafka-local: {exc}", file=sys.stderr, flush=True)
             return 1
-        if stop.is_set():  # signalled while starting
+        if stopping:  # signalled while starting
             return 0
         print(f"bootstrap={broker.bootstrap}", flush=True)
-        while not stop.wait(0.5):
-            if not broker.running:
+        while not stopping:
+            time.sleep(0.2)  # a signal ends the sleep at once and runs the handler
+            if not stopping and not broker.running:
                 print(
                     "kafka-local: broker exited unexpectedly",
                     file=sys.stderr,
