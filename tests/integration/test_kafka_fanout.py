@@ -20,7 +20,7 @@ from harness.codec import default_codec
 from harness.errors import FencedError
 from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log.base import Checkpoint, LogEntry
-from harness.log.kafka import KafkaLog
+from harness.log.kafka import KafkaLog, tail_consumer
 from harness.log.kafka import fanout as fanout_module
 from harness.records import InputMessage, InputSettled, StepResult
 
@@ -439,7 +439,7 @@ async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, m
                 # From here on the tails' blocking wait for records is long: a pickup can
                 # only come from the wait returning at the record's arrival (the broker
                 # answering the fetch at the commit), never from a timer.
-                monkeypatch.setattr(fanout_module, "WAIT_S", 120.0)
+                monkeypatch.setattr(tail_consumer, "WAIT_S", 120.0)
             receipt = await client.send(sid, "hello", harness="pickup")
             settled = await client.wait_settled(sid, receipt, timeout=60)
             assert settled.outcome == "completed"

@@ -11,8 +11,9 @@ One module per job:
 * ``owners``         ``Owners``: this process's owner writers (claims, epochs, owned partitions)
 * ``inputs``         the idempotent input producer and the dead-letter topic
 * ``reader``         bounded read_committed reads of a partition
-* ``fanout``         ``Fanout``: one shared tailing consumer per partition per process, fanned
-                     out to every subscriber (no gap, no duplicate)
+* ``fanout``         ``Fanout``: one shared tailing consumer per process, fanned out by
+                     partition and key to every subscriber (no gap, no duplicate)
+* ``tail_consumer``  ``TailConsumer``: that consumer and its thread (assignment, batches)
 * ``index``          ``PartitionIndex``: where a session's history starts (checkpoint + reads)
 * ``snapshots``      partition checkpoints in the compacted ``<prefix>.snapshots`` topic
 * ``topics``         creating and validating the topics

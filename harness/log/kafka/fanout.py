@@ -24,7 +24,7 @@ position when that is close to the end: its position is set on the loop first, t
 partition is added to the consumer's assignment (``incremental_assign``), so nothing it
 reads can come before the position. A tail nobody subscribes to closes after
 ``LINGER_S`` (its partition leaves the assignment). Assignment changes run in order on
-the tail's thread between two waits (``WAIT_S``); librdkafka discards whatever was fetched
+the consumer's thread between two waits (:mod:`harness.log.kafka.tail_consumer`); librdkafka discards whatever was fetched
 for an earlier assignment of a partition, and a batch of a partition that has no live tail
 is dropped.
 
@@ -45,22 +45,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
-import contextlib
 import logging
-import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from harness.errors import CorruptRecord, LogUnavailable
 from harness.ids import message_key
 from harness.log.base import LogEntry
-from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
-from harness.log.kafka.reader import _TRANSIENT, Decoder, _next_messages, _watermarks, decode_message
+from harness.log.kafka.config import KafkaSettings
+from harness.log.kafka.reader import Decoder, decode_message
 from harness.log.kafka.stats import KafkaLogStats
+from harness.log.kafka.tail_consumer import TailConsumer
 from harness.records import Record
 
 __all__ = ["CatchUp", "Fanout"]
@@ -79,22 +75,11 @@ QUEUE_LIMIT = 10_000
 """Unread records a subscriber may hold; beyond, it catches up with a read instead."""
 RING = 4096
 """Recent records a tail keeps (raw, undecoded) for subscribers that start just behind it."""
-JOIN_WINDOW = 1000
-"""A new tail starts at its first subscriber's position if that is at most this far behind."""
 CATCH_UP_CHUNK = 1000
 """Records per bounded catch-up read."""
-POLL_S = 0.5
-"""How long the tail thread waits for its first assignment, or for room to hand a batch on;
-it only bounds how fast a stopped tail notices."""
-WAIT_S = 0.02
-"""The tail thread's blocking wait for the next records. It returns at the first one (not
-a poll interval on any path); it bounds how long a new tail waits for the thread to add its
-partition to the assignment (done between two waits)."""
 CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for a tail's thread; it closes its consumer itself when its
 current wait ends."""
-IN_FLIGHT = 4
-"""Batches handed to the loop and not yet dispatched; the thread waits beyond (back-pressure)."""
 OWN_LIMIT = 100_000
 """Own records a tail keeps for their return; beyond (a tail far behind), they are decoded."""
 
@@ -128,163 +113,10 @@ class _Sub:
             waiter.set_result(None)
 
 
-class _Reader:
-    """The process's one tailing consumer and its thread (see the module doc).
-
-    The thread reads and hands batches (grouped by partition) to the loop; the tails and
-    their subscribers live on the loop. Every other call on the consumer (watermarks,
-    assignment changes) runs on the same thread too, between two waits, in the order
-    asked for: librdkafka's consumer calls wait for each other, so an ``incremental_assign``
-    from another thread would wait for the poll loop forever.
-    """
-
-    def __init__(self, fanout: Fanout, loop: asyncio.AbstractEventLoop) -> None:
-        self.fanout = fanout
-        self.loop = loop
-        self.tails: dict[int, _Tail] = {}
-        self.idle_polls = 0  # blocking waits that ended with nothing (counter, for tests)
-        self.consumer: Any = Consumer(fanout.settings.reader_config(tail=True))
-        self._assigned: set[int] = set()  # (the thread's)
-        self._ops: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], concurrent.futures.Future[Any]]] = (
-            queue.SimpleQueue()
-        )
-        self._stop = threading.Event()
-        self._in_flight = threading.Semaphore(IN_FLIGHT)
-        self._thread = threading.Thread(target=self._run, name="harness-kafka-fanout", daemon=True)
-        self._thread.start()
-
-    # -- calls on the consumer (run by the thread) ------------------------------------------------
-
-    async def op(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` on the reader's thread, after every op asked for before it."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if self._stop.is_set():
-            raise LogUnavailable("the shared tail stopped")
-        self._ops.put((fn, args, future))
-        return await asyncio.wrap_future(future)
-
-    def op_nowait(self, fn: Callable[..., Any], *args: Any) -> None:
-        """``fn(*args)`` on the reader's thread, in order; nobody waits for it."""
-        self._ops.put((fn, args, concurrent.futures.Future()))
-
-    def start_offset(self, partition: int, hint: int) -> int:
-        """Where a new tail of ``partition`` starts: ``hint`` if close to the end, else the end."""
-        tp = TopicPartition(self.fanout.settings.sessions_topic, partition)
-        low, end = _watermarks(self.consumer, tp, READ_TIMEOUT_S)
-        return hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end
-
-    def assign(self, partition: int, start: int) -> None:
-        self.consumer.incremental_assign([TopicPartition(self.fanout.settings.sessions_topic, partition, start)])
-        self._assigned.add(partition)
-
-    def unassign(self, partition: int) -> None:
-        if partition in self._assigned:
-            self._assigned.discard(partition)
-            self.consumer.incremental_unassign([TopicPartition(self.fanout.settings.sessions_topic, partition)])
-
-    def _serve_ops(self, wait: float) -> None:
-        """Run the ops asked for; with nothing assigned, wait up to ``wait`` for the first."""
-        while not self._stop.is_set():
-            try:
-                fn, args, future = self._ops.get(timeout=wait) if wait > 0 else self._ops.get_nowait()
-            except queue.Empty:
-                return
-            wait = 0
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args))
-                except BaseException as exc:  # noqa: BLE001 - the caller's to handle
-                    future.set_exception(exc)
-
-    # -- the thread ---------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        topic = self.fanout.settings.sessions_topic
-        try:
-            while not self._stop.is_set():
-                self._serve_ops(0 if self._assigned else POLL_S)
-                if not self._assigned:
-                    continue
-                batches: dict[int, list[Any]] = {}
-                messages = _next_messages(self.consumer, WAIT_S)
-                if not messages:
-                    self.idle_polls += 1
-                for msg in messages:
-                    error = msg.error()
-                    if error is None:
-                        batch = batches.get(msg.partition())
-                        if batch is None:
-                            batches[msg.partition()] = [msg]
-                        else:
-                            batch.append(msg)
-                    elif error.code() != KafkaError._PARTITION_EOF and (
-                        error.fatal() or not (error.retriable() or error.code() in _TRANSIENT)
-                    ):
-                        failure = LogUnavailable(f"tail of {topic}[{msg.partition()}] failed: {error.str()}")
-                        if error.fatal() or msg.partition() is None or msg.partition() < 0:
-                            raise failure
-                        self._call(self._tail_failed, msg.partition(), failure)  # that partition only
-                if batches:
-                    while not self._in_flight.acquire(timeout=POLL_S):
-                        if self._stop.is_set():
-                            return
-                    self._call(self._dispatch, batches)
-        except BaseException as exc:  # noqa: BLE001 - reported to every subscriber
-            self._call(self._failed, exc)
-        finally:
-            self._stop.set()
-            while True:
-                try:
-                    _fn, _args, future = self._ops.get_nowait()
-                except queue.Empty:
-                    break
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(LogUnavailable("the shared tail stopped"))
-            with contextlib.suppress(Exception):
-                self.consumer.close()
-
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self._stop.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float) -> None:
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    # -- on the loop ------------------------------------------------------------------------
-
-    def _dispatch(self, batches: dict[int, list[Any]]) -> None:
-        self._in_flight.release()
-        for partition, batch in batches.items():
-            tail = self.tails.get(partition)
-            if tail is not None and tail.live:  # else: fetched for a tail that closed since
-                tail.dispatch(batch)
-
-    def _tail_failed(self, partition: int, exc: LogUnavailable) -> None:
-        tail = self.tails.get(partition)
-        if tail is not None:
-            tail.failed(exc)
-
-    def _failed(self, exc: BaseException) -> None:
-        if isinstance(exc, LogUnavailable):
-            error = exc
-        else:
-            error = LogUnavailable(f"the shared tail of {self.fanout.settings.sessions_topic} failed: {exc}")
-            error.__cause__ = exc
-        self.fanout._forget_reader(self)
-        for tail in list(self.tails.values()):
-            tail.failed(error)
-
-
 class _Tail:
     """One followed partition: its position, ring and subscribers (used on the loop)."""
 
-    def __init__(self, fanout: Fanout, reader: _Reader, partition: int) -> None:
+    def __init__(self, fanout: Fanout, reader: TailConsumer, partition: int) -> None:
         self.fanout = fanout
         self.reader = reader
         self.partition = partition
@@ -487,7 +319,7 @@ class Fanout:
         self._on_corrupt = on_corrupt
         self.stats = stats
         self._tails: dict[int, _Tail] = {}
-        self._reader: _Reader | None = None
+        self._reader: TailConsumer | None = None
         self._closed = False
 
     @property
@@ -530,12 +362,12 @@ class Fanout:
             if self._reader is reader:
                 reader.op_nowait(reader.unassign, tail.partition)
 
-    def _forget_reader(self, reader: _Reader) -> None:
+    def _forget_reader(self, reader: TailConsumer) -> None:
         if self._reader is reader:
             self._reader = None
         reader.stop()
 
-    def _reader_on(self, loop: asyncio.AbstractEventLoop) -> _Reader:
+    def _reader_on(self, loop: asyncio.AbstractEventLoop) -> TailConsumer:
         reader = self._reader
         if reader is not None and reader.loop is not loop:  # the log moved to another event loop
             self._forget_reader(reader)
@@ -543,7 +375,7 @@ class Fanout:
                 tail.failed(LogUnavailable("the Kafka session log moved to another event loop"))
             reader = None
         if reader is None:
-            reader = self._reader = _Reader(self, loop)
+            reader = self._reader = TailConsumer(self.settings, loop, on_failed=self._forget_reader)
         return reader
 
     async def _tail(self, partition: int, hint: int) -> _Tail:
