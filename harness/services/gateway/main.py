@@ -89,7 +89,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
                 log=log_,
                 harnesses=harnesses,
                 lease=timedelta(seconds=30),
-                secrets_for=secrets.secrets_for if secrets.reloads or len(secrets) else None,
+                secrets_for=secrets.hook,
                 max_sessions=settings.max_sessions,
             )
             if in_process is not None:

@@ -171,7 +171,7 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             harnesses=harnesses,
             lease=timedelta(seconds=args.lease),
             instance_id=args.instance_id,
-            secrets_for=secrets.secrets_for if secrets.reloads or len(secrets) else None,
+            secrets_for=secrets.hook,
             max_sessions=args.max_sessions,
             sync_threads=args.sync_threads,
         )

@@ -80,9 +80,7 @@ def load_secrets(folder: str | Path | None, env: Mapping[str, str]) -> Mapping[s
     Raises:
         ConfigError: see :func:`secrets_from_dir`; or one key given both ways.
     """
-    secrets = _merged(secrets_from_dir(folder) if folder else {}, secrets_from_env(env))
-    SECRETS.add(secrets)
-    return secrets
+    return WorkerSecrets(folder, env).current()
 
 
 def _merged(from_dir: Mapping[str, str], from_env: Mapping[str, str]) -> Mapping[str, str]:
@@ -125,9 +123,10 @@ class WorkerSecrets:
         return len(self._current)
 
     @property
-    def reloads(self) -> bool:
-        """Whether there is a folder to look at again."""
-        return self._folder is not None
+    def hook(self) -> Callable[[str, str], Mapping[str, str]] | None:
+        """The ``Worker(secrets_for=)`` hook: :meth:`secrets_for`, or None when there is
+        neither a folder nor a secret to give."""
+        return self.secrets_for if self._folder is not None or self._current else None
 
     def current(self) -> Mapping[str, str]:
         """The secrets now (reading the folder again first if it is time and it changed)."""
