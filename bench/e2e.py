@@ -60,8 +60,9 @@ from bench._common import (
 BLOCK = 20
 
 
-def bare_transaction(bootstrap: str, topic: str) -> Callable[[], None]:
-    """One bare transaction per call: begin, produce one turn-sized record, commit."""
+def bare_transaction(bootstrap: str, topic: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """One bare transaction per call: begin, produce one turn-sized record, commit; and
+    the producer's close (before the broker stops, or its reconnects print at exit)."""
     from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -87,7 +88,7 @@ def bare_transaction(bootstrap: str, topic: str) -> Callable[[], None]:
         producer.produce(topic, value=value, key=b"bench-session", partition=0)
         producer.commit_transaction(30)
 
-    return transaction
+    return transaction, producer.close
 
 
 def partition_ends(bootstrap: str, topic: str, partitions: int) -> list[int]:
@@ -162,6 +163,7 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
     worker = WorkerProc(url, "w0", profile=args.profile / "worker.prof" if args.profile else None)
     text = f"steps={args.steps}"
     out: dict[str, Any] = {}
+    closing: list[Callable[[], None]] = []
     try:
         await asyncio.to_thread(wait_settled_group, [worker], args.partitions, timeout=90)
 
@@ -172,7 +174,8 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
 
         for k in range(10):  # warm up: producers, consumers, the worker's first sessions
             await turn(f"warm-{k}-{uuid.uuid4().hex[:6]}")
-        bare = await asyncio.to_thread(bare_transaction, bootstrap, f"{prefix}.raw")
+        bare, close_bare = await asyncio.to_thread(bare_transaction, bootstrap, f"{prefix}.raw")
+        closing.append(close_bare)
         for _ in range(BLOCK):
             bare()
         seq_lat: list[float] = []
@@ -230,6 +233,8 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
         }
         out["machine_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
     finally:
+        for close in closing:
+            close()
         await client.close()
         worker.stop()
     if args.profile:
