@@ -11,7 +11,7 @@ partition, in order) and ``<prefix>.dead-letter`` for records nobody can decode.
   the session starts, as the partition's checkpoint and the reads since tell
   (:mod:`harness.log.kafka.index`), never at the partition's first offset.
 * Followers (``subscribe``, ``tail_partition``) share one tailing consumer per partition
-  per process (:mod:`harness.log.kafka.fanout`).
+  per process (:mod:`harness.log.kafka.followers`, :mod:`harness.log.kafka.fanout`).
 * Owner producers live as long as the log: releasing the last session of a partition
   keeps its producer (no second ``init_transactions``); ``disown_partition`` and
   ``close`` close it (:mod:`harness.log.kafka.owners`).
@@ -48,7 +48,8 @@ from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _le
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import DEFAULT_PARTITIONS, SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
-from harness.log.kafka.fanout import CatchUp, Fanout
+from harness.log.kafka.fanout import Fanout
+from harness.log.kafka.followers import Followers
 from harness.log.kafka.index import Indexes, KeyObserver
 from harness.log.kafka.inputs import (
     DLQ_ERROR_HEADER,
@@ -163,15 +164,21 @@ class KafkaLog:
         self._start_lock = threading.Lock()
         self._started = False
         self._closed = False
-        self._owners = Owners(lambda: self.settings, self.stats, on_records=self._own_records)
+        self._followers = Followers(
+            lambda: self.settings,
+            decode=self._codec.decode,
+            peek=self._codec.framed_type,
+            stats=self.stats,
+            scan=self._catch_up_read,
+            skip_corrupt=self._skip_corrupt,
+            dead_letter=self._dead_letter,
+            check_open=self._check_open,
+        )
+        self._owners = Owners(lambda: self.settings, self.stats, on_records=self._followers.own)
         self._inputs: InputProducer | None = None
         self._dead_letters = DeadLetters(self.settings, self.stats, self._input_producer)
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
-        self._fanout: Fanout | None = None
-        self._quiet_fanout: Fanout | None = None  # shared tails of readers that write nothing
-        # partition -> (loop, callback) of tails that want to hear of poison records
-        self._corrupt_listeners: dict[int, list[tuple[asyncio.AbstractEventLoop, Callable[[CorruptRecord], object]]]] = {}
         self._indexes = Indexes(self._latest_checkpoint)
 
     @property
@@ -297,18 +304,10 @@ class KafkaLog:
         await self.start()
         if not 0 <= partition < self.settings.partitions:
             raise ValueError(f"partition {partition} is not in 0..{self.settings.partitions - 1}")
-        fanout = self.fanout if dead_letter else self.quiet_fanout
-        listener = (asyncio.get_running_loop(), on_corrupt) if on_corrupt is not None else None
-        if listener is not None:
-            with self._lock:
-                self._corrupt_listeners.setdefault(partition, []).append(listener)
-        try:
-            async for entry in fanout.subscribe(partition, after=start_offset):
-                yield entry
-        finally:
-            if listener is not None:
-                with self._lock:
-                    self._corrupt_listeners.get(partition, []).remove(listener)
+        async for entry in self._followers.tail(
+            partition, start_offset, dead_letter=dead_letter, on_corrupt=on_corrupt
+        ):
+            yield entry
 
     async def subscribe(
         self,
@@ -337,68 +336,28 @@ class KafkaLog:
             held, after = await self.history(session_id)
             for entry in held:
                 yield entry
-        fanout = self.fanout if dead_letter else self.quiet_fanout
-        partition = self.partition_for(session_id)
-        async for entry in fanout.subscribe(partition, after=after, session_id=session_id, types=types):
+        followed = self._followers.follow(
+            self.partition_for(session_id), after=after, session_id=session_id, dead_letter=dead_letter, types=types
+        )
+        async for entry in followed:
             yield entry
 
     @property
     def fanout(self) -> Fanout:
         """The shared tails of this process (one consumer per partition followed)."""
-        with self._lock:
-            self._check_open()
-            if self._fanout is None:
-                self._fanout = self._new_fanout(self._catch_up, self._fanout_corrupt)
-            return self._fanout
+        return self._followers.fanout
 
     @property
     def quiet_fanout(self) -> Fanout:
         """The shared tails of the subscribers that write nothing (``dead_letter=False``:
         clients, the gateway): a poison record is skipped, never dead-lettered."""
-        with self._lock:
-            self._check_open()
-            if self._quiet_fanout is None:
-                self._quiet_fanout = self._new_fanout(self._catch_up_quietly, _skip_quietly)
-            return self._quiet_fanout
+        return self._followers.quiet_fanout
 
-    def _new_fanout(self, catch_up: CatchUp, on_corrupt: Callable[[CorruptRecord], None]) -> Fanout:
-        return Fanout(
-            self.settings,
-            decode=self._codec.decode,
-            catch_up=catch_up,
-            on_corrupt=on_corrupt,
-            stats=self.stats,
-            peek=self._codec.framed_type,
-        )
-
-    async def _catch_up(
+    async def _catch_up_read(
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
-    ) -> tuple[list[LogEntry], int]:
-        items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
-        reached = end if len(items) < limit else _seq(items[-1])
-        for item in items:
-            if isinstance(item, CorruptRecord):
-                self._tell_corrupt(item)
-        return await self._skip_corrupt(items), reached
-
-    def _fanout_corrupt(self, corrupt: CorruptRecord) -> None:
-        """A poison record met by a shared tail (on a worker thread): dead-letter it and
-        tell the tails of its partition that asked (``tail_partition(on_corrupt=)``)."""
-        self._dead_letter(corrupt)
-        self._tell_corrupt(corrupt)
-
-    def _tell_corrupt(self, corrupt: CorruptRecord) -> None:
-        with self._lock:
-            listeners = list(self._corrupt_listeners.get(corrupt.partition or 0, ()))
-        for loop, callback in listeners:
-            loop.call_soon_threadsafe(callback, corrupt)
-
-    async def _catch_up_quietly(
-        self, partition: int, start: int, end: int, key: bytes | None, limit: int
-    ) -> tuple[list[LogEntry], int]:
-        items = await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
-        reached = end if len(items) < limit else _seq(items[-1])
-        return [item for item in items if isinstance(item, LogEntry)], reached
+    ) -> list[ReadResult]:
+        """What a follower that starts behind its shared tail reads first: up to ``end``."""
+        return await self._scan_partition(partition, start, end=end, key=key, limit=limit, must_reach=end)
 
     async def scan(
         self, session_id: str | None = None, *, after: int | None = None, limit: int | None = None
@@ -598,13 +557,6 @@ class KafkaLog:
         if closing is not None:
             await _shared(closing)
 
-    def _own_records(self, partition: int, records: list[tuple[int, Record]]) -> None:
-        """Records this process just committed (writer thread): the partition's shared
-        tail hands them to its subscribers as they are, without decoding their bytes."""
-        fanout = self._fanout
-        if fanout is not None and records:
-            fanout.own(partition, records)
-
     @property
     def codec(self) -> _Codec:
         return self._codec
@@ -647,10 +599,7 @@ class KafkaLog:
         writers = self._owners.close()
         closing = [asyncio.wrap_future(w.close()) for w in writers]
         await asyncio.gather(*closing, return_exceptions=True)
-        if self._fanout is not None:
-            await self._fanout.close()
-        if self._quiet_fanout is not None:
-            await self._quiet_fanout.close()
+        await self._followers.close()
         await asyncio.to_thread(self._pool.close)
         if self._snapshots is not None:
             await asyncio.to_thread(self._snapshots.close)
@@ -674,10 +623,6 @@ def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
     a cancelled ``disown_partition`` would make the next writer's start fail.
     """
     return asyncio.shield(asyncio.wrap_future(future))
-
-
-def _skip_quietly(corrupt: CorruptRecord) -> None:
-    log.warning("skipping an unreadable record: %s", corrupt)
 
 
 def _seq(item: ReadResult) -> int:
