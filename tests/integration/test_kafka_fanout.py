@@ -428,10 +428,10 @@ async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, m
     async with asyncio.timeout(60):
         await worker.ready.wait()
     client = HarnessClient(log=make_log(partitions=2))
+    by_partition: dict[int, list[str]] = {0: [], 1: []}
+    for i in range(100):
+        by_partition[client.log.partition_for(f"s{i}")].append(f"s{i}")
     try:
-        by_partition: dict[int, list[str]] = {0: [], 1: []}
-        for i in range(100):
-            by_partition[client.log.partition_for(f"s{i}")].append(f"s{i}")
         # A turn in each partition first (every tail of both processes runs then), then two more each.
         sessions = [sids[k] for k in range(3) for sids in by_partition.values()]
         for i, sid in enumerate(sessions):
@@ -446,5 +446,10 @@ async def test_a_worker_picks_up_inputs_as_they_commit_not_on_a_poll(make_log, m
         assert worker_log.fanout.tails == 2  # one tail per owned partition
         assert worker_log.fanout.consumers == 1  # read by one consumer
     finally:
+        # The tails' threads sit in a 120 s wait: a record in each partition ends it, so
+        # their consumers close with the logs, not after the test (reconnect noise).
+        monkeypatch.setattr(tail_consumer, "WAIT_S", 0.02)
+        for sids in by_partition.values():
+            await client.send(sids[-1], "bye", harness="pickup")
         stop.set()
         await run
