@@ -14,6 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from harness.client import HarnessClient as HarnessClient
+    from harness.client import InputReceipt as InputReceipt
     from harness.clock import Clock as Clock
     from harness.clock import FakeClock as FakeClock
     from harness.clock import SystemClock as SystemClock
@@ -47,9 +49,11 @@ _EXPORTS = {
     "Durability": "harness.definition",
     "FakeClock": "harness.clock",
     "Harness": "harness.definition",
+    "HarnessClient": "harness.client",
     "HarnessError": "harness.errors",
     "HarnessHost": "harness.runtime",
     "Hooks": "harness.definition",
+    "InputReceipt": "harness.client",
     "LogEntry": "harness.log",
     "OpenAsk": "harness.runtime",
     "Session": "harness.runtime",

@@ -420,6 +420,16 @@ async def test_too_large_record_fails_its_append_alone(make_log):
     assert log.stats.too_large == 1
 
 
+async def test_too_large_input_is_refused_with_how_to_fix_and_nothing_lands(make_log):
+    log = make_log(partitions=1, client_config={"message.max.bytes": 20_000})
+    with pytest.raises(RecordTooLarge, match=r"send less, or raise the topic's max\.message\.bytes") as refused:
+        await log.submit(InputMessage(session_id="big", ts=1, input_id="i", text="x" * 50_000))
+    assert refused.value.session_id == "big" and refused.value.size > 50_000
+    entry = await log.submit(InputMessage(session_id="big", ts=2, input_id="j", text="small"))
+    assert [e.record.input_id for e in await log.read("big")] == ["j"]  # type: ignore[attr-defined]
+    assert entry.seq == (await log.read("big"))[0].seq
+
+
 # --- topics ------------------------------------------------------------------------------------
 
 

@@ -477,7 +477,9 @@ class KafkaLog:
             error = exc.args[0]
             if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise RecordTooLarge(
-                    f"input of session {record.session_id!r} is {len(value)} bytes: too large ({error.str()})",
+                    f"input of session {record.session_id!r} is {len(value)} bytes, more than the log accepts "
+                    f"({error.str()}): send less, or raise the topic's max.message.bytes and the clients' "
+                    "message.max.bytes (HARNESS_KAFKA_CONFIG_MESSAGE_MAX_BYTES) together",
                     session_id=record.session_id,
                     size=len(value),
                 ) from exc
