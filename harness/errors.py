@@ -59,6 +59,7 @@ __all__ = [
     "NaiveDatetime",
     "NoToolCallError",
     "NotDurableError",
+    "RecordTooLarge",
     "ReservedRecordType",
     "SecretInName",
     "SecretInStepValue",
@@ -240,6 +241,20 @@ class CorruptRecord(LogError):
 
 class LogUnavailable(LogError):
     """The log backend cannot be reached or is misconfigured."""
+
+
+class RecordTooLarge(LogError, ValueError):
+    """A record is larger than the log accepts; that append or input wrote nothing.
+
+    Retrying it cannot help (the gateway answers 413). On Kafka the other appends of the
+    same group commit are not affected (they are retried in a new transaction); raise
+    ``message.max.bytes`` (clients) and ``max.message.bytes`` (topic) together, or store less.
+    """
+
+    def __init__(self, message: str, *, session_id: str, size: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.size = size
 
 
 class TopicNotFound(LogUnavailable):

@@ -147,6 +147,28 @@ def test_kafka_gateway_replicas_and_a_worker(kafka_bootstrap: str, unique_prefix
 
 
 @pytest.mark.kafka
+def test_kafka_gateway_answers_413_for_an_input_over_the_logs_record_limit(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
+    done = subprocess.run(harness_command("topics", "create", "--log", url), capture_output=True, text=True,
+                          env=child_env(), timeout=120)
+    assert done.returncode == 0, done.stderr
+    # The body is under the gateway's limit (1 MiB); the record is over the clients' limit.
+    gateway = start_process(["gateway", "--log", url, "--port", "0", "--open-access"], ready="gateway ready",
+                            env={"HARNESS_KAFKA_CONFIG_MESSAGE_MAX_BYTES": "20000"})
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            r = http.post("/v1/sessions/big/messages", json={"text": "x" * 50_000, "harness": HARNESS})
+            assert r.status_code == 413, r.text  # not 503: sending it again cannot help
+            assert "more than the session log accepts: send less" in r.json()["detail"]
+            ok = http.post("/v1/sessions/big/messages", json={"text": "small", "harness": HARNESS})
+            assert ok.status_code == 200 and ok.json()["status"] == "accepted", ok.text
+    finally:
+        assert gateway.stop() == 0, gateway.stderr()
+
+
+@pytest.mark.kafka
 def test_kafka_gateway_never_creates_topics_and_readyz_says_what_is_missing(
     kafka_bootstrap: str, unique_prefix: str
 ) -> None:

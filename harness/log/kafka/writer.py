@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from harness.errors import FencedError, LogError, LogUnavailable
+from harness.errors import FencedError, LogError, LogUnavailable, RecordTooLarge
 from harness.ids import message_key
 from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import (
@@ -48,20 +48,6 @@ __all__ = ["Append", "PartitionWriter", "RecordTooLarge", "linger_for", "returni
 log = logging.getLogger("harness.log.kafka")
 
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
-
-
-class RecordTooLarge(LogError, ValueError):
-    """A record is larger than the producer or topic accepts; that append wrote nothing.
-
-    Other appends of the same group commit are not affected (they are retried in a new
-    transaction). Raise ``message.max.bytes`` (client) and ``max.message.bytes`` (topic)
-    together, or store less.
-    """
-
-    def __init__(self, message: str, *, session_id: str, size: int) -> None:
-        super().__init__(message)
-        self.session_id = session_id
-        self.size = size
 
 
 @dataclass(slots=True, eq=False)

@@ -15,7 +15,7 @@ from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from harness.errors import LogError
+from harness.errors import LogError, RecordTooLarge
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.sessions import SessionView
@@ -246,6 +246,13 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.exception_handler(AuthError)
     async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(RecordTooLarge)
+    async def record_too_large(request: Request, exc: RecordTooLarge) -> JSONResponse:
+        # Not a 503: sending it again cannot help. (Its message names the log's session id.)
+        detail = (f"the input is {exc.size} bytes as a record, more than the session log accepts: send less "
+                  "(the operator can raise the log's record size limit)")
+        return JSONResponse({"detail": detail}, status_code=413)
 
     @app.exception_handler(LogError)
     async def log_down(request: Request, exc: LogError) -> JSONResponse:
