@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from harness import logs
 from harness.clock import Clock
 from harness.definition import Harness, ToolCallEvent, ToolOutcome
-from harness.errors import AskExpired, FencedError
+from harness.errors import AskExpired, FencedError, RecordTooLarge
 from harness.live import LiveEvent
 from harness.observability import metrics
 from harness.records import (
@@ -56,7 +56,7 @@ from harness.replay import (
     is_parked,
     plan_turn,
 )
-from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
+from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call, too_large_text
 from harness.runtime.model_call import call_model
 from harness.secrets import SecretScrubber
 from harness.step import CallScope, DurableStep
@@ -308,14 +308,25 @@ class TurnDriver:
             batch.extend(first_runs(response, refused))
             return [ToolStarted(core.session_id, response.ts, d.tool_call_id, d.name, d.attempt) for d in batch]
 
-        await call_model(
-            action, harness=core.harness, state=core.state, session_id=core.session_id,
-            secrets=core.secrets, scrubber=core.scrubber, clock=core.clock,
-            commit=core.commit, fail=fail, publish=core.publish_live, check_name=core.check_name,
-            starting=starting[0] if starting is not None else None,
-            started=starting[1] if starting is not None else None,
-            along=along,
-        )
+        try:
+            await call_model(
+                action, harness=core.harness, state=core.state, session_id=core.session_id,
+                secrets=core.secrets, scrubber=core.scrubber, clock=core.clock,
+                commit=core.commit, fail=fail, publish=core.publish_live, check_name=core.check_name,
+                starting=starting[0] if starting is not None else None,
+                started=starting[1] if starting is not None else None,
+                along=along,
+            )
+        except RecordTooLarge as exc:
+            # The answer's append wrote nothing, and asking again would get as much: the
+            # turn fails (its calls never started: their tool.started was in that append).
+            final.clear()
+            batch.clear()
+            log.warning("session %s: %s", core.session_id, exc)
+            await fail("record_too_large", too_large_text(
+                "the model's answer", exc, "ask for shorter answers (the model's output token limit)"
+            ))
+            return
         if final:
             self._ended(action.turn, input_id, "completed")
         elif batch:
@@ -408,8 +419,17 @@ class TurnDriver:
                 for body in (run.records if not run.outcome.is_error or run.replaced_by_hook else [])
             ]
             records.append(self._tool_result(decision, run.outcome, run.replaced_by_hook, now))
-            await core.commit(records)
-            metrics.tool_call(core.harness.name, decision.name, _tool_outcome(run.outcome))
+            outcome = run.outcome
+            try:
+                await core.commit(records)
+            except RecordTooLarge as exc:
+                # The result (and its app records) wrote nothing; running the call again
+                # would return as much: the call ends with this error instead, once.
+                log.warning("session %s: %s", core.session_id, exc)
+                what = "the tool's result with its app records" if len(records) > 1 else "the tool's result"
+                outcome = error_outcome("result_too_large", too_large_text(what, exc))
+                await core.commit([self._tool_result(decision, outcome, False, now)])
+            metrics.tool_call(core.harness.name, decision.name, _tool_outcome(outcome))
         finally:
             self.running.discard(call.tool_call_id)
 

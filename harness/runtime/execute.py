@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.context import ToolContext
 from harness.definition import Hooks, ToolCallEvent, ToolOutcome
-from harness.errors import LogError, StepValueError
+from harness.errors import LogError, RecordTooLarge, StepValueError
 from harness.jsonvalues import json_copy, storable_text
 from harness.secrets import SecretScrubber
 from harness.step import DurableStep, PlainStep, RunSync, SyncStep
@@ -46,6 +46,18 @@ class CallRun:
     outcome: ToolOutcome
     replaced_by_hook: bool = False
     records: list[dict[str, Any]] = field(default_factory=list)
+
+
+_STORE_ELSEWHERE = "store large data elsewhere (a blob store, a database) and keep its id"
+
+
+def too_large_text(what: str, exc: RecordTooLarge, fix: str = _STORE_ELSEWHERE) -> str:
+    """What a user is told when the log refused a record as too large (retrying cannot help)."""
+    return (
+        f"{what} is {exc.size} bytes as a log record, more than the session log accepts; nothing of it was "
+        f"written: {fix}, or raise the log's record limit (on Kafka the topic's max.message.bytes and the "
+        "clients' message.max.bytes)"
+    )
 
 
 def error_outcome(code: str, message: str, **extra: Any) -> ToolOutcome:
@@ -174,6 +186,13 @@ async def _run(
                 value = await asyncio.get_running_loop().run_in_executor(None, call)
             value = await _maybe_await(value)
         content = _result_value(value)
+    except RecordTooLarge as exc:  # a step's value (or an ask) the log refused: nothing of it was written
+        _log_failure(event, exc, scrubber)
+        what = "a record of this call (a step's value, an ask)"
+        return CallRun(
+            error_outcome("tool_failed", too_large_text(what, exc), type=type(exc).__name__),
+            records=ctx.staged_records,
+        )
     except LogError:
         raise  # the session log failed (or fenced this owner): not the tool's failure
     except StepValueError as exc:

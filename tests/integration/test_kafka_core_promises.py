@@ -191,3 +191,61 @@ async def test_kafka_waiting_turn_taken_over_uses_no_attempt_and_app_records_rea
         assert "app.memory" in seen
     finally:
         await log.close()
+
+
+class Kind(BaseModel):
+    kind: str
+
+
+async def test_records_the_log_refuses_as_too_large_end_once_with_what_to_do_never_a_takeover_loop(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    """A record over the log's limit (here the clients' message.max.bytes) is refused the
+    same way every time: the call or turn ends at once with an error that says so, the
+    tool and the model run once, and no owner takes the turn up again."""
+    big = "x" * 50_000  # under the step value limit (256 KiB), over this log's 20 kB
+    runs: list[str] = []
+    asked: list[str] = []
+
+    async def work(args: Kind, ctx: Any) -> Any:
+        runs.append(args.kind)
+        if args.kind == "result":
+            return big
+        if args.kind == "append":
+            ctx.append([{"type": "app.blob", "data": big}])
+            return "appended"
+        return await ctx.step.do("blob", lambda: big)  # "step"
+
+    tool = durable_tool(tool_definition(name="work", description="big values", input_schema=Kind), work)
+
+    def script(messages: list[dict[str, Any]]) -> ModelResponse:
+        last = messages[-1]
+        if last["role"] == "user":
+            asked.append(last["content"])
+            if last["content"] == "answer":
+                return ModelResponse(text=big)
+            return ModelResponse(text="", tool_calls=[ToolCall(id="c1", name="work", arguments={"kind": last["content"]})])
+        return ModelResponse(text="tool said: " + str(last["content"])[:300])
+
+    h = define_harness(name="big", model=ScriptedModel(script), tools=[tool])
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1,
+                   client_config={"message.max.bytes": 20_000})
+    try:
+        async with HarnessHost(log=log) as host:
+            results = {}
+            for kind in ("answer", "result", "append", "step"):
+                session = await host.open(h, session_id=f"s-{kind}")
+                results[kind] = await asyncio.wait_for(session.send(kind, input_id=f"in-{kind}"), 60)
+        answer = results["answer"]
+        assert (answer.outcome, answer.code) == ("failed", "record_too_large"), answer
+        assert "the model's answer is" in (answer.error or "") and "more than the session log accepts" in (answer.error or "")
+        for kind, said in (("result", "result_too_large"), ("append", "result_too_large"), ("step", "a record of this call (a step's value, an ask) is")):
+            assert results[kind].outcome == "completed", results[kind]
+            assert said in (results[kind].text or ""), results[kind]
+        assert sorted(runs) == ["append", "result", "step"]  # each tool ran once
+        assert sorted(asked) == ["answer", "append", "result", "step"]  # the model was asked once per turn
+        records = [e.record for e in await log.read("s-append")]
+        assert not [r for r in records if r.TYPE.startswith("app.")]  # the refused app record is not there
+        assert not [r for r in records if r.TYPE == "harness.turn.resumed"]  # no takeover
+    finally:
+        await log.close()
