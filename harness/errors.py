@@ -256,6 +256,14 @@ class RecordTooLarge(LogError, ValueError):
         self.session_id = session_id
         self.size = size
 
+    def explained(self, what: str, fix: str = "store large data elsewhere (a blob store, a database) and keep its id") -> str:
+        """What a user is told: ``what`` was refused, how big it is and what to do."""
+        return (
+            f"{what} is {self.size} bytes as a log record, more than the session log accepts; nothing of it was "
+            f"written: {fix}, or raise the log's record limit (on Kafka the topic's max.message.bytes and the "
+            "clients' message.max.bytes)"
+        )
+
 
 class TopicNotFound(LogUnavailable):
     """A topic of the Kafka log does not exist; clients never create it (workers and

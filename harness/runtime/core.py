@@ -34,6 +34,7 @@ from harness.definition import Harness
 from harness.errors import (
     CorruptRecord,
     FencedError,
+    RecordTooLarge,
     SessionBusy,
     SessionClosed,
 )
@@ -489,7 +490,13 @@ class SessionCore:
                         self.state, inp, self.now_ms(), self.ask_models
                     )
                     if records:
-                        await self.commit(records)
+                        try:
+                            await self.commit(records)
+                        except RecordTooLarge as exc:  # an answer this owner's log takes no copy of
+                            reason = exc.explained("the answer", "answer with less")
+                            records = [InputSettled(self.session_id, self.now_ms(), inp.input_id, "rejected",
+                                                    "too_large", reason)]
+                            await self.commit(records)
                         self._log_settled(records)
 
     def _log_settled(self, records: Sequence[Record]) -> None:

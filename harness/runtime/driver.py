@@ -56,7 +56,7 @@ from harness.replay import (
     is_parked,
     plan_turn,
 )
-from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call, too_large_text
+from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
 from harness.runtime.model_call import call_model
 from harness.secrets import SecretScrubber
 from harness.step import CallScope, DurableStep
@@ -323,8 +323,8 @@ class TurnDriver:
             final.clear()
             batch.clear()
             log.warning("session %s: %s", core.session_id, exc)
-            await fail("record_too_large", too_large_text(
-                "the model's answer", exc, "ask for shorter answers (the model's output token limit)"
+            await fail("record_too_large", exc.explained(
+                "the model's answer", "ask for shorter answers (the model's output token limit)"
             ))
             return
         if final:
@@ -427,7 +427,7 @@ class TurnDriver:
                 # would return as much: the call ends with this error instead, once.
                 log.warning("session %s: %s", core.session_id, exc)
                 what = "the tool's result with its app records" if len(records) > 1 else "the tool's result"
-                outcome = error_outcome("result_too_large", too_large_text(what, exc))
+                outcome = error_outcome("result_too_large", exc.explained(what))
                 await core.commit([self._tool_result(decision, outcome, False, now)])
             metrics.tool_call(core.harness.name, decision.name, _tool_outcome(outcome))
         finally:

@@ -48,18 +48,6 @@ class CallRun:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
-_STORE_ELSEWHERE = "store large data elsewhere (a blob store, a database) and keep its id"
-
-
-def too_large_text(what: str, exc: RecordTooLarge, fix: str = _STORE_ELSEWHERE) -> str:
-    """What a user is told when the log refused a record as too large (retrying cannot help)."""
-    return (
-        f"{what} is {exc.size} bytes as a log record, more than the session log accepts; nothing of it was "
-        f"written: {fix}, or raise the log's record limit (on Kafka the topic's max.message.bytes and the "
-        "clients' message.max.bytes)"
-    )
-
-
 def error_outcome(code: str, message: str, **extra: Any) -> ToolOutcome:
     return ToolOutcome(content={"error": code, "message": message, **extra}, is_error=True, code=code)
 
@@ -190,7 +178,7 @@ async def _run(
         _log_failure(event, exc, scrubber)
         what = "a record of this call (a step's value, an ask)"
         return CallRun(
-            error_outcome("tool_failed", too_large_text(what, exc), type=type(exc).__name__),
+            error_outcome("tool_failed", exc.explained(what), type=type(exc).__name__),
             records=ctx.staged_records,
         )
     except LogError:

@@ -249,3 +249,49 @@ async def test_records_the_log_refuses_as_too_large_end_once_with_what_to_do_nev
         assert not [r for r in records if r.TYPE == "harness.turn.resumed"]  # no takeover
     finally:
         await log.close()
+
+
+class Note(BaseModel):
+    note: str
+
+
+async def test_an_answer_the_owners_log_cannot_copy_is_rejected_and_the_ask_stays_open(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    """A client whose log takes larger records (another deployment's settings) answers
+    with more than the owner's log takes: the answer settles rejected / too_large with
+    what to do, the ask stays open, and a smaller answer completes the turn."""
+
+    async def review(args: Kind, ctx: Any) -> Any:
+        answer = await ctx.step.ask("review", schema=Note, message="a note, please")
+        return {"note_length": len(answer.note)}
+
+    tool = durable_tool(tool_definition(name="review", description="asks", input_schema=Kind), review)
+
+    def script(messages: list[dict[str, Any]]) -> ModelResponse:
+        if messages[-1]["role"] == "user":
+            return ModelResponse(text="", tool_calls=[ToolCall(id="c1", name="review", arguments={"kind": "x"})])
+        return ModelResponse(text="done: " + str(messages[-1]["content"]))
+
+    h = define_harness(name="asks", model=ScriptedModel(script), tools=[tool])
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1,
+                   client_config={"message.max.bytes": 20_000})
+    client = HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    try:
+        async with HarnessHost(log=log) as host:
+            session = await host.open(h, session_id="s")
+            waiting = await asyncio.wait_for(session.send("review it", input_id="in-1"), 60)
+            assert waiting.outcome == "waiting" and waiting.waiting[0].name == "review"
+            big = await client.answer("s", "c1", "review", {"note": "x" * 50_000})
+            refused = await client.wait_settled("s", big, timeout=60)
+            assert (refused.outcome, refused.code) == ("rejected", "too_large"), refused
+            assert "the answer is" in (refused.reason or "") and "answer with less" in (refused.reason or "")
+            small = await client.answer("s", "c1", "review", {"note": "fine"}, input_id="answer-2")
+            assert (await client.wait_settled("s", small, timeout=60)).outcome == "completed"
+            assert (await client.wait_settled("s", "in-1", timeout=60)).outcome == "completed"  # the turn went on
+            records = [e.record for e in await log.read("s")]
+            assert [r.TYPE for r in records].count("harness.ask.answered") == 1
+            assert not [r for r in records if r.TYPE == "harness.turn.resumed"]
+    finally:
+        await client.close()
+        await log.close()
