@@ -8,12 +8,16 @@ by the loop for long).
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Check", "MetricsServer"]
+__all__ = ["Check", "MetricsServer", "QuietHTTPServer"]
+
+log = logging.getLogger("harness.observability")
 
 Check = Callable[[], tuple[bool, str]]
 """A health check: ``(ok, one line saying why)``."""
@@ -21,6 +25,24 @@ Check = Callable[[], tuple[bool, str]]
 
 def _always_ok() -> tuple[bool, str]:
     return True, "ok"
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """``ThreadingHTTPServer`` whose handler errors go to logging, not to stderr.
+
+    ``socketserver`` prints "Exception occurred during processing of request" and a
+    traceback on stderr for every failed request, past the process's log format (JSON
+    lines) and level. A client that went away mid-reply (a scrape or probe timing out)
+    is normal and says nothing; anything else is one warning line.
+    """
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        log.warning("HTTP request from %s failed: %s: %s", client_address[0], type(exc).__name__, exc)
 
 
 class MetricsServer:
@@ -44,8 +66,7 @@ class MetricsServer:
         self._registry = registry
         self._alive = alive or _always_ok
         self._ready = ready or _always_ok
-        self._httpd = ThreadingHTTPServer((host, port), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = QuietHTTPServer((host, port), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="harness-metrics", daemon=True)
 
     @property

@@ -28,8 +28,10 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from harness.observability.server import QuietHTTPServer
 
 __all__ = ["Fail", "Hang", "ModelServer", "Reply", "Request"]
 
@@ -203,7 +205,7 @@ class ModelServer:
         self._lock = threading.Lock()
         self._release = threading.Event()
         self._stopping = threading.Event()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: QuietHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --
@@ -214,8 +216,7 @@ class ModelServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="model-server", daemon=True)
         self._thread.start()
         return self

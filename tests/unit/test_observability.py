@@ -212,6 +212,33 @@ def test_server_serves_metrics_and_health(sink: PrometheusSink) -> None:
         server.close()
 
 
+def test_server_errors_go_to_logging_never_a_traceback_on_stderr(capfd: Any, caplog: Any) -> None:
+    """socketserver prints a traceback on stderr for a failed request, past the log format;
+    a client that went away is normal and says nothing, anything else is one warning line."""
+    import http.client
+    import logging
+
+    class BrokenRegistry:
+        def collect(self) -> Any:
+            raise RuntimeError("collector broke")
+
+    server = MetricsServer(host="127.0.0.1", port=0, registry=BrokenRegistry()).start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="harness.observability"):
+            with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
+                _get(f"http://127.0.0.1:{server.port}/metrics")
+            try:
+                raise ConnectionResetError("the scraper went away")
+            except ConnectionResetError:
+                server._httpd.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.close()
+    err = capfd.readouterr().err
+    assert "Exception occurred" not in err and "Traceback" not in err
+    warnings = [r.getMessage() for r in caplog.records if r.name == "harness.observability"]
+    assert len(warnings) == 1 and "RuntimeError: collector broke" in warnings[0]
+
+
 # --------------------------------------------------------------------------- worker health
 
 
