@@ -490,14 +490,19 @@ class SessionCore:
                         self.state, inp, self.now_ms(), self.ask_models
                     )
                     if records:
-                        try:
-                            await self.commit(records)
-                        except RecordTooLarge as exc:  # an answer this owner's log takes no copy of
-                            reason = exc.explained("the answer", "answer with less")
-                            records = [InputSettled(self.session_id, self.now_ms(), inp.input_id, "rejected",
-                                                    "too_large", reason)]
-                            await self.commit(records)
+                        records = await self._settle(inp.input_id, records)
                         self._log_settled(records)
+
+    async def _settle(self, input_id: str, records: list[Record]) -> list[Record]:
+        """Append the records that settle an input; one the log refuses as too large (an
+        answer this owner's log takes no copy of) settles ``rejected`` / ``too_large``."""
+        try:
+            await self.commit(records)
+        except RecordTooLarge as exc:
+            reason = exc.explained("the answer", "answer with less")
+            records = [InputSettled(self.session_id, self.now_ms(), input_id, "rejected", "too_large", reason)]
+            await self.commit(records)
+        return records
 
     def _log_settled(self, records: Sequence[Record]) -> None:
         for r in records:
