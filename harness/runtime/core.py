@@ -495,12 +495,12 @@ class SessionCore:
 
     async def _settle(self, input_id: str, records: list[Record]) -> list[Record]:
         """Append the records that settle an input; one the log refuses as too large (an
-        answer this owner's log takes no copy of) settles ``rejected`` / ``too_large``."""
+        answer this owner's log takes no copy of) settles ``rejected`` / ``record_too_large``."""
         try:
             await self.commit(records)
         except RecordTooLarge as exc:
             reason = exc.explained("the answer", "answer with less")
-            records = [InputSettled(self.session_id, self.now_ms(), input_id, "rejected", "too_large", reason)]
+            records = [InputSettled(self.session_id, self.now_ms(), input_id, "rejected", "record_too_large", reason)]
             await self.commit(records)
         return records
 

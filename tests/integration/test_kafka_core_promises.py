@@ -284,7 +284,7 @@ async def test_an_answer_the_owners_log_cannot_copy_is_rejected_and_the_ask_stay
             assert waiting.outcome == "waiting" and waiting.waiting[0].name == "review"
             big = await client.answer("s", "c1", "review", {"note": "x" * 50_000})
             refused = await client.wait_settled("s", big, timeout=60)
-            assert (refused.outcome, refused.code) == ("rejected", "too_large"), refused
+            assert (refused.outcome, refused.code) == ("rejected", "record_too_large"), refused
             assert "the answer is" in (refused.reason or "") and "answer with less" in (refused.reason or "")
             small = await client.answer("s", "c1", "review", {"note": "fine"}, input_id="answer-2")
             assert (await client.wait_settled("s", small, timeout=60)).outcome == "completed"
