@@ -329,6 +329,52 @@ async def test_a_quiet_subscriber_skips_a_poison_record_and_writes_no_dead_lette
     assert quiet.stats.tail_decoded >= 3 and quiet.stats.dead_lettered == 0
 
 
+async def test_a_poison_record_nobody_wanted_when_the_tail_passed_it_is_reported_to_a_late_subscriber(
+    make_log, kafka_bootstrap
+):
+    """The shared tail decodes only what its subscribers want: a poison record of a session
+    nobody followed yet goes by undecoded. A subscriber of that session joining later is
+    served from the tail's ring, and the poison record is reported then (dead-lettered)."""
+    from harness.log.follow import subscribe
+
+    owner, reader = make_log(partitions=1), make_log(partitions=1)
+    writer = await owner.claim("s", owner="w", lease=LEASE)
+    other = await owner.claim("other", owner="w", lease=LEASE)
+    before = await writer.append([step("s", 1)])
+    plain = ck.Producer({"bootstrap.servers": kafka_bootstrap})
+    plain.produce(owner.settings.sessions_topic, key=b"s", value=b"\xc3\x01garbage", partition=0)
+    plain.flush(30)
+    after = await writer.append([step("s", 2)])
+    last = await other.append([step("other", 1)])
+
+    async def first(log: KafkaLog, sid: str, n: int) -> list[Any]:
+        seen = []
+        async with contextlib.aclosing(subscribe(log, sid, after=0)) as entries:
+            async for entry in entries:
+                seen.append(entry)
+                if len(seen) == n:
+                    return seen
+        return seen
+
+    # The tail passes the poison record while only "other" is followed, then "s" joins.
+    async with contextlib.aclosing(subscribe(reader, "other", after=0)) as others:
+        assert [e async for e in _take(others, 1)] == last
+        assert await first(reader, "s", 2) == before + after
+    for _ in range(300):  # dead-lettered off the loop
+        if reader.stats.dead_lettered == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert reader.stats.dead_lettered == 1
+
+
+async def _take(entries: Any, n: int) -> Any:
+    async for entry in entries:
+        yield entry
+        n -= 1
+        if n == 0:
+            return
+
+
 async def test_a_record_whose_key_names_another_session_is_poison(make_log, kafka_bootstrap):
     log = make_log(partitions=1)
     await log.start()

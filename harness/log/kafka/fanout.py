@@ -134,6 +134,7 @@ class _Tail:
         # offset -> a record this process committed there (told in offset order)
         self._own: collections.OrderedDict[int, Record] = collections.OrderedDict()
         self._own_lock = threading.Lock()  # (written by partition writer threads)
+        self._reported: set[int] = set()  # offsets of the poison records reported (once each)
         self.starting: asyncio.Task[None] | None = None
 
     async def start(self, hint: int) -> None:
@@ -200,7 +201,7 @@ class _Tail:
                     item = decode_message(decode, topic, self.partition, msg)
                     decoded += 1
                 if isinstance(item, CorruptRecord):
-                    self.fanout.report_corrupt(item)
+                    self._report(offset, item)
                 else:
                     for sub in subs or ():
                         sub.push(item)
@@ -266,7 +267,15 @@ class _Tail:
         for msg in reversed(wanted):
             item = decode_message(decode, topic, self.partition, msg)
             if isinstance(item, LogEntry):
-                sub.queue.append(item)  # a corrupt one was reported when it was dispatched
+                sub.queue.append(item)
+            else:  # reported when dispatched only if someone wanted it then (e.g. the first
+                self._report(msg.offset(), item)  # batch can come before the first subscriber)
+
+    def _report(self, offset: int, corrupt: CorruptRecord) -> None:
+        """Report a poison record of this partition, once."""
+        if offset not in self._reported:
+            self._reported.add(offset)
+            self.fanout.report_corrupt(corrupt)
 
     def remove(self, sub: _Sub) -> None:
         if sub.key is None:
