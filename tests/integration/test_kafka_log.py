@@ -30,6 +30,7 @@ from harness.log.kafka import (
 )
 from harness.log.kafka.partitioner import partition_for
 from harness.records import InputMessage, StepResult
+from tests.integration.fleet_helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]
 
@@ -360,11 +361,8 @@ async def test_a_poison_record_nobody_wanted_when_the_tail_passed_it_is_reported
     async with contextlib.aclosing(subscribe(reader, "other", after=0)) as others:
         assert [e async for e in _take(others, 1)] == last
         assert await first(reader, "s", 2) == before + after
-    for _ in range(300):  # dead-lettered off the loop
-        if reader.stats.dead_lettered == 1:
-            break
-        await asyncio.sleep(0.1)
-    assert reader.stats.dead_lettered == 1
+    await wait_until(lambda: reader.stats.dead_lettered == 1, timeout=30, what="the poison record dead-lettered",
+                     details=lambda: str(reader.stats))  # (off the loop)
 
 
 async def _take(entries: Any, n: int) -> Any:

@@ -19,7 +19,7 @@ from harness.errors import CorruptRecord
 from harness.log.base import LogEntry
 from harness.log.kafka.config import KafkaSettings
 from harness.log.kafka.fanout import CatchUp, Fanout
-from harness.log.kafka.reader import ReadResult
+from harness.log.kafka.reader import ReadResult, result_seq
 from harness.log.kafka.stats import KafkaLogStats
 from harness.records import Record
 
@@ -155,7 +155,7 @@ class Followers:
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
     ) -> tuple[list[LogEntry], int]:
         items = await self._scan(partition, start, end, key, limit)
-        reached = end if len(items) < limit else _seq(items[-1])
+        reached = end if len(items) < limit else result_seq(items[-1])
         for item in items:
             if isinstance(item, CorruptRecord):
                 self._tell_corrupt(item)
@@ -165,7 +165,7 @@ class Followers:
         self, partition: int, start: int, end: int, key: bytes | None, limit: int
     ) -> tuple[list[LogEntry], int]:
         items = await self._scan(partition, start, end, key, limit)
-        reached = end if len(items) < limit else _seq(items[-1])
+        reached = end if len(items) < limit else result_seq(items[-1])
         return [item for item in items if isinstance(item, LogEntry)], reached
 
     def _fanout_corrupt(self, corrupt: CorruptRecord) -> None:
@@ -184,6 +184,3 @@ class Followers:
 def _skip_quietly(corrupt: CorruptRecord) -> None:
     log.warning("skipping an unreadable record: %s", corrupt)
 
-
-def _seq(item: ReadResult) -> int:
-    return item.seq if isinstance(item, LogEntry) else (item.seq or 0)

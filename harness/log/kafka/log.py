@@ -61,7 +61,7 @@ from harness.log.kafka.inputs import (
 )
 from harness.log.kafka.owners import Owners
 from harness.log.kafka.partitioner import partition_for
-from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range
+from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range, result_seq
 from harness.log.kafka.session_writer import KafkaSessionWriter
 from harness.log.kafka.snapshots import SnapshotStore
 from harness.log.kafka.stats import KafkaLogStats
@@ -379,7 +379,7 @@ class KafkaLog:
         )
         merged = sorted(
             (item for items in per_partition for item in items),
-            key=lambda item: (_seq(item), _partition(item, self)),
+            key=lambda item: (result_seq(item), _partition(item, self)),
         )
         return merged[:limit] if limit is not None else merged
 
@@ -625,10 +625,6 @@ def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
     a cancelled ``disown_partition`` would make the next writer's start fail.
     """
     return asyncio.shield(asyncio.wrap_future(future))
-
-
-def _seq(item: ReadResult) -> int:
-    return item.seq if isinstance(item, LogEntry) else (item.seq or 0)
 
 
 def _partition(item: ReadResult, kafka_log: KafkaLog) -> int:

@@ -32,9 +32,14 @@ from harness.log.kafka.config import READ_TIMEOUT_S, KafkaSettings
 from harness.log.kafka.index import KeyObserver
 from harness.records import AppRecord, entry_data, entry_type, record_data
 
-__all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range"]
+__all__ = ["ConsumerPool", "LazyEntry", "ReadResult", "decode_message", "lazy_message", "read_range", "result_seq"]
 
 ReadResult = LogEntry | CorruptRecord
+
+
+def result_seq(item: ReadResult) -> int:
+    """The position of a read's item, a readable record or not."""
+    return item.seq if isinstance(item, LogEntry) else (item.seq or 0)
 Decoder = Callable[[bytes], Any]
 
 # Reported while a partition's leadership moves or a new topic is still being set up.
