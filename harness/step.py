@@ -44,7 +44,7 @@ from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepR
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
 
-__all__ = ["CallScope", "DurableStep", "PlainStep", "StepInfo", "SyncStep"]
+__all__ = ["CallScope", "DurableStep", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -98,6 +98,35 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
+
+
+SleepDuration = timedelta | int | float
+"""What ``step.sleep`` takes as its duration: a timedelta or a number of seconds."""
+
+_LONGEST_SLEEP_S = timedelta.max.total_seconds()
+
+
+def _wake_time(now: float, duration: SleepDuration | None, until: datetime | None, call: str | None) -> float:
+    """When a sleep of ``duration`` from ``now`` (or ``until``) wakes, in epoch seconds.
+
+    Raises:
+        ValueError: both or neither given, or a duration that is not a finite timedelta or
+            number of seconds (the caller turns it into a StepError naming the sleep).
+        NaiveDatetime: ``until`` has no timezone.
+    """
+    if (duration is None) == (until is None):
+        raise ValueError("step.sleep takes a duration or until=, one of them")
+    if until is not None:
+        return _to_epoch(until, "until", call)
+    if isinstance(duration, timedelta):
+        return now + duration.total_seconds()
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+        raise ValueError(
+            f"step.sleep takes a timedelta or a number of seconds as its duration, not {type(duration).__name__}"
+        )
+    if not (-_LONGEST_SLEEP_S <= duration <= _LONGEST_SLEEP_S):  # False for NaN too
+        raise ValueError(f"step.sleep of {duration!r} seconds: give a finite duration, at most timedelta.max")
+    return now + float(duration)
 
 
 def _to_epoch(when: datetime, argument: str, tool_call_id: str | None = None) -> float:
@@ -334,20 +363,18 @@ class DurableStep:
         return loads(text) if isinstance(value, (dict, list)) else value
 
     async def sleep(
-        self, name: str, duration: timedelta | None = None, *, until: datetime | None = None
+        self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> None:
-        """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1)."""
+        """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1);
+        ``duration`` is a timedelta or a number of seconds."""
         self._names.take(name, "sleep")
         s = self._s
         wake_ms = s.call.sleeps.get(name)
         if wake_ms is None:
-            if (duration is None) == (until is None):
-                raise self._err(StepError, "step.sleep takes a duration or until=, one of them", name)
-            if duration is not None:
-                wake = s.clock.now() + duration.total_seconds()
-            else:
-                wake = _to_epoch(until, "until", s.tool_call_id)  # type: ignore[arg-type]
-            wake_ms = _ms(wake)
+            try:
+                wake_ms = _ms(_wake_time(s.clock.now(), duration, until, s.tool_call_id))
+            except ValueError as exc:
+                raise self._err(StepError, str(exc), name) from None
             await s.commit([SleepScheduled(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, wake_ms)])
         await s.clock.sleep_until(wake_ms / 1000)
 
@@ -437,12 +464,12 @@ class PlainStep:
     async def finish(self, name: str, raw: Any, *, extra: Callable[[Any], list[Record]] | None = None) -> Any:
         return json_copy(raw)
 
-    async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+    async def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         self._names.take(name, "sleep")
-        if (duration is None) == (until is None):
-            raise StepError("step.sleep takes a duration or until=, one of them", tool_call_id=self._call, step_name=name)
-        now = self._clock.now()
-        wake = now + duration.total_seconds() if duration is not None else _to_epoch(until, "until", self._call)  # type: ignore[arg-type]
+        try:
+            wake = _wake_time(self._clock.now(), duration, until, self._call)
+        except ValueError as exc:
+            raise StepError(str(exc), tool_call_id=self._call, step_name=name) from None
         await self._clock.sleep_until(wake)
 
     async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
@@ -470,7 +497,7 @@ class SyncStep:
             return stored
         return self._run(self._inner.finish(name, _call_fn_here(fn, info, self._loop)))
 
-    def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+    def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         self._run(self._inner.sleep(name, duration, until=until))
 
     def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -35,7 +35,7 @@ from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber
-from harness.step import DurableStep, PlainStep
+from harness.step import DurableStep, PlainStep, SleepDuration
 from harness.tools import Tool, ToolDefinition
 
 __all__ = ["agent_tool"]
@@ -67,7 +67,7 @@ class _PrefixedStep:
     async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
         return await self._inner._model_call(self._prefix + name, index, fn)
 
-    async def sleep(self, name: str, duration: timedelta | None = None, *, until: datetime | None = None) -> None:
+    async def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         await self._inner.sleep(self._prefix + name, duration, until=until)
 
     async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import FakeClock, chat, durable_tool, tool, tool_definition
-from harness.errors import NotDurableError
+from harness.errors import NotDurableError, StepError
 
 from .conftest import Args, call, eventually, script
 
@@ -77,6 +77,31 @@ async def test_s6_1_step_sleep_waits_its_full_time():
     assert not task.done()
     clock.advance(0.1)
     assert results(await task) == {"c1": ("rested", False)}
+
+
+async def test_s6_1_step_sleep_takes_seconds_and_refuses_a_duration_that_is_no_time():
+    clock = FakeClock()
+    refused: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.sleep("bad", "5")
+        except StepError as exc:
+            refused.append(str(exc))
+        await ctx.step.sleep("nap", 30)
+        return "rested"
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    task = asyncio.create_task(
+        chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t], clock=clock)
+    )
+    await eventually(lambda: clock.sleepers == 1)
+    clock.advance(29.9)
+    await asyncio.sleep(0)
+    assert not task.done()
+    clock.advance(0.1)
+    assert results(await task) == {"c1": ("rested", False)}
+    assert refused == ["step.sleep takes a timedelta or a number of seconds as its duration, not str"]
 
 
 async def test_s6_1_ask_and_append_raise_not_durable():

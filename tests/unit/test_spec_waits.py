@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer
+from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer, StepError
 from harness.records import InputAnswer
 
 from .conftest import LEASE, Args, call, crash, entries, eventually, script
@@ -65,6 +65,55 @@ async def test_s3_1_sleep_until_datetime(host, log, clock):
     assert scheduled["wake_at"] == round(wake.timestamp() * 1000)
     clock.set(wake.timestamp())
     assert (await task).outcome == "completed"
+
+
+async def test_s3_1_sleep_takes_a_number_of_seconds_like_asyncio_sleep(host, log, clock):
+    start = clock.now()
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.sleep("nap", 90)
+        await ctx.step.sleep("short", 0.25)
+        return "rested"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    task = asyncio.create_task(session.send("go"))
+    await eventually(lambda: clock.sleepers == 1)
+    clock.advance(90)
+    await eventually(lambda: clock.sleepers == 1)
+    clock.advance(0.25)
+    assert (await task).outcome == "completed"
+    nap, short = await entries(log, SID, "harness.sleep.scheduled")
+    assert nap["wake_at"] == round((start + 90) * 1000)
+    assert short["wake_at"] == round((start + 90.25) * 1000)
+
+
+@pytest.mark.parametrize(
+    ("duration", "says"),
+    [
+        ("60", "not str"),
+        (True, "not bool"),
+        (float("nan"), "finite"),
+        (float("inf"), "finite"),
+        (10**30, "finite"),
+    ],
+)
+async def test_s3_1_a_duration_that_is_no_time_is_a_step_error_naming_it_before_anything_is_logged(
+    host, log, duration, says
+):
+    caught: list[BaseException] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        try:
+            await ctx.step.sleep("nap", duration)
+        except StepError as exc:
+            caught.append(exc)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [exc] = caught
+    assert says in str(exc) and "step.sleep" in str(exc)
+    assert await entries(log, SID, "harness.sleep.scheduled") == []
 
 
 async def _crash_while_sleeping(hosts: Any, clock: Any, runs: list[int]) -> Any:
