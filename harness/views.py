@@ -44,7 +44,7 @@ from harness.records import (
     TurnResumed,
     TurnStarted,
 )
-from harness.replay.state import CallState, SessionState, UsageTotals
+from harness.replay.state import AskState, CallState, SessionState, UsageTotals
 
 __all__ = [
     "SESSION_STATES",
@@ -96,16 +96,17 @@ class OpenAsk:
         }
 
 
-def open_asks(state: SessionState) -> tuple[OpenAsk, ...]:
+def open_asks(state: SessionState, *, now_ms: int | None = None) -> tuple[OpenAsk, ...]:
     """Every ask opened by an unfinished call of the active turn and not answered yet
-    (a turn that ended, e.g. cancelled, leaves no ask open)."""
+    (a turn that ended, e.g. cancelled, leaves no ask open); with ``now_ms``, not past
+    its ``expires_at`` either (nobody can answer it: its tool is about to fail)."""
     out = []
     active = state.active_turn
     for call in state.calls.values():
         if call.result is not None or active is None or call.turn != active.turn:
             continue
         for name, ask in call.asks.items():
-            if ask.answered is None:
+            if _ask_waits(ask, now_ms):
                 o = ask.opened
                 expires = o.expires_at / 1000 if o.expires_at else None
                 out.append(OpenAsk(call.tool_call_id, name, o.message, o.schema, expires))
@@ -170,8 +171,16 @@ class SessionSummary:
         return out
 
 
-def _asks_open(call: CallState) -> bool:
-    return any(a.answered is None for a in call.asks.values())
+def _ask_waits(ask: AskState, now_ms: int | None) -> bool:
+    """Not answered, and (when ``now_ms`` is known) not expired."""
+    if ask.answered is not None:
+        return False
+    expires = ask.opened.expires_at
+    return now_ms is None or expires is None or expires > now_ms
+
+
+def _asks_open(call: CallState, now_ms: int) -> bool:
+    return any(_ask_waits(a, now_ms) for a in call.asks.values())
 
 
 def _sleep_until(call: CallState, now_ms: int) -> int | None:
@@ -197,7 +206,7 @@ def classify(state: SessionState, *, now_ms: int) -> tuple[SessionStateName, int
     open_calls = [c for c in state.batch(last) if c.result is None]
     if not open_calls:
         return "running", None  # the model is about to be called again
-    person = [c for c in open_calls if _asks_open(c)]
+    person = [c for c in open_calls if _asks_open(c, now_ms)]
     wakes = {c.tool_call_id: _sleep_until(c, now_ms) for c in open_calls if c not in person}
     if any(w is None for w in wakes.values()):
         return "running", None  # some call is working
@@ -258,7 +267,7 @@ def summarize(state: SessionState, *, now_ms: int, last_activity_ms: int | None 
         state=name,
         last_activity=last_activity_ms if last_activity_ms is not None else last_record_ts(state),
         sleeping_until=until,
-        open_asks=open_asks(state),
+        open_asks=open_asks(state, now_ms=now_ms),
         turns=len(state.turns),
         last_outcome=outcome,
         last_code=code,

@@ -100,6 +100,16 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
     return f"{turn}: {what}"
 
 
+def _our_turn_sleeps_until(state: SessionState, input_id: str, now: int) -> int | None:
+    """When the turn of ``input_id`` wakes, if it is the active turn and it sleeps."""
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.turn is None or active is None or active.turn != inp.turn:
+        return None
+    name, until = classify(state, now_ms=now)
+    return until if name == "sleeping" else None
+
+
 def _our_turn_waits(state: SessionState, input_id: str, now: int) -> bool:
     inp = state.inputs.get(input_id)
     active = state.active_turn
@@ -122,10 +132,23 @@ async def _watch(
             return None
         return False
 
+    told: set[int] = set()
+
+    def show() -> None:
+        now = _now_ms()
+        status.set(_progress(state, entries, input_id, now))
+        until = _our_turn_sleeps_until(state, input_id, now)
+        if not status.enabled and until is not None and until not in told:
+            # No status line off a terminal: say once why nothing happens for a while.
+            told.add(until)
+            print(f"{input_id}: the turn sleeps until {clock(until, now)}; waiting for it to settle "
+                  "(--no-wait or --timeout SECONDS stop waiting sooner; the turn goes on without this command)",
+                  file=sys.stderr, flush=True)
+
     verdict = done()
     if verdict is not False:
         return verdict  # type: ignore[return-value]
-    status.set(_progress(state, entries, input_id, _now_ms()))
+    show()
     async for entry in follow_session(log, session_id, after=after):
         entries.append(entry)
         state.apply_entry(entry)
@@ -133,7 +156,7 @@ async def _watch(
         verdict = done()
         if verdict is not False:
             return verdict  # type: ignore[return-value]
-        status.set(_progress(state, entries, input_id, _now_ms()))
+        show()
     return None  # pragma: no cover - follow_session never ends
 
 
@@ -220,7 +243,7 @@ async def main_send(argv: list[str]) -> int:
 def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
     style = style_for(sys.stdout)
     if settled is None:
-        asks = open_asks(state)
+        asks = open_asks(state, now_ms=_now_ms())
         if args.json:
             print(json.dumps({"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}))
         else:
@@ -279,7 +302,7 @@ async def main_answer(argv: list[str]) -> int:
         state = fold(args.session, entries)
         verdict = judge_answer(state, args.tool_call_id, args.ask_name, value, _now_ms())
         if not verdict.ok:
-            asks = ", ".join(f"{a.tool_call_id}/{a.name}" for a in open_asks(state)) or "none"
+            asks = ", ".join(f"{a.tool_call_id}/{a.name}" for a in open_asks(state, now_ms=_now_ms())) or "none"
             print(f"harness answer: answer refused ({verdict.code}): {verdict.reason}; nothing was sent "
                   f"(open asks: {asks})", file=sys.stderr)
             return EXIT_RUNTIME

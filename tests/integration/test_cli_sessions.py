@@ -280,6 +280,17 @@ async def test_send_draws_a_status_line_on_a_terminal(deployed: Backend) -> None
     assert screen.endswith("\r\x1b[2K"), "the status line is cleared at the end"
 
 
+async def test_send_off_a_terminal_says_once_that_the_turn_sleeps_and_waits_for_it(deployed: Backend) -> None:
+    """Piped, there is no status line: a turn sleeping for a while would leave the
+    command silent for all that time. It says so once, on stderr, and still waits."""
+    out = deployed.cli("send", sid("piped-nap"), "nap=1.5", "--harness", HARNESS)
+    assert out.returncode == 0 and out.stdout.startswith("done: "), out
+    lines = [line for line in out.stderr.splitlines() if "the turn sleeps until" in line]
+    assert len(lines) == 1, out.stderr
+    assert "waiting for it to settle" in lines[0] and "--no-wait" in lines[0]
+    assert "\x1b" not in out.stderr
+
+
 # --- the worker: secrets and log lines --------------------------------------------------------------------
 
 

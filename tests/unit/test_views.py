@@ -211,6 +211,19 @@ def test_summary_of_a_taken_over_turn_parked_on_an_answered_ask_is_running():
     assert summary.state == "running" and summary.open_asks == ()  # answered: the tool goes on
 
 
+def test_an_ask_past_its_expiry_waits_for_nobody_its_tool_is_about_to_fail():
+    """An unanswered ask whose ``expires_at`` passed cannot be answered (a later answer is
+    rejected; its tool raises AskExpired): the session is not waiting for a person, and
+    the ask is not listed as open. ``harness send`` once printed 'the turn waits for a
+    person' (exit 3) with an answer command for an ask opened already expired."""
+    records = [*takeover_log()[:5], entry(6, AskOpened(SID, 1005, "c1", "ok", "Sure?", {"type": "object"}, 3000))]
+    state = fold(SID, records)
+    before = summarize(state, now_ms=2999)
+    assert before.state == "waiting" and [a.name for a in before.open_asks] == ["ok"]
+    after = summarize(state, now_ms=3000)
+    assert after.state == "running" and after.open_asks == ()
+
+
 def test_preview_is_one_short_line():
     assert preview({"a": "x" * 200}).endswith("…") and len(preview({"a": "x" * 200})) == 72
     assert preview("two\nlines") == "two lines"
