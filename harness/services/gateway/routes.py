@@ -435,12 +435,19 @@ def _cursor(key: tuple[bool, int, str]) -> str:
 
 
 def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
-    """A cursor back as an order key; a malformed one reads as the start."""
+    """A cursor back as an order key.
+
+    Raises:
+        HTTPException: 422 for one this API did not give (read as the start, it would
+            serve the first page again: a client paging on it would never end).
+    """
     if not cursor:
         return None
-    ts, _, public_id = cursor.partition(".")
+    ts, dot, public_id = cursor.partition(".")
     try:
         last = int(ts)
     except ValueError:
-        return None
+        last = None
+    if last is None or not dot or not public_id:
+        raise HTTPException(422, "cursor must be the next_cursor of a previous page (or left out for the first)")
     return (last < 0, -max(last, 0), public_id)
