@@ -93,3 +93,38 @@ def test_console_answers_an_ask_and_sees_the_turn_complete(served: ServerThread,
     d = http.get("/v1/sessions/order-42").json()
     assert d["summary"]["turns"] == 2
     assert d["transcript"][-1] == {"role": "assistant", "content": "echo: thanks"}
+
+
+def test_console_filters_the_list_by_state_and_pages_through_older_sessions(
+    served: ServerThread, http: httpx.Client, browser: Any
+) -> None:
+    """The list shows a page of sessions (the API's paging, not everything at once), a
+    "more sessions" button while there are more, and a state filter kept in the URL."""
+    for sid in ("p-1", "p-2", "p-3"):
+        http.post(f"/v1/sessions/{sid}/messages", json={"text": "hello", "harness": HARNESS})
+    http.post("/v1/sessions/p-4/messages", json={"text": "please approve order 4", "harness": HARNESS})
+    wait_for(lambda: {s["session_id"]: s["state"] for s in http.get("/v1/sessions").json()["sessions"]}
+             == {"p-1": "idle", "p-2": "idle", "p-3": "idle", "p-4": "waiting"},
+             timeout=30, what="three idle sessions and one waiting")
+
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(served.url + "/#/?limit=3")
+    rows = page.locator("#sessions tbody tr[data-session]")
+    rows.first.wait_for(timeout=20_000)
+    assert rows.count() == 3
+    page.locator("#more-sessions").click()
+    page.locator('#sessions tr[data-session]').nth(3).wait_for(timeout=20_000)
+    shown = [rows.nth(i).get_attribute("data-session") for i in range(rows.count())]
+    assert sorted(shown) == ["p-1", "p-2", "p-3", "p-4"]  # each once
+    assert page.locator("#more-sessions").is_hidden()
+
+    page.locator("#state-filter").select_option("waiting")
+    page.wait_for_url("**/#/?state=waiting")
+    page.locator('#sessions tr[data-session="p-4"]').wait_for(timeout=20_000)
+    page.locator('#sessions tr[data-session="p-1"]').wait_for(state="detached", timeout=20_000)
+    assert rows.count() == 1 and page.locator("#more-sessions").is_hidden()
+    page.locator("#state-filter").select_option("failed")
+    page.locator("#sessions td.muted", has_text="no failed sessions").wait_for(timeout=20_000)
+    assert errors == []

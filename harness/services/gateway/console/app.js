@@ -56,16 +56,48 @@ function problem(err) { return el("p", { class: "card receipt rejected" }, Strin
 
 // -- the sessions list -------------------------------------------------------------------
 
-async function showList() {
-  where.textContent = "sessions";
-  const [page, known] = await Promise.all([api("/v1/sessions?limit=200"), api("/v1/harnesses")]);
-  const rows = page.sessions.map((s) => el("tr", { "data-session": s.session_id },
+const STATES = ["running", "waiting", "sleeping", "idle", "failed"];
+const PAGE = 100;
+
+function sessionRow(s) {
+  return el("tr", { "data-session": s.session_id },
     el("td", {}, el("a", { href: "#/s/" + encodeURIComponent(s.session_id) }, s.session_id)),
     el("td", {}, s.harness || ""), el("td", {}, badge(s.state)),
-    el("td", {}, when(s.last_activity)), el("td", {}, String((s.open_asks || []).length))));
+    el("td", {}, when(s.last_activity)), el("td", {}, String((s.open_asks || []).length)));
+}
+
+function listQuery(state, limit, cursor) {
+  const q = new URLSearchParams({ limit: String(limit) });
+  if (state) q.set("state", state);
+  if (cursor) q.set("cursor", cursor);
+  return "/v1/sessions?" + q.toString();
+}
+
+async function showList() {
+  where.textContent = "sessions";
+  // #/?state=waiting&limit=20: a bookmarkable filter and page size
+  const query = new URLSearchParams(location.hash.replace(/^#\/?\??/, ""));
+  const state = STATES.includes(query.get("state")) ? query.get("state") : "";
+  const limit = Math.min(Math.max(parseInt(query.get("limit"), 10) || PAGE, 1), 500);
+  const [page, known] = await Promise.all([api(listQuery(state, limit)), api("/v1/harnesses")]);
+  const body = el("tbody", {}, page.sessions.length ? page.sessions.map(sessionRow)
+    : el("tr", {}, el("td", { colspan: 5, class: "muted" }, state ? "no " + state + " sessions" : "no sessions yet")));
   const table = el("table", { id: "sessions" },
     el("thead", {}, el("tr", {}, ["session", "harness", "state", "last activity", "open asks"].map((h) => el("th", {}, h)))),
-    el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 5, class: "muted" }, "no sessions yet"))));
+    body);
+  // Older sessions page by page (the API's next_cursor), not all at once.
+  let cursor = page.next_cursor;
+  const more = el("button", { type: "button", id: "more-sessions", hidden: !cursor, onclick: async () => {
+    try {
+      const next = await api(listQuery(state, limit, cursor));
+      body.append(...next.sessions.map(sessionRow));
+      cursor = next.next_cursor;
+      more.hidden = !cursor;
+    } catch (err) { more.replaceWith(problem(err)); }
+  } }, "more sessions");
+  const filter = el("select", { id: "state-filter", name: "state", onchange: () => {
+    location.hash = filter.value ? "#/?state=" + filter.value : "#/";
+  } }, el("option", { value: "" }, "every state"), STATES.map((v) => el("option", { value: v, selected: v === state }, v)));
   const sid = el("input", { type: "text", name: "session_id", placeholder: "session id", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._:@~+=\\-]{0,127}" });
   const harness = known.harnesses.length
     ? el("select", { name: "harness" }, known.harnesses.map((h) => el("option", { value: h }, h)))
@@ -80,7 +112,7 @@ async function showList() {
       location.hash = "#/s/" + encodeURIComponent(sid.value);
     } catch (err) { out.className = "receipt rejected"; out.textContent = err.message; }
   } }, sid, harness, text, el("button", { type: "submit" }, "start"), out);
-  main.replaceChildren(table, form);
+  main.replaceChildren(el("p", { class: "row" }, filter), table, more, form);
 }
 
 // -- a form from an ask's JSON schema ------------------------------------------------------
