@@ -103,6 +103,7 @@ class ProviderModel:
     extra: ClassVar[str] = ""
     sdk_module: ClassVar[str] = ""
     reserved_options: ClassVar[frozenset[str]] = frozenset()
+    key_variable: ClassVar[str] = ""  # the environment variable the SDK reads the key from
 
     def __init__(
         self,
@@ -182,14 +183,44 @@ class ProviderModel:
             self._loop = loop
         client = self._clients.get(key)
         if client is None:
-            try:
-                client = self._make_client(key)
-            except Exception as exc:  # noqa: BLE001 - e.g. no key anywhere: a clear, permanent error
-                raise ModelError(
-                    self.scrub(f"{self.provider}: cannot make a client: {exc}", key), transient=False, kind="config"
-                ) from None
+            client, problem = self._checked_client(key)
+            if problem is not None:
+                raise ModelError(problem, transient=False, kind="config")
             self._clients[key] = client
         return client, key
+
+    def _checked_client(self, key: str | None) -> tuple[Any, str | None]:
+        """A new SDK client for ``key``, or why there is none (e.g. no key anywhere: the
+        SDK found none in its environment variable either)."""
+        try:
+            client = self._make_client(key)
+        except Exception as exc:  # noqa: BLE001 - a clear, permanent error
+            if key is None and self._means_no_key(exc):
+                return None, self._no_key_message()
+            return None, self.scrub(f"{self.provider}: cannot make a client: {exc}", key)
+        if not self._has_credentials(client):
+            return None, self._no_key_message()
+        return client, None
+
+    def config_problem(self) -> str | None:
+        """Why no call of this model can work as configured, known before any call (no
+        API key anywhere), or None. A key from a session secret is known per session only."""
+        if self.api_key_secret is not None:
+            return None
+        return self._checked_client(self._api_key)[1]
+
+    def _no_key_message(self) -> str:
+        local = (f"; a server at {self.base_url} that needs no key takes any, e.g. api_key='none'"
+                 if self.base_url else "")
+        return (f"{self.provider}: no API key: give the model api_key= (or api_key_secret=, the name of a "
+                f"session secret), or set {self.key_variable} where the worker runs{local}")
+
+    def _means_no_key(self, exc: Exception) -> bool:
+        """Whether the SDK refused to make a client because it found no key."""
+        return False
+
+    def _has_credentials(self, client: Any) -> bool:
+        return bool(getattr(client, "api_key", None))
 
     def split_options(self, create: Any, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` as keyword arguments of the SDK's ``create``: options this SDK version

@@ -108,9 +108,16 @@ class AnthropicMessages(ProviderModel):
     extra: ClassVar[str] = "anthropic"
     sdk_module: ClassVar[str] = "anthropic"
     reserved_options: ClassVar[frozenset[str]] = frozenset({"model", "messages", "tools", "system", "stream"})
+    key_variable: ClassVar[str] = "ANTHROPIC_API_KEY"
 
     def _make_client(self, api_key: str | None) -> Any:
         return self.sdk.AsyncAnthropic(api_key=api_key, base_url=self.base_url, max_retries=0, **self._client_options)
+
+    def _has_credentials(self, client: Any) -> bool:
+        # The client is made without any (its requests fail); a bearer token
+        # (ANTHROPIC_AUTH_TOKEN) or an Authorization header in default_headers also do.
+        headers = {k.lower() for k in (self._client_options.get("default_headers") or {})}
+        return bool(client.api_key or client.auth_token or {"authorization", "x-api-key"} & headers)
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` (without ``stream``)."""

@@ -103,6 +103,7 @@ class OpenAIChat(ProviderModel):
     extra: ClassVar[str] = "openai"
     sdk_module: ClassVar[str] = "openai"
     reserved_options: ClassVar[frozenset[str]] = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+    key_variable: ClassVar[str] = "OPENAI_API_KEY"
 
     def __init__(self, *, model: str, stream_usage: bool = True, **kwargs: Any) -> None:
         super().__init__(model=model, **kwargs)
@@ -110,6 +111,10 @@ class OpenAIChat(ProviderModel):
 
     def _make_client(self, api_key: str | None) -> Any:
         return self.sdk.AsyncOpenAI(api_key=api_key, base_url=self.base_url, max_retries=0, **self._client_options)
+
+    def _means_no_key(self, exc: Exception) -> bool:
+        # The client's constructor raises OpenAIError itself only for missing credentials.
+        return type(exc) is self.sdk.OpenAIError
 
     def request_body(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` (without ``stream``)."""

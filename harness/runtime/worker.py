@@ -157,6 +157,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
+        self._warn_of_models_that_cannot_work()
         pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
         metrics.add_source(self)
         beat = asyncio.create_task(self._beat(), name="worker-beat")
@@ -185,6 +186,16 @@ class Worker:
             if publisher is not None:
                 self.host.live = None
                 await asyncio.to_thread(publisher.close)
+
+    def _warn_of_models_that_cannot_work(self) -> None:
+        """A model that no call can work with (no API key anywhere) fails every turn; say
+        so once at start rather than only in each turn's ``model_error``."""
+        for name, harness in self.harnesses.items():
+            check = getattr(harness.model, "config_problem", None)
+            problem = check() if callable(check) else None
+            if problem:
+                log.warning("harness %s: every turn will fail (model_error) until its model can be called: %s",
+                            name, problem)
 
     async def _start_live(self) -> Any:
         """On Kafka: the publisher of live text deltas (best effort: a failure only logs)."""

@@ -368,6 +368,28 @@ async def test_api_key_from_the_sessions_secrets(server, make):
     assert not info.value.transient and "'provider'" in info.value.message and info.value.kind == "config"
 
 
+async def test_no_key_anywhere_is_one_config_error_saying_where_a_key_goes(server, make, monkeypatch):
+    """No api_key=, no secret, nothing in the SDK's variable: the SDKs say it differently
+    (OpenAI refuses to make a client; Anthropic makes one whose requests raise a
+    TypeError); both are one permanent error naming the three ways, known before any call
+    (``config_problem``, which a worker logs at start)."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    model = make(server, api_key=None)
+    variable = "OPENAI_API_KEY" if isinstance(model, OpenAIChat) else "ANTHROPIC_API_KEY"
+    problem = model.config_problem()
+    assert problem is not None and "no API key" in problem and variable in problem and "api_key_secret" in problem
+    assert f"a server at {server.url}" in problem  # a local server: any key does
+    with pytest.raises(ModelError) as info:
+        await model.complete([{"role": "user", "content": "go"}], [])
+    assert info.value.message == problem and not info.value.transient and info.value.kind == "config"
+    assert server.requests == []
+    monkeypatch.setenv(variable, "sk-from-the-environment-1")
+    assert make(server, api_key=None).config_problem() is None
+    assert make(server, api_key=None, api_key_secret="provider").config_problem() is None  # per session
+    assert make(server).config_problem() is None
+
+
 def test_keys_never_in_repr_and_secretstr_accepted(server):
     model = openai(server, api_key=SecretStr(KEY))
     assert KEY not in repr(model) and "gpt-test" in repr(model)

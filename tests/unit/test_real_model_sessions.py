@@ -248,3 +248,23 @@ async def test_500_and_a_timeout_are_retried_with_backoff_then_succeed(host, log
     assert (await task).text == "third time"
     retries = await entries(log, SID, "harness.model.retry")
     assert [(r["retry"], r["status"], r["kind"]) for r in retries] == [(1, 500, "server_error"), (2, None, "timeout")]
+
+
+async def test_a_worker_says_at_start_that_a_model_without_a_key_fails_every_turn(server, monkeypatch, caplog):
+    import logging
+
+    from harness.log.memory import MemoryLog
+    from harness.runtime.worker import Worker
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keyless = define_harness(name="keyless", model=from_uri(f"openai+{server.openai_url}:gpt-test"), tools=[])
+    keyed = define_harness(name="keyed", model=from_uri(f"openai+{server.openai_url}:gpt-test", api_key=KEY), tools=[])
+    worker = Worker(log=MemoryLog(), harnesses=[keyless, keyed])
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="harness.worker"):
+        task = asyncio.create_task(worker.run(stop))
+        await asyncio.wait_for(worker.ready.wait(), 30)
+        stop.set()
+        await task
+    warned = [r.getMessage() for r in caplog.records if "every turn will fail" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("harness keyless:") and "OPENAI_API_KEY" in warned[0], warned
