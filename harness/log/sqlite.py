@@ -440,6 +440,15 @@ class SqliteWriter:
     async def renew(self) -> None:
         await self._log._commits.run(self._log._op_renew, (self,), False)
 
+    def renew_blocking(self) -> None:
+        """Renew on the calling thread, without the event loop: how a host keeps its
+        leases while blocking code holds its loop (``harness.runtime.watchdog``).
+
+        Raises:
+            FencedError: the lease was lost. LogUnavailable: the database failed.
+        """
+        self._log._commits.run_blocking(self._log._op_renew, (self,))
+
     async def release(self) -> None:
         """Give the session up so another owner can claim at once (no-op if already lost)."""
         try:

@@ -172,6 +172,16 @@ class GroupCommit:
             self._flush(loop, group)
         return await fut  # done, unless the commit went to the writer thread
 
+    def run_blocking(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Run ``fn(db, *args)`` in a transaction of its own on the calling thread (not an
+        event loop's: it waits for the write lock); its value, or its refusal raised."""
+        if self.closed:
+            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+        [outcome] = self._commit([(fn, args, None, False)], wait=True)  # type: ignore[list-item]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
     def write(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> asyncio.Future[Any]:
         """Queue ``fn(db, *args)`` for the next group commit of the running loop."""
         if self.closed:

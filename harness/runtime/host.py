@@ -74,7 +74,9 @@ class HarnessHost:
         self.poll_interval = poll_interval.total_seconds()
         self.live = live
         self.sync_threads = sync_threads
-        self._poller = HostPoller(self.log, interval=self.poll_interval)
+        # (a stall worth a warning: a third of the lease, when a renewal falls due)
+        self._poller = HostPoller(self.log, interval=self.poll_interval,
+                                  stall_warning=min(10.0, lease.total_seconds() / 3))
         self._pool: ThreadPoolExecutor | None = None
         self._cores: dict[str, SessionCore] = {}
         self._handles: dict[str, set[Session]] = {}

@@ -16,7 +16,9 @@ session with no record yet is watched from its first one); any other log: every
 watched session is hinted every time.
 
 A worker's sessions are fed by the worker itself and are never watched; their leases
-(SQLite) are renewed here too.
+(SQLite) are renewed here too. While blocking code holds the event loop, the poller's
+watchdog thread renews them instead and says where the loop is stuck
+(``harness.runtime.watchdog``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from harness.errors import FencedError, LogError
 from harness.log.base import SessionLog
 from harness.runtime.ownership import Ownership
+from harness.runtime.watchdog import LoopWatchdog
 
 __all__ = ["HostPoller", "Watched"]
 
@@ -52,7 +55,7 @@ class Watched(Protocol):
 
 
 class HostPoller:
-    def __init__(self, log_: SessionLog, *, interval: float) -> None:
+    def __init__(self, log_: SessionLog, *, interval: float, stall_warning: float = 10.0) -> None:
         self._log = log_
         self._interval = interval
         self._held: set[Ownership] = set()
@@ -61,6 +64,7 @@ class HostPoller:
         self._position: int | None = None  # embedded logs: every record <= position was seen
         self._partitions: dict[int, int] = {}  # Kafka: partition -> next offset to read
         self._closed = False
+        self._watchdog = LoopWatchdog(lambda: self._held, warn_after=stall_warning)
 
     # -- registration -----------------------------------------------------------------------
 
@@ -89,11 +93,18 @@ class HostPoller:
     def _ensure_running(self) -> None:
         if self._closed:
             return
+        loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="harness-host-poller")
+            self._task = loop.create_task(self._run(), name="harness-host-poller")
+        self._watchdog.start(loop)
+
+    @property
+    def watchdog(self) -> LoopWatchdog:
+        return self._watchdog
 
     async def close(self) -> None:
         self._closed = True
+        self._watchdog.stop()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()

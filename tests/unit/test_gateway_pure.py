@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastapi import HTTPException
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,7 +115,11 @@ def test_list_cursors_page_through_the_catalogs_order(rows: list[tuple[int | Non
         after = _parse_cursor(_cursor(page[-1]))
         assert after == page[-1]
     assert seen == keys
-    assert _parse_cursor("junk") is None and _parse_cursor(None) is None
+    assert _parse_cursor(None) is None and _parse_cursor("") is None
+    for junk in ("junk", "12.", ".s-1", "x.s-1"):  # a cursor the API never gave: 422, not the start again
+        with pytest.raises(HTTPException) as refused:
+            _parse_cursor(junk)
+        assert refused.value.status_code == 422
 
 
 def test_sse_frames() -> None:

@@ -1,0 +1,126 @@
+"""Blocking code in async code holds the event loop, and with it the poller that renews
+leases: the loop watchdog keeps them (and says where the loop is stuck), so another
+owner cannot take the session over and run the blocking step a second time.
+
+These tests block a real event loop for real seconds (that is the condition under test);
+nothing asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from harness import HarnessHost, define_harness, durable_tool, tool_definition
+from harness.errors import SessionBusy
+from harness.log.sqlite import SqliteLog
+from harness.runtime.watchdog import LoopWatchdog
+
+from .conftest import Args, call, script
+
+LEASE = timedelta(seconds=3)
+
+
+def claim_from_another_process(path: Path) -> BaseException | None:
+    """What another owner's claim of s-1 gets (on its own thread and loop, as another
+    process would: this one's loop is blocked)."""
+    out: dict[str, BaseException | None] = {}
+
+    def run() -> None:
+        async def claim() -> None:
+            other = SqliteLog(path)
+            try:
+                writer = await other.claim("s-1", owner="intruder", lease=LEASE)
+                await writer.release()
+                out["got"] = None
+            except BaseException as exc:  # noqa: BLE001 - reported to the test
+                out["got"] = exc
+            finally:
+                await other.close()
+
+        asyncio.run(claim())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return out["got"]
+
+
+async def test_a_step_blocking_the_loop_longer_than_the_lease_keeps_it_and_runs_once(tmp_path: Path, caplog):
+    path = tmp_path / "h.db"
+    runs: list[int] = []
+    seen: dict[str, Any] = {}
+
+    async def charge() -> dict[str, str]:
+        runs.append(1)
+        time.sleep(2.5 * LEASE.total_seconds())  # the mistake: a blocking call in async code
+        seen["claim"] = claim_from_another_process(path)  # still blocked, the lease long past
+        return {"id": "ch_1"}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("charge", charge)
+
+    tool = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
+    harness = define_harness(name="test/blocking", model=script([call("c1", "pay")], "paid"), tools=[tool])
+    log = SqliteLog(path)
+    host = HarnessHost(log=log, lease=LEASE, poll_interval=timedelta(milliseconds=20))
+    try:
+        session = await host.open(harness, session_id="s-1")
+        with caplog.at_level(logging.WARNING, logger="harness.host"):
+            result = await session.send("go")
+        assert result.outcome == "completed" and runs == [1]
+        assert isinstance(seen["claim"], SessionBusy), seen["claim"]  # without the watchdog: taken over
+        [warning] = [r.getMessage() for r in caplog.records if "event loop has not run" in r.getMessage()]
+        assert "test_loop_watchdog.py" in warning and "in charge (time.sleep(" in warning, warning
+        assert "asyncio.to_thread" in warning and "leases are kept" in warning
+    finally:
+        await host.close()
+        await log.close()
+
+
+@dataclass
+class _Writer:
+    events: list[str]
+
+    def renew_blocking(self) -> None:
+        self.events.append("renew")
+
+
+@dataclass
+class _Held:
+    writer: _Writer
+    session_id: str = "s-1"
+    lease: timedelta = timedelta(seconds=0.3)
+    next_renewal: float = 0.0
+    clock: Any = field(default_factory=lambda: type("C", (), {"now": staticmethod(time.time)})())
+
+
+async def test_a_loop_stalled_past_the_limit_lets_its_leases_lapse_and_says_so(caplog):
+    """A loop stuck for good (a hung call) must not hold its sessions forever: after
+    ``keep_leases_for`` the watchdog stops renewing (one ERROR) so other owners take over."""
+    events: list[str] = []
+    held = [_Held(_Writer(events))]
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR:
+                events.append("error")
+
+    recorder = Recorder()
+    logging.getLogger("harness.host").addHandler(recorder)
+    dog = LoopWatchdog(lambda: held, warn_after=0.2, check_every=0.05, keep_leases_for=1.0)
+    dog.start(asyncio.get_running_loop())
+    try:
+        time.sleep(2.5)  # the loop is stuck
+        await asyncio.sleep(0.2)  # it runs again
+    finally:
+        dog.stop()
+        logging.getLogger("harness.host").removeHandler(recorder)
+    assert "renew" in events and events.count("error") == 1, events
+    assert "renew" not in events[events.index("error"):]  # none after giving up
