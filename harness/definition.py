@@ -24,6 +24,9 @@ __all__ = [
     "define_harness",
 ]
 
+MAX_HARNESS_NAME = 128
+"""The longest harness name (the gateway filters by names of up to 200 characters)."""
+
 DEFAULT_TRUNCATED_CALL_ERROR = (
     "This tool call was not run: the response that asked for it was cut off at the model's "
     "output limit, so its arguments may be incomplete. Ask for it again, with shorter output."
@@ -104,10 +107,13 @@ class Durability:
     answer already logged still completes the turn."""
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1 or self.step_value_limit < 1 or self.max_model_calls < 1:
-            raise DefinitionError("durability limits must be positive")
-        if self.model_retries < 0:
-            raise DefinitionError("durability.model_retries must be 0 or more")
+        for field_name, least in (("max_attempts", 1), ("step_value_limit", 1), ("max_model_calls", 1),
+                                  ("model_retries", 0)):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise DefinitionError(
+                    f"durability.{field_name} must be a whole number of at least {least}, not {value!r}"
+                )
         if not isinstance(self.model_backoff, timedelta) or not isinstance(self.model_backoff_max, timedelta):
             raise DefinitionError("durability.model_backoff and model_backoff_max are timedeltas")
         if self.model_backoff <= timedelta(0) or self.model_backoff_max < self.model_backoff:
@@ -151,6 +157,11 @@ def define_harness(
     """
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a harness needs a non-empty name")
+    if name != name.strip() or len(name) > MAX_HARNESS_NAME or not name.isprintable():
+        raise DefinitionError(
+            f"harness name {name[:40]!r}{'...' if len(name) > 40 else ''}: at most {MAX_HARNESS_NAME} printable "
+            "characters, no space at either end (it is in every input record, --harness and the gateway's filter)"
+        )
     if not callable(getattr(model, "complete", None)):
         raise DefinitionError(f"model of harness {name!r} has no complete() method")
     by_name: dict[str, Tool] = {}

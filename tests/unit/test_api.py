@@ -12,6 +12,7 @@ from pydantic import BaseModel
 import harness
 import harness.errors
 from harness import (
+    Durability,
     HarnessHost,
     chat,
     define_harness,
@@ -196,6 +197,26 @@ class NotPydantic:
 def test_s1_bad_tool_name_raises_at_definition(name):
     with pytest.raises(DefinitionError):
         tool_definition(name=name, description="d", input_schema=Args)
+
+
+@pytest.mark.parametrize("name", ["", " padded", "line\nbreak", "tab\there", "x" * 129, None, 5])
+def test_s1_bad_harness_name_raises_at_definition(name):
+    with pytest.raises(DefinitionError):
+        define_harness(name=name, model=script("x"), tools=[])
+
+
+@pytest.mark.parametrize("name", ["acme/assistant", "My Assistant", "x" * 128, "équipe/agent"])
+def test_s1_harness_names_are_printable_text(name):
+    assert define_harness(name=name, model=script("x"), tools=[]).name == name
+
+
+@pytest.mark.parametrize("limits", [{"max_attempts": 1.5}, {"max_attempts": "3"}, {"max_attempts": True},
+                                    {"max_attempts": 0}, {"max_model_calls": 0}, {"step_value_limit": -1},
+                                    {"model_retries": -1}, {"model_retries": 2.0}])
+def test_s1_durability_limits_are_whole_numbers_checked_at_definition(limits):
+    with pytest.raises(DefinitionError) as refused:
+        Durability(**limits)
+    assert f"durability.{next(iter(limits))} must be a whole number" in str(refused.value)
 
 
 @pytest.mark.parametrize("schema", [NotPydantic, dict, Args(), None])
