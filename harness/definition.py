@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -162,8 +163,16 @@ def define_harness(
             f"harness name {name[:40]!r}{'...' if len(name) > 40 else ''}: at most {MAX_HARNESS_NAME} printable "
             "characters, no space at either end (it is in every input record, --harness and the gateway's filter)"
         )
-    if not callable(getattr(model, "complete", None)):
+    complete = getattr(model, "complete", None)
+    if not callable(complete):
         raise DefinitionError(f"model of harness {name!r} has no complete() method")
+    if (inspect.isfunction(complete) or inspect.ismethod(complete)) and not (
+        inspect.iscoroutinefunction(complete) or inspect.iscoroutinefunction(inspect.unwrap(complete))
+    ):
+        raise DefinitionError(
+            f"model of harness {name!r}: complete() must be 'async def' (the harness awaits it; blocking "
+            "client code inside it goes in await asyncio.to_thread(...))"
+        )
     by_name: dict[str, Tool] = {}
     for t in tools:
         if not isinstance(t, Tool):

@@ -157,7 +157,13 @@ async def call_complete(
         extra["stream"] = stream
     if "secrets" in keywords:
         extra["secrets"] = dict(secrets or {})
-    response = await model.complete(messages, tools, **extra)
+    pending = model.complete(messages, tools, **extra)
+    if not inspect.isawaitable(pending):
+        raise TypeError(
+            f"the model's complete() returned {type(pending).__name__} without being awaitable: make it "
+            "'async def complete' (blocking client code inside it: await asyncio.to_thread(...))"
+        )
+    response = await pending
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
     return response

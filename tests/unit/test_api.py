@@ -219,6 +219,35 @@ def test_s1_durability_limits_are_whole_numbers_checked_at_definition(limits):
     assert f"durability.{next(iter(limits))} must be a whole number" in str(refused.value)
 
 
+def test_s1_a_model_whose_complete_is_not_async_is_refused_at_definition():
+    class SyncModel:
+        def complete(self, messages: Any, tools: Any) -> ModelResponse:
+            return ModelResponse(text="hi")
+
+    with pytest.raises(DefinitionError) as refused:
+        define_harness(name="h", model=SyncModel(), tools=[])
+    assert "complete() must be 'async def'" in str(refused.value)
+
+
+async def test_s1_a_complete_that_returns_no_awaitable_fails_the_turn_saying_to_make_it_async():
+    class CallableComplete:  # not a function: only the call shows what it returns
+        def __call__(self, messages: Any, tools: Any) -> ModelResponse:
+            return ModelResponse(text="hi")
+
+    class Model:
+        complete = CallableComplete()
+
+    host = HarnessHost(log="memory:")
+    try:
+        session = await host.open(define_harness(name="h", model=Model(), tools=[]), session_id="s-1")
+        result = await session.send("hi")
+        assert (result.outcome, result.code) == ("failed", "model_error")
+        failed = [e.record for e in await host.log.read("s-1") if e.type == "harness.turn.finished"]
+        assert "make it 'async def complete'" in (failed[-1].error or "")
+    finally:
+        await host.close()
+
+
 @pytest.mark.parametrize("schema", [NotPydantic, dict, Args(), None])
 def test_s1_non_pydantic_schema_raises_at_definition(schema):
     with pytest.raises(DefinitionError):
