@@ -161,6 +161,15 @@ class HarnessHost:
     def unwatch(self, core: SessionCore) -> None:
         self._poller.unwatch(core)
 
+    def watch_the_loop(self, on: bool = True) -> None:
+        """Start (or stop) the loop watchdog now rather than with the first held lease or
+        watched session: a worker on Kafka holds neither, and still wants to hear where
+        blocking code stopped its loop (``harness.runtime.watchdog``)."""
+        if on:
+            self._poller.watchdog.start(asyncio.get_running_loop())
+        else:
+            self._poller.watchdog.stop()
+
     async def run_sync(self, fn: Callable[[], Any]) -> Any:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.sync_threads, thread_name_prefix="harness-sync")

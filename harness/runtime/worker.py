@@ -158,6 +158,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Drive sessions until ``stop`` is set; then stop them recoverably."""
         self._warn_of_models_that_cannot_work()
+        self.host.watch_the_loop()
         pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
         metrics.add_source(self)
         beat = asyncio.create_task(self._beat(), name="worker-beat")
@@ -174,6 +175,7 @@ class Worker:
             raise
         finally:
             self.health.stopping = True
+            self.host.watch_the_loop(False)
             beat.cancel()
             metrics.remove_source(self)
             if pump is not None:

@@ -124,3 +124,37 @@ async def test_a_loop_stalled_past_the_limit_lets_its_leases_lapse_and_says_so(c
         logging.getLogger("harness.host").removeHandler(recorder)
     assert "renew" in events and events.count("error") == 1, events
     assert "renew" not in events[events.index("error"):]  # none after giving up
+
+
+async def test_a_worker_watches_its_loop_from_the_start_and_says_where_blocking_code_stopped_it(caplog):
+    """A worker on Kafka holds no lease and watches no session, so its poller never
+    starts: the worker starts the watchdog itself (here on a memory log)."""
+    from harness.log.memory import MemoryLog
+    from harness.records import InputMessage
+    from harness.runtime.worker import Worker
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        time.sleep(2.0)  # blocking call in async code
+        return "done"
+
+    tool = durable_tool(tool_definition(name="slow", description="d", input_schema=Args), execute)
+    harness = define_harness(name="test/slow", model=script([call("c1", "slow")], "ok"), tools=[tool])
+    log = MemoryLog()
+    worker = Worker(log=log, harnesses=[harness], lease=LEASE)  # a stall of a third of it is worth a warning
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.wait_for(worker.ready.wait(), 30)
+        assert worker.host._poller.watchdog.running  # before any session
+        with caplog.at_level(logging.WARNING, logger="harness.host"):
+            await log.submit(InputMessage("s-1", 0, "in-1", "go", "test/slow"))
+            for _ in range(600):
+                if any(e.type == "harness.input.settled" for e in await log.read("s-1")):
+                    break
+                await asyncio.sleep(0.05)
+        [warning] = [r.getMessage() for r in caplog.records if "event loop has not run" in r.getMessage()]
+        assert "in execute (time.sleep(2.0)" in warning and "leases are kept" not in warning, warning
+    finally:
+        stop.set()
+        await task
+    assert not worker.host._poller.watchdog.running
