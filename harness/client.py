@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.context import check_app_records
+from harness.ids import check_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log.base import SessionLog
@@ -114,6 +115,8 @@ class HarnessClient:
         return int(time.time() * 1000)
 
     async def _submit(self, record: Record, input_id: str) -> InputReceipt:
+        check_id(record.session_id, "session id")
+        check_id(input_id, "input id")
         entry = await self.log.submit(record)
         key = (record.session_id, input_id)
         # A resend (a retry after a lost reply) keeps the first position: that record is
@@ -130,14 +133,14 @@ class HarnessClient:
         """Send a user message; resending an ``input_id`` with the same text has no second
         effect; with another text it is settled ``rejected`` / ``input_conflict``."""
         check_text(text, what="the message text")
-        input_id = input_id or f"in-{uuid.uuid4().hex}"
+        input_id = f"in-{uuid.uuid4().hex}" if input_id is None else input_id
         return await self._submit(InputMessage(session_id, self._now(), input_id, text, harness), input_id)
 
     async def answer(
         self, session_id: str, tool_call_id: str, name: str, value: Any, *, input_id: str | None = None
     ) -> InputReceipt:
         """Answer a ``step.ask``; the owner validates it against the ask's schema."""
-        input_id = input_id or f"answer:{tool_call_id}:{name}"
+        input_id = f"answer:{tool_call_id}:{name}" if input_id is None else input_id
         value = json_copy(value, what="answer")
         return await self._submit(
             InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value), input_id
@@ -148,7 +151,7 @@ class HarnessClient:
     ) -> InputReceipt:
         """Append app records to a session (once per ``input_id``)."""
         checked = check_app_records(records)
-        input_id = input_id or f"rec-{uuid.uuid4().hex}"
+        input_id = f"rec-{uuid.uuid4().hex}" if input_id is None else input_id
         return await self._submit(InputRecords(session_id, self._now(), input_id, checked), input_id)
 
     async def cancel(self, session_id: str, input_id: str) -> InputReceipt:
@@ -156,6 +159,7 @@ class HarnessClient:
         queued input never runs). Returns the receipt of the cancel request itself (its
         input id is ``cancel:<input_id>``); ``wait_settled(session_id, input_id)`` tells
         how the cancelled input ended."""
+        check_id(input_id, "input id")
         cancel_id = f"cancel:{input_id}"
         return await self._submit(InputCancel(session_id, self._now(), cancel_id, input_id), cancel_id)
 

@@ -26,6 +26,7 @@
     ├── CodecError                 encoding/decoding a record failed
     ├── SessionClosed              a call on a session handle after its close()
     ├── SecretInName               a name or id holding a session secret (never rewritten)
+    ├── InvalidId                  (also a ValueError) a session or input id that is empty, too long or unprintable
     ├── UnknownHarness             a session names a harness this host does not run
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
     ├── SessionNotFound            a log holds no record of the session asked for
@@ -51,6 +52,7 @@ __all__ = [
     "FencedError",
     "HarnessError",
     "InvalidAnswer",
+    "InvalidId",
     "InvalidRecord",
     "LogError",
     "LogUnavailable",
@@ -289,6 +291,16 @@ class SessionClosed(HarnessError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"the handle of session {session_id!r} is closed; open it again with host.open()")
         self.session_id = session_id
+
+
+class InvalidId(HarnessError, ValueError):
+    """A session or input id that is empty, longer than ``ids.MAX_ID`` characters, or
+    holds a character that cannot be printed (a newline, a control character) or a space
+    at either end: ids are keys in the log, table cells and arguments of commands."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class SecretInName(HarnessError, ValueError):

@@ -9,6 +9,35 @@ previous owner.
 
 from __future__ import annotations
 
+from typing import Any
+
+MAX_ID = 512
+"""The longest session or input id (the gateway takes ids of up to 128, plus its tenant prefix)."""
+
+
+def check_id(value: Any, kind: str) -> str:
+    """``value`` if it is a usable session or input id (``kind`` names it in the error).
+
+    Raises:
+        InvalidId: not a string, empty, over ``MAX_ID`` characters, a space at either end,
+            or a character that cannot be printed (newlines, control characters).
+    """
+    from harness.errors import InvalidId
+
+    if not isinstance(value, str):
+        raise InvalidId(f"a {kind} must be a string, not {type(value).__name__}", kind=kind)
+    if not value:
+        raise InvalidId(f"a {kind} must not be empty", kind=kind)
+    if len(value) > MAX_ID:
+        raise InvalidId(f"a {kind} may be at most {MAX_ID} characters, not {len(value)}", kind=kind)
+    if value != value.strip() or not value.isprintable():
+        raise InvalidId(
+            f"{kind} {value[:60]!r} holds a space at an end or a character that cannot be printed "
+            "(a newline, a control character): ids are log keys, table cells and command arguments",
+            kind=kind,
+        )
+    return value
+
 
 def log_id(namespace: str, session_id: str) -> str:
     """The id of one session's log: ``<namespace>/<session id>``.

@@ -20,6 +20,7 @@ from harness.cli.common import EXIT_RUNTIME, CommandParser, add_log_option, open
 from harness.cli.render import ask_lines, clock, style_for
 from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
+from harness.ids import check_id
 from harness.jsonvalues import json_copy
 from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
@@ -206,6 +207,9 @@ def send_parser() -> CommandParser:
 
 async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
+    check_id(args.session, "session id")
+    if args.input_id is not None:
+        check_id(args.input_id, "input id")
     log = await open_log_for(args.log, role="client")
     status = StatusLine(sys.stderr)
     ticker: asyncio.Task[None] | None = None
@@ -291,6 +295,8 @@ def answer_parser() -> CommandParser:
 async def main_answer(argv: list[str]) -> int:
     parser = answer_parser()
     args = parser.parse_args(argv)
+    if args.input_id is not None:
+        check_id(args.input_id, "input id")
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except ValueError as exc:

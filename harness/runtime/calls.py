@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.context import check_app_records
 from harness.errors import InvalidAnswer, InvalidRecord
+from harness.ids import check_id
 from harness.jsonvalues import check_text, json_copy
 from harness.records import (
     InputAnswer,
@@ -50,7 +51,7 @@ async def send(core: SessionCore, text: str, input_id: str | None) -> TurnResult
     if input_id is None:
         input_id = new_input_id(core, "in")
     else:
-        check_text(input_id, what="an input id")
+        check_id(input_id, "input id")
         core.check_name("input id", input_id)
     record = InputMessage(core.session_id, core.now_ms(), input_id, text, core.harness.name)
     return await put_input(core, record)
@@ -97,6 +98,8 @@ async def answer(core: SessionCore, tool_call_id: str, name: str, value: Any, in
     value = json_copy(value, what="answer")
     if input_id is None:
         input_id = f"answer:{tool_call_id}:{name}"
+    else:
+        check_id(input_id, "input id")
     core.check_name("input id", input_id)
     await core.refresh()
     if input_id not in core.state.inputs:
@@ -133,6 +136,7 @@ async def append_records(core: SessionCore, records: list[dict[str, Any]], input
     checked = [core.scrubber.redact(r) for r in check_app_records(records)]
     if input_id is None:
         input_id = new_input_id(core, "rec")
+    check_id(input_id, "input id")
     core.check_name("input id", input_id)
     settled = await put_input(core, InputRecords(core.session_id, core.now_ms(), input_id, checked))
     if settled.outcome == "rejected":
@@ -141,6 +145,7 @@ async def append_records(core: SessionCore, records: list[dict[str, Any]], input
 
 async def cancel(core: SessionCore, input_id: str) -> TurnResult:
     core.check_open()
+    check_id(input_id, "input id")
     core.check_name("input id", input_id)
     request = InputCancel(core.session_id, core.now_ms(), f"cancel:{input_id}", input_id)
     verdict = await put_input(core, request)

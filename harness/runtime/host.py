@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from harness.clock import Clock, SystemClock
 from harness.definition import Harness
 from harness.errors import DefinitionError
-from harness.jsonvalues import check_text
+from harness.ids import check_id
 from harness.live import LivePublisher
 from harness.log import open_log
 from harness.log.base import SessionLog
@@ -98,7 +98,7 @@ class HarnessHost:
             DefinitionError: the session is open here with another harness or secrets.
         """
         plain = secret_values(secrets)
-        check_text(session_id, what="a session id")
+        check_id(session_id, "session id")
         SecretScrubber(plain).check_name("session id", session_id, session_id=None)
         core = self._cores.get(session_id)
         if core is not None and (core.closed or core.fatal is not None):

@@ -133,6 +133,17 @@ def test_send_with_no_worker_says_so_when_it_gives_up(tmp_path: Path) -> None:
     assert "harness worker --log" in line
 
 
+def test_send_refuses_an_id_that_cannot_be_a_table_cell_or_an_argument(tmp_path: Path) -> None:
+    """An empty session id or one with a newline went into the log and broke the table of
+    `harness sessions`; it is refused before the log is even opened."""
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    for argv in (["", "hi"], ["a\nb", "hi"], ["s-1", "hi", "--input-id", "in 1 "]):
+        out = harness("send", *argv, "--harness", "x", "--no-wait", "--log", url)
+        line = one_line(out)
+        assert out.returncode == 1 and line.startswith("harness send: ") and " id " in line, line
+    assert not (tmp_path / "never.db").exists()
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'missing.db'}"
     plain = harness("show", "s-1", "--log", url)

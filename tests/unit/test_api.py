@@ -248,6 +248,45 @@ async def test_s1_a_complete_that_returns_no_awaitable_fails_the_turn_saying_to_
         await host.close()
 
 
+@pytest.mark.parametrize("bad", ["", " s-1", "s-1 ", "line\nbreak", "tab\tin", "nul\x00", "x" * 513, "lone \ud800", None, 7])
+async def test_s1_session_and_input_ids_must_be_printable_nonempty_text(bad):
+    """Ids are log keys, table cells and command arguments: an empty one or one with a
+    newline broke `harness sessions`' table and could not be named on the command line."""
+    from harness import HarnessClient
+    from harness.errors import InvalidId
+
+    host = HarnessHost(log="memory:")
+    h = define_harness(name="h", model=script("ok"), tools=[])
+    try:
+        with pytest.raises(InvalidId):
+            await host.open(h, session_id=bad)
+        session = await host.open(h, session_id="s-1")
+        calls = [lambda: session.cancel(bad)]
+        if bad is not None:  # (None: the default, a new id)
+            calls += [lambda: session.send("hi", input_id=bad),
+                      lambda: session.append_records([{"type": "a.b"}], input_id=bad)]
+        client = HarnessClient(log=host.log)
+        calls.append(lambda: client.send(bad, "hi", harness="h"))
+        if bad is not None:
+            calls.append(lambda: client.send("s-1", "hi", harness="h", input_id=bad))
+        for call_with_bad_id in calls:
+            with pytest.raises(InvalidId):
+                await call_with_bad_id()
+        assert [e.type for e in await host.log.read("s-1")] == []  # nothing was written
+    finally:
+        await host.close()
+
+
+@pytest.mark.parametrize("good", ["s-1", "a b", "t/acme/order-42", "équipe:7", "x" * 512])
+async def test_s1_ids_may_hold_spaces_inside_and_any_printable_character(good):
+    host = HarnessHost(log="memory:")
+    try:
+        session = await host.open(define_harness(name="h", model=script("ok"), tools=[]), session_id=good)
+        assert (await session.send("hi", input_id=good)).outcome == "completed"
+    finally:
+        await host.close()
+
+
 @pytest.mark.parametrize("schema", [NotPydantic, dict, Args(), None])
 def test_s1_non_pydantic_schema_raises_at_definition(schema):
     with pytest.raises(DefinitionError):
