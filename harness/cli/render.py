@@ -66,6 +66,14 @@ def clock(ms: int | None, now_ms: int, *, millis: bool = False) -> str:
     return text
 
 
+def _duration(seconds: int) -> str:
+    """``45 s``, ``12 min``, ``3 h``, ``2 days``."""
+    for size, unit in ((86400, " days"), (3600, " h"), (60, " min")):
+        if seconds >= 2 * size or (unit != " days" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{seconds} s"
+
+
 def age(ms: int | None, now_ms: int) -> str:
     """``12s ago``, ``3m ago``, ``2h ago``, ``4d ago``."""
     if ms is None:
@@ -140,8 +148,13 @@ def session_header(summary: SessionSummary, now_ms: int, style: Style) -> str:
 def ask_lines(asks: Sequence[OpenAsk], session_id: str, style: Style) -> list[str]:
     """The open asks and the command that answers each."""
     out = []
+    now_ms = int(time.time() * 1000)
     for a in asks:
-        out.append(f"{style('ask', 'yellow', 'bold')} {a.tool_call_id}/{a.name}: {a.message}")
+        expires = ""
+        if a.expires_at is not None:  # a person should know how long they have
+            at_ms = int(a.expires_at * 1000)
+            expires = f" (expires {clock(at_ms, now_ms)}, in {_duration(max(0, at_ms - now_ms) // 1000)})"
+        out.append(f"{style('ask', 'yellow', 'bold')} {a.tool_call_id}/{a.name}: {a.message}{expires}")
         fields = ", ".join(sorted((a.schema or {}).get("properties", {}))) if isinstance(a.schema, dict) else ""
         hint = f" (fields: {fields})" if fields else ""
         out.append(style(f"  answer with: harness answer {session_id} {a.tool_call_id} {a.name} 'JSON'{hint}", "dim"))

@@ -15,7 +15,7 @@ import pytest
 
 from harness import logs
 from harness.cli.common import kafka_client_config
-from harness.cli.render import Style, age, session_header, sessions_table, state_text, timeline_line
+from harness.cli.render import Style, age, ask_lines, session_header, sessions_table, state_text, timeline_line
 from harness.errors import ConfigError
 from harness.runtime.gate import SessionGate
 from harness.services.worker.secrets import WorkerSecrets, load_secrets, secrets_from_dir, secrets_from_env
@@ -304,3 +304,13 @@ def test_a_change_that_cannot_be_used_keeps_the_previous_secrets(
     (tmp_path / "db").unlink()
     clock.now += 1
     assert secrets.current() == {"api_key": "sk_live_fixed_3333", "db": "db-pass-123"}
+
+
+def test_an_open_ask_with_an_expiry_says_until_when_and_how_long_is_left() -> None:
+    plain = Style(False)
+    soon = time.time() + 150
+    lines = ask_lines([OpenAsk("c1", "approval", "Refund?", {"properties": {"ok": {}}}, soon),
+                       OpenAsk("c2", "open", "Any time?", {}, None)], "s-1", plain)
+    assert lines[0].startswith("ask c1/approval: Refund? (expires ") and lines[0].endswith(", in 2 min)"), lines
+    assert lines[1] == "  answer with: harness answer s-1 c1 approval 'JSON' (fields: ok)"
+    assert lines[2] == "ask c2/open: Any time?"  # no expiry, nothing said

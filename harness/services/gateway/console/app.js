@@ -170,7 +170,8 @@ function askForm(sessionId, ask) {
       out.className = "receipt " + r.status;
       out.textContent = r.status === "rejected" ? r.reason : "answer " + r.status;
     } catch (err) { out.className = "receipt rejected"; out.textContent = err.message; }
-  } }, el("h3", {}, ask.message), el("div", { class: "muted" }, ask.name + " · call " + ask.tool_call_id),
+  } }, el("h3", {}, ask.message), el("div", { class: "muted", "data-expires": ask.expires_at || null },
+    ask.name + " · call " + ask.tool_call_id + (ask.expires_at ? " · expires " + when(ask.expires_at * 1000) : "")),
      fields, el("button", { type: "submit" }, "answer"), out);
   return form;
 }
