@@ -22,9 +22,11 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.context import check_app_records
+from harness.errors import LogUnavailable
 from harness.ids import check_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
@@ -67,12 +69,30 @@ class InputReceipt:
     input_id: str
     position: int
 
+def _client_log(url: str, client_config: Mapping[str, Any] | None) -> SessionLog:
+    """The log of ``url`` opened as a client: it never creates the log (no topic, no
+    SQLite file: a missing one is a typo or a log no worker made yet)."""
+    from harness.log import open_log
+
+    if url.startswith("kafka://"):
+        return open_log(url, create_topics=False, client_config=dict(client_config or {}))
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):])
+        if not path.is_file():
+            raise LogUnavailable(
+                f"no SQLite log at {path} ({path.resolve()}): check the URL; a worker (or HarnessHost) "
+                "creates the file when it first opens it"
+            )
+    return open_log(url)
+
+
 class HarnessClient:
     """Send inputs to sessions and read their records.
 
     Args:
         bootstrap: Kafka bootstrap servers (``host:port[,host:port]``); or
-        log: any session log (``open_log(url)``), e.g. the embedded SQLite file.
+        log: any session log, or its URL (``sqlite:///harness.db``,
+            ``kafka://host:9092?topic_prefix=acme``: opened and closed by the client).
         topic_prefix: the topics' prefix on Kafka.
         partitions: None (the default): the sessions topic's partition count is read
             from the broker. A number is checked against the topic (one of another
@@ -90,21 +110,27 @@ class HarnessClient:
         topic_prefix: str = "harness",
         partitions: int | None = None,
         client_config: Mapping[str, Any] | None = None,
-        log: SessionLog | None = None,
+        log: SessionLog | str | None = None,
     ) -> None:
         if (bootstrap is None) == (log is None):
             raise ValueError("give bootstrap= (Kafka) or log=, one of them")
-        if log is None:
+        if isinstance(log, str):
+            self.log: SessionLog = _client_log(log, client_config)
+            self._owns_log = True
+        elif log is None:
             from harness.log.kafka.log import KafkaLog
 
             log = KafkaLog(
                 bootstrap=bootstrap or "", topic_prefix=topic_prefix, partitions=partitions,
                 client_config=client_config, create_topics=False,
             )
+            self.log = log
             self._owns_log = True
         else:
+            if not callable(getattr(log, "submit", None)):
+                raise TypeError(f"log= takes a session log or its URL, not {type(log).__name__}")
+            self.log = log
             self._owns_log = False
-        self.log: SessionLog = log
         # (session, input id) -> position of the input this client sent: a reuse of an
         # input id with another payload is settled on its own position (input_seq).
         # (bounded: the latest SENT_REMEMBERED inputs; pass the receipt to wait on older ones)
@@ -224,17 +250,25 @@ class HarnessClient:
             input_id, mine, after = input, self._sent.get((session_id, input)), None
         first: int | None = None  # position of the first input record of this id seen
         committed = self._committed_events(session_id, after, _SETTLING)
-        async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
-            async for entry in entries:
-                record = entry.record
-                if record.IS_INPUT and getattr(record, "input_id", None) == input_id and first is None:
-                    first = entry.seq
-                if isinstance(record, InputSettled) and record.input_id == input_id:
-                    # The verdict on the record this client sent: a reuse of the id with
-                    # another payload is settled on its own position (input_seq).
-                    settles = record.input_seq if record.input_seq is not None else first
-                    if mine is None or settles == mine:
-                        return record
+        try:
+            async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
+                async for entry in entries:
+                    record = entry.record
+                    if record.IS_INPUT and getattr(record, "input_id", None) == input_id and first is None:
+                        first = entry.seq
+                    if isinstance(record, InputSettled) and record.input_id == input_id:
+                        # The verdict on the record this client sent: a reuse of the id with
+                        # another payload is settled on its own position (input_seq).
+                        settles = record.input_seq if record.input_seq is not None else first
+                        if mine is None or settles == mine:
+                            return record
+        except TimeoutError:
+            if timeout is None:
+                raise
+            raise TimeoutError(
+                f"input {input_id!r} of session {session_id!r} was not settled within {timeout:g} s; "
+                "it stays in the log and its owner settles it when it runs"
+            ) from None
         raise AssertionError("unreachable: events() never ends")
 
     async def close(self) -> None:

@@ -7,9 +7,10 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
-from harness import define_harness, durable_tool, tool_definition
+from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.client import HarnessClient
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import InputCancel, InputMessage
@@ -238,3 +239,23 @@ async def test_timeout_of_a_turn_waiting_for_a_person(hosts, log, clock):
     clock.advance(301)
     await eventually(lambda: session.state.inputs["in-1"].settled)
     assert session.state.inputs["in-1"].settled.code == "timeout"
+
+
+async def test_harness_client_takes_a_log_url_and_says_what_it_waited_for(tmp_path):
+    """``HarnessClient(log="sqlite:///...")`` kept the string and failed later with
+    "cannot create weak reference to 'str' object"; a timeout said nothing at all."""
+    from harness.errors import LogUnavailable
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with pytest.raises(LogUnavailable, match="no SQLite log at"):
+        HarnessClient(log=url)  # a client never creates the log (a typo would make a new one)
+    with pytest.raises(TypeError, match="log= takes a session log or its URL"):
+        HarnessClient(log=42)  # type: ignore[arg-type]
+    async with HarnessHost(log=url) as host:
+        session = await host.open(harness_of(), session_id=SID)
+        assert (await session.send("one", input_id="in-1")).outcome == "completed"
+        async with HarnessClient(log=url) as client:
+            assert (await client.wait_settled(SID, "in-1", timeout=30)).outcome == "completed"
+            with pytest.raises(TimeoutError) as waited:
+                await client.wait_settled(SID, "in-never", timeout=0.2)
+            assert "'in-never' of session 's-1' was not settled within 0.2 s" in str(waited.value)
