@@ -22,11 +22,9 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.context import check_app_records
-from harness.errors import LogUnavailable
 from harness.ids import check_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
@@ -69,23 +67,6 @@ class InputReceipt:
     input_id: str
     position: int
 
-def _client_log(url: str, client_config: Mapping[str, Any] | None) -> SessionLog:
-    """The log of ``url`` opened as a client: it never creates the log (no topic, no
-    SQLite file: a missing one is a typo or a log no worker made yet)."""
-    from harness.log import open_log
-
-    if url.startswith("kafka://"):
-        return open_log(url, create_topics=False, client_config=dict(client_config or {}))
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):])
-        if not path.is_file():
-            raise LogUnavailable(
-                f"no SQLite log at {path} ({path.resolve()}): check the URL; a worker (or HarnessHost) "
-                "creates the file when it first opens it"
-            )
-    return open_log(url)
-
-
 class HarnessClient:
     """Send inputs to sessions and read their records.
 
@@ -115,7 +96,10 @@ class HarnessClient:
         if (bootstrap is None) == (log is None):
             raise ValueError("give bootstrap= (Kafka) or log=, one of them")
         if isinstance(log, str):
-            self.log: SessionLog = _client_log(log, client_config)
+            from harness.log import open_client_log
+
+            options = {"client_config": dict(client_config or {})} if log.startswith("kafka://") else {}
+            self.log: SessionLog = open_client_log(log, **options)
             self._owns_log = True
         elif log is None:
             from harness.log.kafka.log import KafkaLog

@@ -25,9 +25,33 @@ from harness.errors import CodecError, CorruptRecord, MissingExtra
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
-__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "open_log"]
+__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "open_client_log", "open_log"]
 
 SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:port>][?...]")
+
+
+def open_client_log(url: str, **options: Any) -> SessionLog:
+    """The log of ``url`` opened by a client of it (``HarnessClient``, ``harness gateway``),
+    which never creates it: no Kafka topic, no SQLite file (a missing one is a typo, or
+    a log no worker made yet).
+
+    Raises:
+        LogUnavailable: no SQLite file at the URL's path.
+    """
+    if url.startswith("kafka://"):
+        return open_log(url, create_topics=False, **options)
+    if url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        from harness.errors import LogUnavailable
+
+        path = Path(url[len("sqlite:///"):])
+        if url[len("sqlite:///"):] and "?" not in url and not path.is_file():
+            raise LogUnavailable(
+                f"no SQLite log at {path} ({path.resolve()}): check the URL; a worker (or HarnessHost) "
+                "creates the file when it first opens it"
+            )
+    return open_log(url, **options)
 
 
 def open_log(url: str, **options: Any) -> SessionLog:

@@ -104,7 +104,7 @@ def test_harness_serve_with_a_missing_secrets_folder_says_so_in_one_line(tmp_pat
                           cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        f"harness: --secrets-dir {tmp_path / 'nope'}: no such folder (mount the Secret there, or fix the path)"
+        f"harness serve: --secrets-dir {tmp_path / 'nope'}: no such folder (mount the Secret there, or fix the path)"
     )
 
 
@@ -112,6 +112,36 @@ def test_harness_serve_needs_an_app(tmp_path: Path) -> None:
     done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--open-access"), cwd=tmp_path,
                           capture_output=True, text=True, env=child_env(), timeout=60)
     assert done.returncode == 2 and "--app" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_harness_gateway_on_a_missing_sqlite_file_says_it_serves_an_empty_log(tmp_path: Path) -> None:
+    """A gateway may start before the worker that runs its SQLite file (as on Kafka it
+    starts before the topics exist), so it is not refused; but a typo would serve an
+    empty log that nobody runs, so it says so."""
+    proc = start_process(["gateway", "--log", "sqlite:///typo.db", "--open-access", "--port", "0"],
+                         ready="gateway ready", cwd=tmp_path)
+    try:
+        with httpx.Client(base_url=proc.url, timeout=30) as http:
+            assert http.get("/v1/sessions").json()["sessions"] == []
+        err = proc.stderr()
+    finally:
+        proc.stop()
+    assert "there was no SQLite log at" in err and "harness worker --log sqlite:///typo.db" in err, err
+
+
+def test_a_second_gateway_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    first = start_process(["serve", "--log", "sqlite:///h.db", "--app", APP, "--open-access", "--port", "0"],
+                          ready="serve ready", cwd=tmp_path)
+    try:
+        port = first.url.rsplit(":", 1)[1]
+        done = subprocess.run(harness_command("gateway", "--log", "sqlite:///h.db", "--open-access", "--port", port),
+                              cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip() == (
+            f"harness gateway: 127.0.0.1:{port} is in use (another gateway?): give another --port (or --host)"
+        )
+    finally:
+        first.stop()
 
 
 @pytest.mark.kafka

@@ -15,7 +15,15 @@ import pytest
 
 from harness import logs
 from harness.cli.common import kafka_client_config
-from harness.cli.render import Style, age, ask_lines, session_header, sessions_table, state_text, timeline_line
+from harness.cli.render import (
+    Style,
+    age,
+    ask_lines,
+    session_header,
+    sessions_table,
+    state_text,
+    timeline_line,
+)
 from harness.errors import ConfigError
 from harness.runtime.gate import SessionGate
 from harness.services.worker.secrets import WorkerSecrets, load_secrets, secrets_from_dir, secrets_from_env

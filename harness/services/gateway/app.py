@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 
 from harness.definition import Harness
 from harness.errors import MissingExtra
@@ -35,7 +36,7 @@ from harness.services.gateway.metrics import GatewayMetrics, gateway_metrics
 from harness.services.gateway.settings import GatewaySettings
 from harness.services.gateway.state import GatewayState
 
-__all__ = ["GatewayState", "create_app", "default_live", "open_gateway_log"]
+__all__ = ["GatewayState", "create_app", "default_live", "new_sqlite_file", "open_gateway_log"]
 
 try:
     from fastapi import FastAPI
@@ -60,6 +61,19 @@ def open_gateway_log(settings: GatewaySettings, *, client: bool = True) -> Sessi
     if settings.log.startswith("kafka://"):
         return open_log(settings.log, client_config=dict(settings.kafka_config), create_topics=not client)
     return open_log(settings.log)
+
+
+def new_sqlite_file(settings: GatewaySettings) -> Path | None:
+    """The SQLite file ``settings.log`` names if it does not exist yet (opening it makes it).
+
+    A gateway is not refused one: it may start before the worker that runs the file (as
+    on Kafka, where ``/readyz`` waits for the topics). But a typo would serve an empty
+    log that nobody runs, so ``harness gateway`` says so once it serves.
+    """
+    if not settings.log.startswith("sqlite:///"):
+        return None
+    path = Path(settings.log[len("sqlite:///"):])
+    return None if path.is_file() else path.resolve()
 
 
 def default_live(log: SessionLog) -> LiveSource:

@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.gcpause import tune_for_service
 
 __all__ = ["main", "serve_main"]
@@ -56,7 +58,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
 
         raise MissingExtra("the HTTP gateway", "gateway") from exc
     from harness.live import LiveRouter, LiveSource
-    from harness.services.gateway.app import create_app, default_live, open_gateway_log
+    from harness.services.gateway.app import create_app, default_live, new_sqlite_file, open_gateway_log
     from harness.services.worker.main import load_harnesses
 
     harnesses = load_harnesses(settings.apps) if settings.apps else []
@@ -65,6 +67,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         from harness.services.worker.secrets import WorkerSecrets
 
         secrets = WorkerSecrets(settings.secrets_dir, os.environ, recheck=settings.secrets_recheck_s)
+    created = None if worker else new_sqlite_file(settings)
     log_ = open_gateway_log(settings, client=not worker)
     tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     live: LiveSource = default_live(log_)
@@ -144,17 +147,41 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         if worker and the_worker is not None:
             await the_worker.ready.wait()
         what = "serve" if worker else "gateway"
+        if created is not None:
+            log.warning("there was no SQLite log at %s: this gateway made an empty one; sessions move only while a "
+                        "worker runs on the same file ('harness worker --log %s ...', or 'harness serve')",
+                        created, settings.log)
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
 
+    listening = _listen(settings.host, settings.port)
     announcer = asyncio.create_task(announce())
     try:
-        await server.serve()
+        await server.serve(sockets=[listening])
     finally:
         announcer.cancel()
         if metrics_server is not None:
             metrics_server.close()
         await log_.close()
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The bound listening socket (uvicorn's own bind printed its error and exited 3).
+
+    Raises:
+        ConfigError: the address is taken or cannot be bound here.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "is in use (another gateway?)" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+        raise ConfigError(f"{host}:{port} {why}: give another --port (or --host)", setting="--port") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
@@ -171,8 +198,11 @@ def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
     except HarnessError as exc:
         if debug:
             raise
-        print(f"harness: {exc}", file=sys.stderr)
-        return 2
+        print(f"harness {'serve' if worker else 'gateway'}: {exc}", file=sys.stderr)
+        from harness.services.gateway.auth import GatewayConfigError
+
+        # (as every command: 2 for what is set wrong, 1 for what went wrong at run time)
+        return 2 if isinstance(exc, (ConfigError, GatewayConfigError)) else 1
     except KeyboardInterrupt:
         return 0
 
