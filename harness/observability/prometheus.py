@@ -23,6 +23,7 @@ DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 REBUILD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+STALL_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class _WorkerCollector(Collector):
@@ -100,6 +101,11 @@ class PrometheusSink:
             registry=r,
         )
         self.fenced = Counter("harness_fenced_writers_total", "Writers fenced by a newer owner", registry=r)
+        self.loop_stalls = Histogram(
+            "harness_event_loop_stall_seconds",
+            "Times the event loop did not run for a while (blocking code in async code), by length",
+            buckets=STALL_BUCKETS, registry=r,
+        )
         self.group_commits = Histogram(
             "harness_group_commit_batch_size", "Appends carried by one committed transaction",
             buckets=BATCH_BUCKETS, registry=r,
@@ -149,6 +155,9 @@ class PrometheusSink:
 
     def fenced_writer(self) -> None:
         self.fenced.inc()
+
+    def loop_stall(self, seconds: float) -> None:
+        self.loop_stalls.observe(seconds)
 
     def group_commit(self, batch_size: int) -> None:
         self.group_commits.observe(batch_size)

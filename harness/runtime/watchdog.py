@@ -7,7 +7,8 @@ lets another owner take the session over and run the step that is blocking a sec
 time: the one thing the harness promises never happens. So while the loop is stalled:
 
 * after ``warn_after`` seconds it logs one WARNING naming where the loop is stuck (the
-  innermost frame of the loop's thread outside the standard library) and what to do;
+  innermost frame of the loop's thread outside the standard library) and what to do,
+  and the stall's length goes to ``harness_event_loop_stall_seconds`` when it ends;
 * it renews the held leases that are due itself, on this thread (``renew_blocking`` of
   the log's writers; a log without it, e.g. Kafka's, fences by partition instead), for
   at most ``keep_leases_for`` seconds (5 minutes, like Kafka's ``max.poll.interval.ms``):
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import FencedError, LogError
+from harness.observability import metrics
 
 if TYPE_CHECKING:
     import asyncio
@@ -120,7 +122,10 @@ class LoopWatchdog:
         """On the loop: it runs."""
         self._answered = True
         if self._warned:
-            log.info("the event loop runs again")
+            stalled = time.monotonic() - self._asked_at
+            log.info("the event loop runs again after %.0f s", stalled)
+            if not self._gave_up:  # (a stall that outlived the lease keeping was reported then)
+                metrics.loop_stall(stalled)
         self._warned = self._gave_up = False
 
     def _stalled(self, seconds: float) -> None:
@@ -137,6 +142,7 @@ class LoopWatchdog:
             self._renew_due()
         elif not self._gave_up and self._holds_leases():
             self._gave_up = True
+            metrics.loop_stall(seconds)
             log.error(
                 "the event loop has not run for %.0f s: this process stops renewing its leases, so other owners "
                 "take its sessions over (and fence it)", seconds,

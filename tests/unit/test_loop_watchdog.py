@@ -20,6 +20,7 @@ from typing import Any
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.errors import SessionBusy
 from harness.log.sqlite import SqliteLog
+from harness.observability import disable_metrics, enable_metrics
 from harness.runtime.watchdog import LoopWatchdog
 
 from .conftest import Args, call, script
@@ -70,16 +71,21 @@ async def test_a_step_blocking_the_loop_longer_than_the_lease_keeps_it_and_runs_
     harness = define_harness(name="test/blocking", model=script([call("c1", "pay")], "paid"), tools=[tool])
     log = SqliteLog(path)
     host = HarnessHost(log=log, lease=LEASE, poll_interval=timedelta(milliseconds=20))
+    sink = enable_metrics()
     try:
         session = await host.open(harness, session_id="s-1")
         with caplog.at_level(logging.WARNING, logger="harness.host"):
             result = await session.send("go")
         assert result.outcome == "completed" and runs == [1]
+        stalls = sink.registry.get_sample_value("harness_event_loop_stall_seconds_count")
+        longest = sink.registry.get_sample_value("harness_event_loop_stall_seconds_sum")
+        assert stalls == 1 and longest is not None and longest >= 2 * LEASE.total_seconds(), (stalls, longest)
         assert isinstance(seen["claim"], SessionBusy), seen["claim"]  # without the watchdog: taken over
         [warning] = [r.getMessage() for r in caplog.records if "event loop has not run" in r.getMessage()]
         assert "test_loop_watchdog.py" in warning and "in charge (time.sleep(" in warning, warning
         assert "asyncio.to_thread" in warning and "leases are kept" in warning
     finally:
+        disable_metrics()
         await host.close()
         await log.close()
 
