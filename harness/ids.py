@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import InvalidId
+
 MAX_ID = 512
 """The longest session or input id (the gateway takes ids of up to 128, plus its tenant prefix)."""
 
@@ -22,8 +24,6 @@ def check_id(value: Any, kind: str) -> str:
         InvalidId: not a string, empty, over ``MAX_ID`` characters, a space at either end,
             or a character that cannot be printed (newlines, control characters).
     """
-    from harness.errors import InvalidId
-
     if not isinstance(value, str):
         raise InvalidId(f"a {kind} must be a string, not {type(value).__name__}", kind=kind)
     if not value:
