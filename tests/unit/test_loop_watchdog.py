@@ -140,7 +140,7 @@ async def test_a_worker_watches_its_loop_from_the_start_and_says_where_blocking_
     from harness.runtime.worker import Worker
 
     async def execute(args: Args, ctx: Any) -> Any:
-        time.sleep(2.0)  # blocking call in async code
+        time.sleep(4.0)  # blocking call in async code (well past the 1 s warning, however the thread is scheduled)
         return "done"
 
     tool = durable_tool(tool_definition(name="slow", description="d", input_schema=Args), execute)
@@ -159,7 +159,7 @@ async def test_a_worker_watches_its_loop_from_the_start_and_says_where_blocking_
                     break
                 await asyncio.sleep(0.05)
         [warning] = [r.getMessage() for r in caplog.records if "event loop has not run" in r.getMessage()]
-        assert "in execute (time.sleep(2.0)" in warning and "leases are kept" not in warning, warning
+        assert "in execute (time.sleep(4.0)" in warning and "leases are kept" not in warning, warning
     finally:
         stop.set()
         await task
