@@ -108,6 +108,10 @@ PROBE_EVERY_S = 5.0
 """How often the owned partitions' log ends are asked for (input lag; the broker answers:
 readiness)."""
 PROBE_TIMEOUT_S = 5.0
+DISOWN_TIMEOUT_S = 30.0
+"""How long dropping a partition waits for its producer to close: a close that hangs
+(librdkafka aborting a transaction the broker lost in a restart) must not freeze the
+worker's sweep, and with it every partition of this worker."""
 
 
 class GroupMember:
@@ -330,8 +334,13 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         uncovered_since.pop(p, None)
         input_lag.pop(p, None)
         stopped_since.pop(p, None)
-        with contextlib.suppress(Exception):
-            await klog.disown_partition(p)
+        try:
+            await asyncio.wait_for(asyncio.shield(klog.disown_partition(p)), DISOWN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("partition %s: its producer did not close within %.0f s; going on without waiting "
+                        "(a new producer of the partition fences it)", p, DISOWN_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - closing a producer that already failed: nothing to do
+            pass
 
     async def revoked(partitions: list[int]) -> None:
         async with lock:

@@ -283,7 +283,7 @@ async def test_send_draws_a_status_line_on_a_terminal(deployed: Backend) -> None
 async def test_send_off_a_terminal_says_once_that_the_turn_sleeps_and_waits_for_it(deployed: Backend) -> None:
     """Piped, there is no status line: a turn sleeping for a while would leave the
     command silent for all that time. It says so once, on stderr, and still waits."""
-    out = deployed.cli("send", sid("piped-nap"), "nap=1.5", "--harness", HARNESS)
+    out = deployed.cli("send", sid("piped-nap"), "nap=4", "--harness", HARNESS)
     assert out.returncode == 0 and out.stdout.startswith("done: "), out
     lines = [line for line in out.stderr.splitlines() if "the turn sleeps until" in line]
     assert len(lines) == 1, out.stderr

@@ -30,6 +30,7 @@ __all__ = [
     "GROUP_COMMIT_LINGER_S",
     "DEFAULT_PARTITIONS",
     "INIT_TIMEOUT_S",
+    "PREVIOUS_CLOSE_TIMEOUT_S",
     "MAX_ABORT_RETRIES",
     "MAX_APPENDS_PER_TRANSACTION",
     "READ_TIMEOUT_S",
@@ -65,6 +66,12 @@ INIT_TIMEOUT_S = 30.0
 """``init_transactions`` timeout. It may wait for the coordinator to abort the previous
 owner's open transaction (``CONCURRENT_TRANSACTIONS`` retries), bounded by
 ``TRANSACTION_TIMEOUT_MS``, so it is well above that."""
+
+PREVIOUS_CLOSE_TIMEOUT_S = 30.0
+"""How long a partition's new owner writer waits for the previous one of this process to
+close (its queued appends finish first) before starting anyway: a producer whose close
+hangs (librdkafka aborting a transaction the broker lost during a restart) must not stall
+the partition; the new producer's init_transactions fences it at the broker."""
 
 READ_TIMEOUT_S = 30.0
 """A bounded read that cannot reach the partition's end in this time fails with

@@ -35,6 +35,7 @@ from harness.log.kafka.config import (
     INIT_TIMEOUT_S,
     MAX_ABORT_RETRIES,
     MAX_APPENDS_PER_TRANSACTION,
+    PREVIOUS_CLOSE_TIMEOUT_S,
     KafkaSettings,
     Verdict,
     classify,
@@ -230,7 +231,14 @@ class PartitionWriter:
     def _run(self) -> None:
         try:
             if self._previous is not None:
-                self._previous.closed.result()
+                try:
+                    self._previous.closed.result(timeout=PREVIOUS_CLOSE_TIMEOUT_S)
+                except concurrent.futures.TimeoutError:
+                    log.warning(
+                        "partition %d: the previous producer of this process did not close within %.0f s; "
+                        "starting the new one anyway (it fences the old one)", self.partition,
+                        PREVIOUS_CLOSE_TIMEOUT_S,
+                    )
             self._producer = Producer(self._settings.owner_producer_config(self.partition))
             self._call(self._producer.init_transactions, time.monotonic() + INIT_TIMEOUT_S)
         except KafkaException as exc:
