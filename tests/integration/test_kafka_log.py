@@ -567,3 +567,35 @@ async def test_appends_and_reads_carry_on_across_a_broker_restart(unique_prefix)
             await log.close()
     finally:
         await asyncio.to_thread(broker.close)
+
+
+async def test_a_new_owner_writer_starts_even_if_the_previous_one_never_closes(
+    kafka_bootstrap: str, unique_prefix: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A partition's new writer waits for this process's previous one to close (its last
+    transaction must not be fenced in flight), but not for ever: a close that hangs
+    (librdkafka aborting a transaction the broker lost in a restart) froze the partition."""
+    import concurrent.futures
+    import logging
+
+    from harness.log.kafka import writer as writer_module
+    from harness.log.kafka.config import KafkaSettings
+    from harness.log.kafka.stats import KafkaLogStats
+
+    monkeypatch.setattr(writer_module, "PREVIOUS_CLOSE_TIMEOUT_S", 0.5)
+
+    class NeverCloses:
+        closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    new = writer_module.PartitionWriter(
+        settings=KafkaSettings(kafka_bootstrap, unique_prefix, partitions=1), partition=0, stats=KafkaLogStats(),
+        is_current=lambda session, epoch: True, on_commit=lambda partition, end: None,
+        previous=NeverCloses(),  # type: ignore[arg-type]
+    )
+    with caplog.at_level(logging.WARNING, logger="harness.log.kafka"):
+        new.start()
+        try:
+            await asyncio.to_thread(new.ready.result, 60)  # before the bound: never
+        finally:
+            await asyncio.to_thread(new.close().result, 60)
+    assert any("previous producer of this process did not close" in r.getMessage() for r in caplog.records)
