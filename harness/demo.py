@@ -17,6 +17,7 @@ from typing import Any
 
 from harness import open_log
 from harness.cli.common import CommandParser
+from harness.errors import ConfigError
 from harness.records import (
     AppRecord,
     InputMessage,
@@ -74,6 +75,26 @@ async def _transcript(log_url: str) -> list[str]:
     return lines
 
 
+DEMO_FILES = ("sessions.db", "payments.db")
+
+
+def _prepare(folder: Path) -> None:
+    """Make ``folder`` for a new demo, refusing one that holds an earlier demo's files: the
+    story needs a new log (on the old one the session is already done, so nothing crashes)."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--dir {folder}: it is a file, not a folder; give a folder (it is made if missing)",
+                          setting="--dir")
+    earlier = [name for name in DEMO_FILES if (folder / name).exists()]
+    if earlier:
+        raise ConfigError(
+            f"--dir {folder}: it holds an earlier demo's {' and '.join(earlier)}; the demo tells its story on a "
+            "new log: give another --dir, or remove those files", setting="--dir")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--dir {folder}: cannot make the folder ({exc.strerror or exc})", setting="--dir") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(
         prog="harness demo", description=__doc__ or "",
@@ -84,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:
         folder = Path(args.dir or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+        _prepare(folder)
         log_url = f"sqlite:///{folder / 'sessions.db'}"
         provider_path = folder / "payments.db"
         print(f"harness demo: checkout on the embedded SQLite log ({folder})")

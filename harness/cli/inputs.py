@@ -36,6 +36,9 @@ EXIT_WAITING = 3
 TICK_S = 0.2
 """How often the status line is redrawn."""
 
+UNTAKEN_HINT_S = 10.0
+"""After this long with nothing written after the input, say that no worker may run this log."""
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -161,24 +164,51 @@ async def _watch(
     return None  # pragma: no cover - follow_session never ends
 
 
+def _untaken(state: SessionState, input_id: str) -> bool:
+    """Nothing was written after ``input_id``: no worker has taken it (yet)."""
+    inp = state.inputs.get(input_id)
+    return inp is not None and inp.settled is None and inp.turn is None and state.read_upto <= inp.seq
+
+
+NO_WORKER_HINT = ("Is a worker running on this log ('harness worker --log ... --app module:harness')? "
+                  "The input stays in the log and a worker takes it when it starts")
+
+
+async def _hint_when_untaken(state: SessionState, input_id: str, status: StatusLine) -> None:
+    """Say once, after ``UNTAKEN_HINT_S``, that nobody has taken the input: on a terminal in the
+    status line, otherwise one line on stderr (a piped ``send`` was silent for ever)."""
+    await asyncio.sleep(UNTAKEN_HINT_S)
+    if not _untaken(state, input_id):
+        return
+    waited = f"{UNTAKEN_HINT_S:g} s"
+    if status.enabled:
+        status.set(f"{input_id}: no worker has taken it in {waited}; is one running on this log?")
+    else:
+        print(f"{input_id}: no worker has taken it in {waited}. {NO_WORKER_HINT}; still waiting "
+              "(--timeout SECONDS stops sooner)", file=sys.stderr, flush=True)
+
+
 async def _wait(
     coro: Any, timeout: float | None, what: str, session_id: str, state: SessionState, input_id: str
 ) -> Any:
     try:
         return await asyncio.wait_for(coro, timeout)
     except TimeoutError:
-        inp = state.inputs.get(input_id)
-        if inp is not None and inp.settled is None and inp.turn is None and state.read_upto <= inp.seq:
+        if _untaken(state, input_id):
             # Nothing was written after it: most often no worker runs this log.
-            raise TimeoutError(
-                f"{what} within {timeout:g} s: no worker took it up. Is a worker running on this log "
-                f"('harness worker --log ... --app module:harness')? The input stays in the log and "
-                "a worker takes it when it starts"
-            ) from None
+            raise TimeoutError(f"{what} within {timeout:g} s: no worker took it up. {NO_WORKER_HINT}") from None
         raise TimeoutError(
             f"{what} within {timeout:g} s; it stays in the log and its owner will still take it "
             f"('harness show {session_id}' shows where the session is)"
         ) from None
+
+
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # --- harness send -----------------------------------------------------------------------------------
@@ -212,7 +242,7 @@ async def main_send(argv: list[str]) -> int:
         check_id(args.input_id, "input id")
     log = await open_log_for(args.log, role="client")
     status = StatusLine(sys.stderr)
-    ticker: asyncio.Task[None] | None = None
+    helpers: list[asyncio.Task[None]] = []
     try:
         entries, _ = await scan_session(log, args.session)
         state = fold(args.session, entries)
@@ -231,14 +261,11 @@ async def main_send(argv: list[str]) -> int:
         if args.no_wait:
             print(input_id)
             return 0
-        ticker = asyncio.create_task(status.run())
+        helpers = [asyncio.create_task(status.run()), asyncio.create_task(_hint_when_untaken(state, input_id, status))]
         watch = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
         settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session, state, input_id)
     finally:
-        if ticker is not None:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+        await _stop(helpers)
         status.clear()
         await log.close()
     return _report_send(args, state, input_id, settled)
@@ -303,6 +330,7 @@ async def main_answer(argv: list[str]) -> int:
         parser.error(f"the answer {args.value!r} is not valid JSON ({exc}); quote it for the shell, "
                      "e.g. '{\"approved\": true}'")
     log = await open_log_for(args.log, role="client")
+    helpers: list[asyncio.Task[None]] = []
     try:
         entries = await read_existing(log, args.session)
         state = fold(args.session, entries)
@@ -317,10 +345,12 @@ async def main_answer(argv: list[str]) -> int:
         if args.no_wait:
             print(input_id)
             return 0
-        watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, StatusLine(sys.stderr),
-                       stop_when_waiting=False)
+        status = StatusLine(sys.stderr)
+        helpers = [asyncio.create_task(_hint_when_untaken(state, input_id, status))]
+        watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, status, stop_when_waiting=False)
         settled = await _wait(watch, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id)
     finally:
+        await _stop(helpers)
         await log.close()
     assert settled is not None
     if settled.outcome == "completed":

@@ -225,3 +225,29 @@ async def test_harness_client_reads_the_partition_count_and_never_creates_a_topi
     async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=6) as client:
         with pytest.raises(LogUnavailable, match="has 5 partitions"):
             await client.send("s-1", "hello", harness="x")
+
+
+def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A piped `harness send` with no worker on the log said nothing, for ever: after a while it
+    says once that nobody took the input and how to start a worker, and keeps waiting."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+
+    url = f"sqlite:///{tmp_path / 'idle.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    with pytest.raises(TimeoutError, match="no worker took it up"):
+        asyncio.run(inputs.main_send(["s-1", "hi", "--harness", "x", "--input-id", "in-1", "--timeout", "3",
+                                      "--log", url]))
+    err = capsys.readouterr().err.splitlines()
+    hints = [line for line in err if "no worker has taken it in 0.3 s" in line]
+    assert len(hints) == 1 and hints[0].startswith("in-1: ") and "harness worker --log" in hints[0], err
+    assert "still waiting" in hints[0]
