@@ -210,6 +210,8 @@ TEMPLATE_REFUSALS = [
     ({"kafka": {"sasl": {"mechanism": "PLAIN"}, "securityProtocol": "SASL_SSL"}}, "kafka.sasl.existingSecret is empty"),
     ({"kafka": {"sasl": {"mechanism": "PLAIN", "existingSecret": "s"}}}, "needs kafka.securityProtocol SASL_SSL"),
     ({"kafka": {"config": {"sasl.password": "hunter2"}}}, "looks like a credential"),
+    ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.securityProtocol SASL_SSL needs kafka.sasl.mechanism"),
+    ({"kafka": {"tls": {"existingSecret": "ca"}}}, "kafka.tls.existingSecret needs kafka.securityProtocol SSL"),
     ({"gateway": {"ingress": {"enabled": True}}}, "gateway.auth.allowOpenIngress"),
     ({"gateway": {"auth": {"mode": "jwt"}}}, "needs gateway.auth.existingSecret"),
     ({"worker": {"enabled": False}, "gateway": {"enabled": False}}, "nothing to deploy"),

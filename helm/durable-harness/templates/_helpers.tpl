@@ -84,6 +84,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and $k.sasl.mechanism (not (hasPrefix "SASL_" $k.securityProtocol)) -}}
 {{- fail "kafka.sasl.mechanism needs kafka.securityProtocol SASL_SSL (or SASL_PLAINTEXT)" -}}
 {{- end -}}
+{{- if and (hasPrefix "SASL_" $k.securityProtocol) (not $k.sasl.mechanism) (not (hasKey $k.config "sasl.mechanisms")) -}}
+{{- fail (printf "kafka.securityProtocol %s needs kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) and kafka.sasl.existingSecret; another mechanism (OAUTHBEARER, GSSAPI) goes in kafka.config.sasl.mechanisms" $k.securityProtocol) -}}
+{{- end -}}
+{{- if and $k.tls.existingSecret (not (hasSuffix "SSL" $k.securityProtocol)) -}}
+{{- fail "kafka.tls.existingSecret needs kafka.securityProtocol SSL (or SASL_SSL): without it the connection is not TLS and the certificates are not used" -}}
+{{- end -}}
 {{- if and (or $k.tls.certKey $k.tls.keyKey) (not (and $k.tls.certKey $k.tls.keyKey)) -}}
 {{- fail "kafka.tls.certKey and kafka.tls.keyKey go together (a client certificate and its key)" -}}
 {{- end -}}
