@@ -259,6 +259,16 @@ class ProviderModel:
             return float(reported)
         return None
 
+    def _to(self, exc: BaseException) -> str:
+        """'to <scheme://host:port/path> ' of the failed request (or of base_url): a refused
+        connection says where, so a wrong base_url or a server not started is plain to see."""
+        request = getattr(exc, "request", None)
+        url = getattr(request, "url", None) if request is not None else None
+        if url is not None and getattr(url, "host", None):  # no user info, no query: nothing secret
+            port = f":{url.port}" if url.port else ""
+            return f"to {url.scheme}://{url.host}{port}{url.path} "
+        return ""
+
     def model_error(self, exc: BaseException, key: str | None) -> ModelError:
         """The SDK's exception as a classified ``ModelError`` (credentials removed)."""
         if isinstance(exc, ModelError):
@@ -287,12 +297,13 @@ class ProviderModel:
         elif isinstance(exc, sdk.APIConnectionError):
             cause = exc.__cause__ or exc.__context__
             detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-            transient, kind, text = True, "connection", f"{self.provider}: connection failed{detail}"
+            transient, kind, text = True, "connection", f"{self.provider}: connection {self._to(exc)}failed{detail}"
         elif isinstance(exc, sdk.APIError):  # an error event in the middle of a stream
             message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
             transient, kind, text = True, "stream_error", f"{self.provider}: error during the stream: {message}"
         elif isinstance(exc, _transport_errors()):
-            transient, kind, text = True, "connection", f"{self.provider}: connection failed ({type(exc).__name__}: {exc})"
+            transient, kind, text = (
+                True, "connection", f"{self.provider}: connection {self._to(exc)}failed ({type(exc).__name__}: {exc})")
         elif isinstance(exc, (TimeoutError, ConnectionError)):
             transient, kind, text = True, "connection", f"{self.provider}: {type(exc).__name__}: {exc}"
         else:

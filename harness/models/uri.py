@@ -35,6 +35,9 @@ def from_uri(uri: str, **options: Any) -> Model:
     """
     if not isinstance(uri, str) or ":" not in uri:
         raise DefinitionError(f"model URI {uri!r}: expected provider:model, e.g. 'openai:gpt-4.1-mini'")
+    uri = uri.strip()  # from a file or an environment variable, often with a newline
+    if any(c.isspace() for c in uri):
+        raise DefinitionError(f"model URI {uri!r} holds a space: a model URI has none")
     head, _, rest = uri.partition(":")
     provider, plus, scheme = head.partition("+")
     if provider not in _PROVIDERS:

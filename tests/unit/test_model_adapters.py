@@ -343,7 +343,7 @@ async def test_an_error_event_in_the_stream_is_transient(server, make):
 
 async def test_a_refused_connection_is_transient(make):
     with ModelServer() as gone:
-        model = make(gone)
+        model, where = make(gone), gone.url
     # That server is closed: nothing listens on its port any more.
     try:
         with pytest.raises(ModelError) as info:
@@ -351,6 +351,8 @@ async def test_a_refused_connection_is_transient(make):
     finally:
         await MADE.pop().aclose()
     assert info.value.transient and info.value.kind in ("connection", "timeout")
+    if info.value.kind == "connection":  # it says where it tried (a wrong base_url, a server not started)
+        assert f"connection to {where}/" in info.value.message, info.value.message
 
 
 # -- credentials and definition ----------------------------------------------------------------------
@@ -432,11 +434,14 @@ def test_from_uri_forms():
     assert (tagged.model, tagged.base_url) == ("llama3.2:3b", "https://example.test:8443/api/v1")  # type: ignore[attr-defined]
     b = from_uri("anthropic+http://127.0.0.1:9/proxy:claude-x", api_key_secret="anthropic")
     assert isinstance(b, AnthropicMessages) and b.base_url == "http://127.0.0.1:9/proxy" and b.api_key_secret == "anthropic"
+    read = from_uri("openai:gpt-4o \n", api_key="k")  # from a file: the model name was 'gpt-4o \n'
+    assert read.model == "gpt-4o"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
     "uri",
-    ["gpt-4", "nosuch:model", "openai:", "openai+ftp://x/v1:m", "openai+http://host:8000:model", "openai+http://host/v1"],
+    ["gpt-4", "nosuch:model", "openai:", "openai+ftp://x/v1:m", "openai+http://host:8000:model", "openai+http://host/v1",
+     "openai:gpt 4o", "  openai:  "],
 )
 def test_from_uri_refuses_unknown_forms(uri):
     with pytest.raises(DefinitionError):
