@@ -281,7 +281,8 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         worker.health.broker_answered()
         own = owned[p] = _Owned(p)
         own.tail = asyncio.create_task(tail(p, max(rt.position, 0)), name=f"tail:{p}")
-        log.info("owning partition %s: %d records, %d live sessions", p, len(entries), len(rt.sessions))
+        since = f"after its checkpoint at offset {checkpoint.covers}" if checkpoint is not None else "from its start"
+        log.info("owning partition %s: %d records read %s, %d live sessions", p, len(entries), since, len(rt.sessions))
 
     async def assigned(partitions: list[int]) -> None:
         async with lock:
