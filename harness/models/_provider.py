@@ -260,8 +260,8 @@ class ProviderModel:
         return None
 
     def _to(self, exc: BaseException) -> str:
-        """'to <scheme://host:port/path> ' of the failed request (or of base_url): a refused
-        connection says where, so a wrong base_url or a server not started is plain to see."""
+        """'to <scheme://host:port/path> ' of the failed request ('' when the error has none): a
+        refused connection says where, so a wrong base_url or a server not started is plain to see."""
         request = getattr(exc, "request", None)
         url = getattr(request, "url", None) if request is not None else None
         if url is not None and getattr(url, "host", None):  # no user info, no query: nothing secret
