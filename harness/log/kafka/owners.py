@@ -48,7 +48,8 @@ class Owners:
     Args:
         settings: the log's current settings (its partition count may be learned late).
         stats: counters of the log.
-        on_records: told about the records a writer just committed (writer thread).
+        on_records: told about each record a writer writes, as it is delivered and before
+            its transaction commits (writer thread).
     """
 
     def __init__(

@@ -65,7 +65,7 @@ class Append:
     epoch: int
     values: Sequence[tuple[str, bytes]]  # (record type, encoded value)
     future: concurrent.futures.Future[list[int]]
-    records: Sequence[Record] = ()  # what was encoded (told to ``on_records`` once committed)
+    records: Sequence[Record] = ()  # what was encoded (told to ``on_records`` as each is delivered)
     loop: asyncio.AbstractEventLoop | None = None
     waiter: asyncio.Future[list[int]] | None = None
 
@@ -144,8 +144,11 @@ class PartitionWriter:
             claimed again or released in this process (local fencing).
         on_commit: called with ``(partition, next_offset)`` after every commit.
         on_records: called (on the writer thread) with ``(partition, [(offset, record)])``
-            of every committed append that carried its records, before the appends
-            return: this process's tails of the partition need not decode them again.
+            for each record of an append that carried its records, as its delivery is
+            acknowledged and before its transaction commits (so before any read_committed
+            reader can see it): this process's tails of the partition need not decode it
+            again. A record whose transaction then aborts is never read at that offset
+            (offsets are not reused), so what was told of it is simply passed by.
         previous: this partition's earlier writer, still closing; waited for first so
             its last transaction is not fenced in flight.
     """
@@ -405,16 +408,6 @@ class PartitionWriter:
                 aborts=aborts,
             )
             self._on_commit(self.partition, max(max(o) for o in offsets if o) + 1)
-            if self._on_records is not None:
-                self._on_records(
-                    self.partition,
-                    [
-                        (offset, record)
-                        for append, append_offsets in zip(pending, offsets, strict=True)
-                        if len(append.records) == len(append_offsets)
-                        for offset, record in zip(append_offsets, append.records, strict=True)
-                    ],
-                )
             for append, append_offsets in zip(pending, offsets, strict=True):
                 append.future.set_result(append_offsets)
             return
@@ -424,12 +417,23 @@ class PartitionWriter:
         producer = self._producer
         producer.begin_transaction()
         reports: list[list[tuple[Any, int]]] = [[] for _ in pending]
+        tell = self._on_records
+        partition = self.partition
         for i, append in enumerate(pending):
             sink = reports[i]
             key = message_key(append.session_id)
+            records = append.records if len(append.records) == len(append.values) else None
 
-            def on_delivery(err: Any, msg: Any, sink: list[tuple[Any, int]] = sink) -> None:
-                sink.append((err, msg.offset()))
+            def on_delivery(
+                err: Any, msg: Any, sink: list[tuple[Any, int]] = sink, records: Any = records
+            ) -> None:
+                offset = msg.offset()
+                if err is None and records is not None and tell is not None:
+                    # Told here, before the commit marker exists (delivery reports are
+                    # served by commit_transaction's flush, before it sends EndTxn), so no
+                    # tail of this process can read the record before it is told.
+                    tell(partition, [(offset, records[len(sink)])])
+                sink.append((err, offset))
 
             for record_type, value in append.values:
                 self._produce(producer, append, key, record_type, value, on_delivery, deadline)
