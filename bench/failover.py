@@ -27,7 +27,8 @@ What bounds each:
   the latest checkpoint, reads the tail after it, folds and goes live. So: about 6 s +
   rebalance + (partitions moved) x (fence + checkpoint read + tail read) + the first
   step of the resumed turn (replaying its finished steps from memory).
-* SIGTERM: the worker stops its sessions (nothing written), leaves the group
+* SIGTERM: the worker drains (the ``work`` tool is ``replay="safe"``: it stops at the end
+  of the step it is in), stops its sessions (nothing more written), leaves the group
   (``consumer.close()``), and the group rebalances at once: no session timeout. Then
   the same fence + rebuild per moved partition. The cooperative protocol takes two
   rebalance rounds (revoke, then assign).

@@ -77,6 +77,12 @@ class CallScope:
     run_sync: RunSync | None = None  # the host's thread pool (None: the loop's default executor)
     ask_models: dict[tuple[str, str], type[BaseModel]] | None = None  # asks' pydantic models, by (call, name)
     harness_name: str = ""  # for metrics (a bounded label)
+    # told True when the call starts a durable wait (a sleep; an ask waits through
+    # ``wait_answer``) and False when it ends: a draining owner stops such a call at once
+    on_wait: Callable[[bool], None] | None = None
+    # asked before each new step's fn runs: None to go on, or an awaitable that never
+    # ends (a draining owner stops a replay="safe" call there: nothing of it is lost)
+    at_boundary: Callable[[], Awaitable[None] | None] | None = None
 
 
 RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -293,6 +299,7 @@ class DurableStep:
         if info is None:
             metrics.step(self._s.harness_name, "served")
             return stored
+        await self._boundary()
         started = time.perf_counter()
         try:
             value = await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
@@ -301,6 +308,13 @@ class DurableStep:
             raise
         metrics.step(self._s.harness_name, "ran", time.perf_counter() - started)
         return value
+
+    async def _boundary(self) -> None:
+        """Before a new step's ``fn`` runs: stop here if the owner is handing over."""
+        at_boundary = self._s.at_boundary
+        pause = at_boundary() if at_boundary is not None else None
+        if pause is not None:
+            await pause
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""
@@ -325,6 +339,7 @@ class DurableStep:
             metrics.step(self._s.harness_name, "served")
             return stored
         s = self._s
+        await self._boundary()
 
         def usage_of(value: Any) -> list[Record]:
             used = value.get("usage") if isinstance(value, dict) else None
@@ -376,7 +391,14 @@ class DurableStep:
             except ValueError as exc:
                 raise self._err(StepError, str(exc), name) from None
             await s.commit([SleepScheduled(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, wake_ms)])
-        await s.clock.sleep_until(wake_ms / 1000)
+        if s.on_wait is None:
+            await s.clock.sleep_until(wake_ms / 1000)
+            return
+        s.on_wait(True)
+        try:
+            await s.clock.sleep_until(wake_ms / 1000)
+        finally:
+            s.on_wait(False)
 
     async def ask(
         self,

@@ -111,6 +111,11 @@ class PrometheusSink:
             buckets=BATCH_BUCKETS, registry=r,
         )
         self.dead = Counter("harness_dead_letters_total", "Undecodable records sent to the dead-letter topic", registry=r)
+        self.drain_cuts = Counter(
+            "harness_drain_cut_sessions_total",
+            "Sessions still running when a hand-over's drain timed out (cut; recovered by the next owner)",
+            registry=r,
+        )
         self.rebuild_duration = Histogram(
             "harness_rebuild_duration_seconds", "Time to take up a partition: checkpoint, read, go live",
             buckets=REBUILD_BUCKETS, registry=r,
@@ -171,6 +176,9 @@ class PrometheusSink:
 
     def dead_letters(self, count: int) -> None:
         self.dead.inc(count)
+
+    def drain_cut(self, sessions: int) -> None:
+        self.drain_cuts.inc(sessions)
 
     def rebuild(self, seconds: float, records: int) -> None:
         self.rebuild_duration.observe(seconds)

@@ -252,8 +252,8 @@ class SessionCore:
         self.after_new_records()
 
     def after_new_records(self) -> None:
-        if self.closed or self.fatal is not None:
-            return
+        if self.closed or self.fatal is not None or self.driver.draining:
+            return  # (draining: inputs that come in are the next owner's to take)
         if self.busy and (self.state.pending_conflicts() or any(
             i.kind != "message" for i in self.state.pending_inputs()
         )):
@@ -403,7 +403,7 @@ class SessionCore:
         task.add_done_callback(self._side_tasks.discard)
 
     def kick(self) -> None:
-        if self.closed or self.fatal is not None:
+        if self.closed or self.fatal is not None or self.driver.draining:
             return
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._run_driver())
@@ -417,6 +417,8 @@ class SessionCore:
         try:
             while True:
                 await self.driver.drive()
+                if self.driver.draining:
+                    return  # handing over: the close that follows gives ownership up
                 if not await self._released_when_idle():
                     continue  # new work came in while it was being given up
                 return
@@ -525,6 +527,19 @@ class SessionCore:
             self.notify()
 
     # -- closing ---------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Hand-over (a partition revoked, a worker stopping): start nothing new, let what
+        runs reach its next durable boundary; ``drained`` says when. ``close`` follows."""
+        self.driver.drain()
+
+    @property
+    def drained(self) -> bool:
+        """Nothing is running that a close would cut: no driver task (or one whose every
+        running call is in a durable wait), no append in flight, no input being taken."""
+        if self._side_tasks or self.ownership.inflight:
+            return False
+        return not self.busy or self.driver.quiet
 
     async def close(self) -> None:
         """Stop driving (recoverably: nothing is written) and give up ownership at once."""

@@ -10,6 +10,11 @@ A model call or a batch runs as a task that two things may stop at its next boun
 nothing): a cancel input for the turn's input (the turn settles ``aborted``), and
 ``Durability.timeout`` measured from the turn's first start (``failed``, ``timeout``).
 
+A hand-over drains the driver first (``drain``): nothing new starts, a model answer that
+comes in is logged without starting its calls, a ``replay="safe"`` call stops before its
+next step and a call in an ask or a sleep counts as stopped (``quiet``); see
+docs/architecture.md, "Hand-over drain".
+
 Fewer sequential commits per turn (docs/architecture.md, "Fewer commits per turn"):
 the first model call of a turn overlaps its ``harness.turn.started`` append; a model
 response with tool calls is logged with their ``harness.tool.started`` records in one
@@ -102,16 +107,32 @@ class TurnDriver:
     def __init__(self, core: DriverCore) -> None:
         self.core = core
         self.running: set[str] = set()
-        self.parked: set[str] = set()
+        self.parked: set[str] = set()  # running calls waiting for an answer
+        self.waiting: set[str] = set()  # running calls in a durable wait (an ask or a sleep)
+        self.draining = False  # start nothing new: see ``drain``
         self._own_turns: set[int] = set()  # turns this core started or took over
         self._work: asyncio.Task[None] | None = None
         self._stop: str | None = None  # why the work in progress was stopped
 
     # -- the loop ------------------------------------------------------------------------
 
+    def drain(self) -> None:
+        """Start nothing new from now on: no turn, no model call, no tool call (a model
+        answer that comes in is logged without starting its calls); what runs goes on
+        to its end. ``quiet`` says when only durable waits are left."""
+        self.draining = True
+
+    @property
+    def quiet(self) -> bool:
+        """Draining, every running call is in a durable wait (an ask, a sleep): stopping
+        now loses nothing (its next owner resumes the wait, no attempt used)."""
+        return bool(self.running) and self.running <= self.waiting
+
     async def drive(self) -> None:
         core = self.core
         while True:
+            if self.draining:
+                return
             await core.ensure_owner()  # decisions below are made on everything in the log
             state = core.state
             turn = state.active_turn
@@ -304,6 +325,11 @@ class TurnDriver:
             if not response.tool_calls:  # the final answer wins whatever comes (SPEC 7.5): end the turn
                 final.append(True)
                 return self._end_records(action.turn, input_id, "completed", response.text)
+            if self.draining:
+                # Handing the partition over: the answer is logged, its calls start at
+                # the next owner (what the planner makes of a response whose calls have
+                # no harness.tool.started yet: their first runs).
+                return []
             refused = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
             batch.extend(first_runs(response, refused))
             return [ToolStarted(core.session_id, response.ts, d.tool_call_id, d.name, d.attempt) for d in batch]
@@ -401,6 +427,9 @@ class TurnDriver:
                 run_sync=core.host.run_sync,
                 ask_models=core.ask_models,
                 harness_name=core.harness.name,
+                on_wait=lambda waiting: self._waiting(call.tool_call_id, waiting),
+                at_boundary=(lambda: self._at_boundary(call.tool_call_id)) if self._may_stop_between_steps(call.name)
+                else None,
             )
             run = await run_tool_call(
                 tools=core.harness.tools,
@@ -437,6 +466,7 @@ class TurnDriver:
         core = self.core
         call = core.state.calls[tool_call_id]
         self.parked.add(tool_call_id)
+        self.waiting.add(tool_call_id)
         core.notify()
         expiry = asyncio.ensure_future(core.clock.sleep_until(deadline)) if deadline is not None else None
         try:
@@ -451,7 +481,26 @@ class TurnDriver:
             if expiry is not None:
                 expiry.cancel()
             self.parked.discard(tool_call_id)
+            self.waiting.discard(tool_call_id)
             core.notify()
+
+    def _may_stop_between_steps(self, tool_name: str) -> bool:
+        """A ``replay="safe"`` call: run again from the log, it replays its finished steps,
+        so a hand-over may stop it before its next step (a ``never`` call runs to its end)."""
+        tool = self.core.harness.tools.get(tool_name)
+        return tool is not None and tool.replay == "safe"
+
+    def _at_boundary(self, tool_call_id: str) -> Awaitable[None] | None:
+        if not self.draining:
+            return None
+        self.waiting.add(tool_call_id)  # quiet from here: the drain's close cancels it
+        return asyncio.get_running_loop().create_future()
+
+    def _waiting(self, tool_call_id: str, waiting: bool) -> None:
+        if waiting:
+            self.waiting.add(tool_call_id)
+        else:
+            self.waiting.discard(tool_call_id)
 
 
 _REJECTED_CODES = frozenset({"unknown_tool", "invalid_arguments", "secret_in_arguments"})

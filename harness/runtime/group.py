@@ -11,8 +11,13 @@ hand the work to the event loop and wait for it:
   (2) read p's committed records from the start to the end (after the fencing, so
   nothing of the zombie is pending); (3) rebuild the sessions and go live; (4) tail
   p from there and route each new record to its session.
-* revoked / lost p: cancel the tail, stop p's sessions without writing anything,
-  close p's producer. The next owner continues at once.
+* revoked p: drain p's sessions (nothing new starts; a running tool call goes on to
+  its result, a model call to its logged answer, for at most the worker's
+  ``drain_timeout``), then cancel the tail, stop p's sessions without writing anything
+  more, close p's producer. The next owner continues at once. A worker told to stop
+  (SIGTERM) drains every partition the same way before it leaves the group.
+* lost p (this worker was silent past the session timeout: another member may own p
+  already): no drain, stopped at once (its writes would be fenced anyway).
 
 Timeouts: ``SESSION_TIMEOUT_MS`` bounds how long partitions of a SIGKILLed worker
 wait before the group moves them; ``transaction.timeout.ms`` of the owner producer
@@ -36,7 +41,7 @@ from harness import ids
 from harness.errors import LogError
 from harness.observability import metrics
 from harness.runtime.observe import WorkerHealth
-from harness.runtime.partition import PartitionRuntime
+from harness.runtime.partition import PartitionRuntime, drain_all
 
 if TYPE_CHECKING:
     from harness.log.kafka.log import KafkaLog
@@ -71,6 +76,12 @@ class GroupWorker(Protocol):
 
     @property
     def health(self) -> WorkerHealth: ...
+
+    @property
+    def drain_timeout(self) -> float: ...
+
+    @property
+    def hurry(self) -> asyncio.Event: ...
 
     def runtime(self, partition: int) -> PartitionRuntime: ...
 
@@ -124,7 +135,9 @@ class GroupMember:
         loop: asyncio.AbstractEventLoop,
         on_assigned: Callable[[list[int]], Any],
         on_revoked: Callable[[list[int]], Any],
+        on_lost: Callable[[list[int]], Any],
         instance_id: str | None,
+        callback_timeout: float = CALLBACK_TIMEOUT_S,
     ) -> None:
         settings = log_.settings
         config: dict[str, Any] = {
@@ -149,6 +162,8 @@ class GroupMember:
         self._loop = loop
         self._on_assigned = on_assigned
         self._on_revoked = on_revoked
+        self._on_lost = on_lost
+        self._callback_timeout = callback_timeout
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="harness-group", daemon=True)
         self.error: BaseException | None = None
@@ -161,7 +176,7 @@ class GroupMember:
     def _call(self, fn: Callable[[list[int]], Any], partitions: list[int]) -> None:
         future = asyncio.run_coroutine_threadsafe(fn(partitions), self._loop)
         try:
-            future.result(CALLBACK_TIMEOUT_S)
+            future.result(self._callback_timeout)
         except Exception as exc:  # noqa: BLE001 - logged; the group goes on
             log.error("rebalance callback for partitions %s failed: %s", partitions, exc)
 
@@ -179,7 +194,9 @@ class GroupMember:
 
     def _lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         log.warning("partitions %s were lost (this worker was silent too long)", [tp.partition for tp in partitions])
-        self._revoke(consumer, partitions)
+        if partitions:
+            self._call(self._on_lost, sorted(tp.partition for tp in partitions))
+        consumer.incremental_unassign(partitions)
 
     def _run(self) -> None:
         try:
@@ -343,13 +360,24 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         except Exception:  # noqa: BLE001 - closing a producer that already failed: nothing to do
             pass
 
-    async def revoked(partitions: list[int]) -> None:
+    async def drain(partitions: list[int], why: str) -> None:
+        """Let the sessions of ``partitions`` reach their next boundary (module doc)."""
+        runtimes = [rt for p in sorted(set(partitions)) if p in owned and (rt := worker.runtimes.get(p)) is not None]
+        where = f"{why} (partitions {', '.join(map(str, partitions))})"
+        await drain_all(runtimes, worker.drain_timeout, where, worker.hurry)
+
+    async def revoked(partitions: list[int], *, lost: bool = False) -> None:
         async with lock:
+            if not lost:
+                await drain(partitions, "partitions revoked")
             for p in partitions:
                 unowned.discard(p)
                 await drop(p)
                 log.info("gave up partition %s", p)
             worker.stats.partitions = len(owned)
+
+    async def lost(partitions: list[int]) -> None:
+        await revoked(partitions, lost=True)
 
     async def retake_stopped() -> None:
         """Take up again, from the log, each owned partition whose producer stopped
@@ -375,7 +403,8 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
             worker.stats.partitions = len(owned)
 
     member = GroupMember(
-        log_=klog, loop=loop, on_assigned=assigned, on_revoked=revoked, instance_id=worker.instance_id
+        log_=klog, loop=loop, on_assigned=assigned, on_revoked=revoked, on_lost=lost,
+        instance_id=worker.instance_id, callback_timeout=CALLBACK_TIMEOUT_S + max(worker.drain_timeout, 0.0),
     )
     async def probe() -> None:
         """Ask for the owned partitions' ends: input lag, and proof the broker answers."""
@@ -427,8 +456,12 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
             worker.health.live = member.joined or worker.ready.is_set()
             worker.publish(owned, uncovered_since=uncovered_since, input_lag=input_lag)
     finally:
-        # Stop the sessions first (nothing written), then leave the group: the poll
-        # thread's close() revokes what is left through the same callback.
+        # Drain (the tails still run), stop the sessions (nothing more written), then
+        # leave the group: the poll thread's close() revokes what is left through the
+        # same callback.
+        if member.error is None:
+            with contextlib.suppress(Exception):
+                await drain(sorted(owned), "stopping")
         async with lock:
             for p in list(owned):
                 own = owned.pop(p)
@@ -437,4 +470,4 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
             for rt in list(worker.runtimes.values()):
                 await rt.stop()
         member.stop()
-        await asyncio.to_thread(member.join, CALLBACK_TIMEOUT_S)
+        await asyncio.to_thread(member.join, CALLBACK_TIMEOUT_S + max(worker.drain_timeout, 0.0))

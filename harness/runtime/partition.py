@@ -4,9 +4,10 @@ A worker makes one ``PartitionRuntime`` per partition it owns (on SQLite: one
 for the whole file). First the partition's history is folded (``load_checkpoint``
 then ``rebuild``; nothing is driven while history is read), then ``go_live``
 drives every session with work left, then ``ingest`` routes each new committed
-record to its session, creating sessions as their first inputs arrive. ``stop``
-cancels every session the recoverable way: nothing is written, the next owner
-carries on.
+record to its session, creating sessions as their first inputs arrive. A hand-over
+calls ``drain`` (nothing new starts; what runs reaches its next durable boundary,
+bounded) then ``stop``, which cancels every session the recoverable way: nothing more is
+written, the next owner carries on (docs/architecture.md, "Hand-over drain").
 
 A session whose log has an unreadable record (a changed byte, a body that does not
 decode) is PARKED: it is never driven, since nobody can know what that record said
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
@@ -39,6 +41,7 @@ from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError,
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint
 from harness.logs import SECRETS, lease_wait_message
+from harness.observability import metrics
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import CONTROL_TYPES, SessionState, control_fields, ended_from_control, fold
 from harness.runtime.core import SessionCore, SessionHost
@@ -46,12 +49,14 @@ from harness.runtime.gate import Active, SessionGate
 from harness.secrets import secret_values
 from harness.views import classify
 
-__all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor"]
+__all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor", "drain_all"]
 
 log = logging.getLogger("harness.worker")
 
 RECENT_ENDED = 1000
 """Ended sessions whose records stay in memory (LRU): a returning chat needs no read."""
+DRAIN_CHECK_S = 0.02
+"""How often a drain looks whether its sessions reached a boundary."""
 
 SecretsFor = Callable[[str, str], Mapping[str, str]]
 """(session id, harness name) -> the session's secrets."""
@@ -84,6 +89,7 @@ class PartitionRuntime:
         self._closing: set[asyncio.Task[None]] = set()
         self.live = False
         self.stopped = False  # stop() was called: this runtime never drives anything again
+        self.draining = False  # drain() was called: nothing new starts here (stop() follows)
         self.on_corrupt: Callable[[CorruptRecord], object] | None = None
         self.position = 0  # every record <= position was folded
         self.records_since_checkpoint = 0
@@ -298,6 +304,25 @@ class PartitionRuntime:
             if not state.ended:
                 await self._start(sid, state)
 
+    async def drain(self, timeout: float, hurry: asyncio.Event | None = None) -> list[str]:
+        """Hand-over, before ``stop``: start nothing new (no session, no turn, no model or
+        tool call) and give what runs up to ``timeout`` seconds to reach its next durable
+        boundary (a ``never`` tool call to its result, a ``safe`` one to the end of its
+        running step, a model call to its logged answer; a call in an ask or a sleep is
+        stopped at once: its wait resumes at the next owner). Returns the sessions still
+        running at the deadline or once ``hurry`` is set (``stop`` cuts them: recovered
+        by the next owner as after a crash)."""
+        self.draining = True
+        for session in self._sessions.values():
+            session.drain()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            busy = [sid for sid, session in self._sessions.items() if not session.drained]
+            if not busy or loop.time() >= deadline or (hurry is not None and hurry.is_set()):
+                return busy
+            await asyncio.sleep(min(DRAIN_CHECK_S, max(0.0, deadline - loop.time())))
+
     async def stop(self) -> None:
         """Stop every session without writing anything (revocation, shutdown); for good:
         a stopped runtime starts no session again (a new owner makes a new runtime)."""
@@ -318,7 +343,7 @@ class PartitionRuntime:
         the revocation that follows stops the rest. With leases (SQLite) it means another
         process took the session over for a while: it is retried.
         """
-        if self.stopped:
+        if self.stopped or self.draining:
             return
         for sid, session in list(self._sessions.items()):
             error = session.failed
@@ -386,7 +411,7 @@ class PartitionRuntime:
         return None
 
     async def _start(self, sid: str, state: SessionState) -> None:
-        if sid in self._parked or self.stopped:
+        if sid in self._parked or self.stopped or self.draining:
             return
         harness = self._harness_for(state)
         if harness is None:
@@ -436,7 +461,7 @@ class PartitionRuntime:
 
     async def _start_queued(self, sid: str) -> Active | None:
         """The gate's turn for ``sid``: start it from its records, if it still has work."""
-        if sid in self._sessions or self.stopped:
+        if sid in self._sessions or self.stopped or self.draining:
             return None
         entries = self._entries.get(sid)
         if entries is None:
@@ -473,6 +498,35 @@ class PartitionRuntime:
         log.info("rejected %d input(s) of session %s: no harness named %r runs here", len(pending), sid, name)
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
+
+
+async def drain_all(
+    runtimes: Sequence[PartitionRuntime], timeout: float, why: str, hurry: asyncio.Event | None = None
+) -> list[str]:
+    """``drain`` these runtimes side by side, saying so in the worker's log; returns the
+    sessions cut at the deadline (counted in ``harness_drain_cut_sessions_total``)."""
+    runtimes = [rt for rt in runtimes if not rt.stopped]
+    if timeout <= 0 or not runtimes:
+        return []
+    running = sum(1 for rt in runtimes for session in rt.sessions.values() if session.busy)
+    if running:
+        log.info("%s: draining %d running session(s): nothing new starts, what runs gets up to %g s to "
+                 "finish", why, running, timeout)
+    started = time.monotonic()
+    left = await asyncio.gather(*(rt.drain(timeout, hurry) for rt in runtimes))
+    cut = [sid for sids in left for sid in sids]
+    if cut and hurry is not None and hurry.is_set():
+        log.warning("drain cut short after %.1f s (a second stop signal): %d session(s) still running are cut "
+                    "(%s); their next owner recovers them from the log", time.monotonic() - started, len(cut),
+                    ", ".join(cut[:10]))
+        metrics.drain_cut(len(cut))
+    elif cut:
+        log.warning("drain timed out after %g s: %d session(s) still running are cut (%s); their next owner "
+                    "recovers them from the log", timeout, len(cut), ", ".join(cut[:10]))
+        metrics.drain_cut(len(cut))
+    elif running:
+        log.info("drained in %.2f s", time.monotonic() - started)
+    return cut
 
 
 def _fields(entry: LogEntry) -> Mapping[str, Any]:

@@ -34,9 +34,9 @@ from harness.records import LogEntry
 from harness.runtime.gate import SessionGate
 from harness.runtime.host import DEFAULT_SYNC_THREADS, HarnessHost
 from harness.runtime.observe import WorkerHealth, observe_runtimes
-from harness.runtime.partition import PartitionRuntime, SecretsFor
+from harness.runtime.partition import PartitionRuntime, SecretsFor, drain_all
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["DEFAULT_DRAIN_TIMEOUT", "Worker", "WorkerStats"]
 
 log = logging.getLogger("harness.worker")
 
@@ -46,6 +46,9 @@ SCAN_CHUNK = 2000
 GATE_EVERY_S = 0.05
 """With ``max_sessions``: how often slots of sessions that stopped running are given to
 waiting ones."""
+DEFAULT_DRAIN_TIMEOUT = timedelta(seconds=20)
+"""How long a hand-over lets running tool and model calls finish (see ``Worker``); below
+the chart's terminationGracePeriodSeconds (60) with room to close producers."""
 BEAT_EVERY_S = 1.0
 """The loop's heartbeat for ``/healthz`` (see ``harness.runtime.observe``)."""
 
@@ -83,6 +86,10 @@ class Worker:
             slot back (see ``harness.runtime.gate``).
         sync_threads: how many sync step functions and sync tools run at once (a
             bounded thread pool, never the event loop; see ``HarnessHost``).
+        drain_timeout: a hand-over (stopping; on Kafka also a revoked partition) first
+            drains: nothing new starts, a running tool call goes on to its result and a
+            model call to its logged answer, for at most this long; what still runs then
+            is cut (its next owner recovers it, as after a crash). Zero: no drain.
     """
 
     def __init__(
@@ -99,7 +106,10 @@ class Worker:
         live: bool = True,
         max_sessions: int | None = None,
         sync_threads: int = DEFAULT_SYNC_THREADS,
+        drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
+        if drain_timeout < timedelta(0):
+            raise DefinitionError(f"drain_timeout must be zero or more, not {drain_timeout}")
         by_name: dict[str, Harness] = {}
         for h in harnesses:
             if h.name in by_name:
@@ -127,6 +137,18 @@ class Worker:
         self.health = WorkerHealth(needs_broker=hasattr(log, "own_partition"))
         self.observation = Observation()  # published by the loop, read by the metrics thread
         self._live = live
+        self._drain_timeout = drain_timeout.total_seconds()
+        self._hurry = asyncio.Event()  # set: a drain under way ends at once
+
+    @property
+    def drain_timeout(self) -> float:
+        """Seconds a hand-over lets running work reach its next boundary (0: none)."""
+        return self._drain_timeout
+
+    @property
+    def hurry(self) -> asyncio.Event:
+        """Set it (e.g. on a second SIGTERM) to end a drain under way at once."""
+        return self._hurry
 
     def observe(self) -> Observation:
         """The latest published snapshot (``ObservationSource`` of the metrics facade)."""
@@ -182,6 +204,8 @@ class Worker:
                 pump.cancel()
                 with contextlib.suppress(BaseException):
                     await pump
+            # (on Kafka the group already drained and stopped its partitions: nothing to do)
+            await drain_all(list(self.runtimes.values()), self._drain_timeout, "stopping", self._hurry)
             for rt in list(self.runtimes.values()):
                 await rt.stop()
             self.runtimes.clear()

@@ -5,7 +5,9 @@ two steps and an app record), ``ask`` (a person approves), ``nap=<seconds>`` (a 
 sleep), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``explode``
 (the tool raises an error holding that secret), ``hold`` (the tool waits until the
 test releases it: it creates ``enter-<session>`` in ``$HARNESS_TEST_GATE_DIR`` and
-returns once ``release-<session>`` exists there). The model answers ``done: <results>``;
+returns once ``release-<session>`` exists there), ``ship`` (a ``replay="never"`` tool
+whose one step holds the same way, ``ship-enter-<session>`` / ``ship-release-<session>``,
+and adds a line to ``shipped-<session>`` each time it runs). The model answers ``done: <results>``;
 every answer reports its usage (100 input and 10 output tokens of ``scripted-1``, $0.0005).
 """
 
@@ -83,8 +85,22 @@ async def hold_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
     return {"held": ctx.session_id}
 
 
-def _tool(name: str, args: type[BaseModel], fn: Any) -> Any:
-    return durable_tool(tool_definition(name=name, description=name, input_schema=args), fn)
+async def ship_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    folder = Path(os.environ["HARNESS_TEST_GATE_DIR"])
+
+    async def ship() -> dict[str, Any]:
+        (folder / f"ship-enter-{ctx.session_id}").write_text("")
+        while not (folder / f"ship-release-{ctx.session_id}").exists():
+            await asyncio.sleep(0.05)
+        with (folder / f"shipped-{ctx.session_id}").open("a") as f:
+            f.write("shipped\n")
+        return {"shipped": ctx.session_id}
+
+    return await ctx.step.do("ship", ship)
+
+
+def _tool(name: str, args: type[BaseModel], fn: Any, replay: str = "safe") -> Any:
+    return durable_tool(tool_definition(name=name, description=name, input_schema=args), fn, replay=replay)
 
 
 TOOLS = [
@@ -94,6 +110,7 @@ TOOLS = [
     _tool("secret", NoArgs, secret_impl),
     _tool("explode", NoArgs, explode_impl),
     _tool("hold", NoArgs, hold_impl),
+    _tool("ship", NoArgs, ship_impl, replay="never"),
 ]
 
 
@@ -118,7 +135,7 @@ def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
         calls.append(ToolCall(id="approve", name="approve", arguments={}))
     if m := re.search(r"nap=(\S+)", user):
         calls.append(ToolCall(id="nap", name="nap", arguments={"seconds": float(m.group(1))}))
-    for word in ("secret", "explode", "hold"):
+    for word in ("secret", "explode", "hold", "ship"):
         if re.search(rf"\b{word}\b", user):
             calls.append(ToolCall(id=word, name=word, arguments={}))
     if not calls:

@@ -27,7 +27,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_SECRET_", "HARNESS_KAFKA_CONFIG_"))}
-    for name in ("HARNESS_LOG", "HARNESS_APPS", "HARNESS_SECRETS_DIR", "HARNESS_MAX_SESSIONS", "HARNESS_SYNC_THREADS", "HARNESS_LOG_FORMAT",
+    for name in ("HARNESS_LOG", "HARNESS_APPS", "HARNESS_SECRETS_DIR", "HARNESS_MAX_SESSIONS", "HARNESS_SYNC_THREADS", "HARNESS_DRAIN_TIMEOUT_SECONDS",
+                 "HARNESS_LOG_FORMAT",
                  "HARNESS_LOG_LEVEL", "HARNESS_INSTANCE_ID", "NO_COLOR"):
         env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)

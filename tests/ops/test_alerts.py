@@ -15,7 +15,7 @@ ALERT_TESTS = Path(__file__).resolve().parent / "promtool" / "alerts.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 EXPECTED = {
     "HarnessWorkerDown", "HarnessInputLagGrowing", "HarnessDeadLetters", "HarnessFencingStorm",
-    "HarnessRebuildSlow", "HarnessAttemptsExhaustedSpike", "HarnessEventLoopStalled",
+    "HarnessRebuildSlow", "HarnessAttemptsExhaustedSpike", "HarnessEventLoopStalled", "HarnessHandOverCutCalls",
 }
 
 

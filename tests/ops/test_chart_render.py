@@ -15,6 +15,7 @@ from chart import container, find, kinds, render, template, validate, write_valu
 from ops_tools import CHART, KUBE_VERSION, run, tool
 
 from harness.cli.common import kafka_client_config
+from harness.services.worker.main import parse as worker_settings
 
 FULL: dict[str, Any] = {
     "kafka": {
@@ -131,6 +132,9 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
     pod = worker["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["terminationGracePeriodSeconds"] >= 30
+    # the drain, as the worker reads it, ends well before the pod is killed
+    drain = worker_settings(["--app", "a:b"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": env["HARNESS_DRAIN_TIMEOUT_SECONDS"]["value"]})
+    assert 0 < drain.drain_timeout <= pod["terminationGracePeriodSeconds"] - 10
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
@@ -146,7 +150,8 @@ def test_statefulset_workers_get_stable_names(tmp_path: Path) -> None:
     env = {e["name"]: e for e in container(sts)["env"]}
     assert env["HARNESS_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     no_static = render(write_values(tmp_path / "v.yaml", {"worker": {"staticMembership": False}}))
-    assert "env" not in container(find(no_static, "StatefulSet"))  # nothing else to set with the defaults
+    # nothing else with the defaults but the drain (always set: the grace period is checked against it)
+    assert container(find(no_static, "StatefulSet"))["env"] == [{"name": "HARNESS_DRAIN_TIMEOUT_SECONDS", "value": "20"}]
 
 
 def test_gateway_args_follow_the_auth_mode(tmp_path: Path) -> None:
@@ -215,6 +220,7 @@ TEMPLATE_REFUSALS = [
     ({"gateway": {"ingress": {"enabled": True}}}, "gateway.auth.allowOpenIngress"),
     ({"gateway": {"auth": {"mode": "jwt"}}}, "needs gateway.auth.existingSecret"),
     ({"worker": {"enabled": False}, "gateway": {"enabled": False}}, "nothing to deploy"),
+    ({"worker": {"drainTimeoutSeconds": 55}}, "worker.drainTimeoutSeconds (55) needs worker.terminationGracePeriodSeconds of at least 65"),
 ]
 
 

@@ -134,6 +134,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     server = Server(config)
 
     def on_signal() -> None:
+        if server.should_exit and the_worker is not None:
+            the_worker.hurry.set()  # a second signal: the worker's drain ends at once
         gw.close_streams()  # open SSE streams end, so shutdown is quick
         server.should_exit = True
 

@@ -7,13 +7,17 @@ Settings come from the command line or, read once at start, from the environment
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
 HARNESS_SECRETS_DIR (read again when it changes, looked at every HARNESS_SECRETS_RECHECK_SECONDS,
 default 10), HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
-HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
+HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_DRAIN_TIMEOUT_SECONDS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
 HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
 is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
 A flag wins over its variable.
 
-SIGTERM/SIGINT stop the sessions recoverably (nothing is written), leave the consumer
-group (so partitions move at once) and exit 0. After a SIGKILL the others take over
+SIGTERM/SIGINT drain first (nothing new starts; a running tool call goes on to its
+result and a model call to its logged answer, for at most --drain-timeout seconds; on
+Kafka a partition the group moves elsewhere is drained the same way), then stop the
+sessions recoverably (what still runs is cut and recovered by the next owner), leave the
+consumer group (so partitions move at once) and exit 0. A second SIGTERM/SIGINT ends the
+drain at once. After a SIGKILL the others take over
 once the group's session timeout (Kafka) or the session leases (SQLite) ran out.
 """
 
@@ -40,7 +44,7 @@ from harness.cli.common import (
 from harness.errors import ConfigError
 from harness.gcpause import tune_for_service
 from harness.runtime.host import DEFAULT_SYNC_THREADS
-from harness.runtime.worker import Worker
+from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT, Worker
 from harness.services.worker.apps import load_harnesses
 from harness.services.worker.secrets import RECHECK_SECONDS, WorkerSecrets
 
@@ -110,9 +114,23 @@ def parser() -> CommandParser:
     p.add_argument("--sync-threads", type=positive_int("--sync-threads"), default=None, metavar="N",
                    help="threads for sync step functions and sync tools (default 16); they never run "
                    "on the event loop, so a blocking call stops neither leases nor other sessions")
+    p.add_argument("--drain-timeout", type=_drain_seconds, default=None, metavar="SECONDS",
+                   help=f"on SIGTERM (and, on Kafka, a partition moved elsewhere) let running tool and model "
+                   f"calls finish for at most this long before they are cut (default "
+                   f"{DEFAULT_DRAIN_TIMEOUT.total_seconds():g}; 0: cut at once)")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
     return p
+
+
+def _drain_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--drain-timeout takes a number of seconds >= 0, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"--drain-timeout takes a number of seconds >= 0, not {text}")
+    return value
 
 
 def _port(text: str) -> int:
@@ -143,6 +161,13 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
         args.lease = _env_seconds(env, "HARNESS_LEASE_SECONDS") or 30.0
     if args.sync_threads is None:
         args.sync_threads = _env_int(env, "HARNESS_SYNC_THREADS") or DEFAULT_SYNC_THREADS
+    if args.drain_timeout is None:
+        text = env.get("HARNESS_DRAIN_TIMEOUT_SECONDS") or ""
+        try:
+            args.drain_timeout = _drain_seconds(text) if text else DEFAULT_DRAIN_TIMEOUT.total_seconds()
+        except argparse.ArgumentTypeError as exc:
+            message = str(exc).replace("--drain-timeout", "HARNESS_DRAIN_TIMEOUT_SECONDS")
+            raise ConfigError(message, setting="HARNESS_DRAIN_TIMEOUT_SECONDS") from None
     if args.metrics_port is None and env.get("HARNESS_METRICS_PORT"):
         try:
             args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
@@ -174,6 +199,7 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             secrets_for=secrets.hook,
             max_sessions=args.max_sessions,
             sync_threads=args.sync_threads,
+            drain_timeout=timedelta(seconds=args.drain_timeout),
         )
         server = None
         if args.metrics_port is not None:
@@ -185,8 +211,16 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
             print(f"metrics port={server.port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if not stop.is_set():
+                stop.set()  # drain, then stop
+            elif not worker.hurry.is_set():
+                log.info("a second stop signal: ending the drain now")
+                worker.hurry.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         task = asyncio.create_task(worker.run(stop))
 
         async def announce() -> None:

@@ -72,6 +72,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.worker.enabled (gt (int .Values.worker.replicas) (int $k.partitions)) -}}
 {{- fail (printf "worker.replicas (%d) is above kafka.partitions (%d): a partition has one owner, so the extra workers would only idle; lower worker.replicas or raise kafka.partitions" (int .Values.worker.replicas) (int $k.partitions)) -}}
 {{- end -}}
+{{- if and .Values.worker.enabled (gt (add (int .Values.worker.drainTimeoutSeconds) 10) (int .Values.worker.terminationGracePeriodSeconds)) -}}
+{{- fail (printf "worker.drainTimeoutSeconds (%d) needs worker.terminationGracePeriodSeconds of at least %d (the drain plus 10 s to close the producers and leave the group): raise the grace period or lower the drain" (int .Values.worker.drainTimeoutSeconds) (add (int .Values.worker.drainTimeoutSeconds) 10)) -}}
+{{- end -}}
 {{- if and $k.minInsyncReplicas (gt (int $k.minInsyncReplicas) (int $k.replicationFactor)) -}}
 {{- fail "kafka.minInsyncReplicas must not be above kafka.replicationFactor" -}}
 {{- end -}}
@@ -166,6 +169,8 @@ app.kubernetes.io/component: {{ .component }}
 - name: HARNESS_MAX_SESSIONS
   value: {{ $.Values.worker.maxSessions | quote }}
 {{- end }}
+- name: HARNESS_DRAIN_TIMEOUT_SECONDS
+  value: {{ $.Values.worker.drainTimeoutSeconds | quote }}
 {{- if gt (int $.Values.worker.syncThreads) 0 }}
 - name: HARNESS_SYNC_THREADS
   value: {{ $.Values.worker.syncThreads | quote }}
