@@ -20,11 +20,13 @@ A frozen or dead process freezes or loses this thread too: its leases lapse as b
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
 import sysconfig
 import threading
 import time
+import tokenize
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -181,5 +183,19 @@ class LoopWatchdog:
         stack = traceback.extract_stack(frame)
         mine = [f for f in stack if not str(Path(f.filename).resolve()).startswith(_STDLIB)]
         at = (mine or stack)[-1]
-        code = f" ({at.line})" if at.line else ""
+        line = _without_comment(at.line or "")
+        code = f" ({line})" if line else ""
         return f"{at.filename}:{at.lineno} in {at.name}{code}"
+
+
+def _without_comment(line: str) -> str:
+    """A source line without its trailing ``# comment`` (a ``#`` inside a string stays)."""
+    if "#" not in line:
+        return line
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.type == tokenize.COMMENT:
+                return line[: token.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):  # a line that is not whole on its own
+        pass
+    return line

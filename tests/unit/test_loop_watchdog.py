@@ -159,8 +159,19 @@ async def test_a_worker_watches_its_loop_from_the_start_and_says_where_blocking_
                     break
                 await asyncio.sleep(0.05)
         [warning] = [r.getMessage() for r in caplog.records if "event loop has not run" in r.getMessage()]
-        assert "in execute (time.sleep(4.0)" in warning and "leases are kept" not in warning, warning
+        # the blocking line as written, without its comment
+        assert "in execute (time.sleep(4.0)):" in warning and "leases are kept" not in warning, warning
     finally:
         stop.set()
         await task
     assert not worker.host._poller.watchdog.running
+
+
+def test_the_blocking_line_is_quoted_without_its_comment() -> None:
+    from harness.runtime.watchdog import _without_comment
+
+    assert _without_comment("time.sleep(4.0)  # slow on purpose") == "time.sleep(4.0)"
+    assert _without_comment('print("a # b")  # c') == 'print("a # b")'
+    assert _without_comment('requests.get(url + "#frag")') == 'requests.get(url + "#frag")'
+    assert _without_comment("x = (1,  # part of a bracket") == "x = (1,"
+    assert _without_comment('s = """unterminated # x') == 's = """unterminated # x'
