@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import uuid
@@ -78,6 +79,7 @@ class HarnessHost:
         self._poller = HostPoller(self.log, interval=self.poll_interval,
                                   stall_warning=min(10.0, lease.total_seconds() / 3))
         self._pool: ThreadPoolExecutor | None = None
+        self._sync_calls: set[concurrent.futures.Future[Any]] = set()  # submitted to the pool, not done
         self._cores: dict[str, SessionCore] = {}
         self._handles: dict[str, set[Session]] = {}
 
@@ -173,7 +175,19 @@ class HarnessHost:
     async def run_sync(self, fn: Callable[[], Any]) -> Any:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.sync_threads, thread_name_prefix="harness-sync")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        future = self._pool.submit(fn)
+        self._sync_calls.add(future)  # until its thread is done with it (a cancelled waiter does not end it)
+        future.add_done_callback(self._sync_calls.discard)
+        return await asyncio.wrap_future(future)
+
+    def stop_sync_calls(self) -> int:
+        """Start no more sync calls (queued ones are dropped) and return how many still run
+        on a thread: a thread cannot be stopped, so a process that exits should not wait
+        for them (their steps were cut: nothing of them is recorded)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        return sum(1 for f in list(self._sync_calls) if not f.done())
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -184,9 +198,7 @@ class HarnessHost:
         for core in list(self._cores.values()):
             await self._drop_core(core)
         await self._poller.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self.stop_sync_calls()
         if self._owns_log:
             await self.log.close()
 

@@ -7,7 +7,8 @@ sleep), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``
 test releases it: it creates ``enter-<session>`` in ``$HARNESS_TEST_GATE_DIR`` and
 returns once ``release-<session>`` exists there), ``ship`` (a ``replay="never"`` tool
 whose one step holds the same way, ``ship-enter-<session>`` / ``ship-release-<session>``,
-and adds a line to ``shipped-<session>`` each time it runs). The model answers ``done: <results>``;
+and adds a line to ``shipped-<session>`` each time it runs), ``syncship`` (the same with
+a sync step function, on a thread of the worker's pool). The model answers ``done: <results>``;
 every answer reports its usage (100 input and 10 output tokens of ``scripted-1``, $0.0005).
 """
 
@@ -18,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,20 @@ async def ship_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
     return await ctx.step.do("ship", ship)
 
 
+async def sync_ship_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    folder = Path(os.environ["HARNESS_TEST_GATE_DIR"])
+
+    def ship() -> dict[str, Any]:  # sync: it runs on a thread of the worker's pool
+        (folder / f"ship-enter-{ctx.session_id}").write_text("")
+        while not (folder / f"ship-release-{ctx.session_id}").exists():
+            time.sleep(0.05)
+        with (folder / f"shipped-{ctx.session_id}").open("a") as f:
+            f.write("shipped\n")
+        return {"shipped": ctx.session_id}
+
+    return await ctx.step.do("ship", ship)
+
+
 def _tool(name: str, args: type[BaseModel], fn: Any, replay: str = "safe") -> Any:
     return durable_tool(tool_definition(name=name, description=name, input_schema=args), fn, replay=replay)
 
@@ -111,6 +127,7 @@ TOOLS = [
     _tool("explode", NoArgs, explode_impl),
     _tool("hold", NoArgs, hold_impl),
     _tool("ship", NoArgs, ship_impl, replay="never"),
+    _tool("syncship", NoArgs, sync_ship_impl, replay="never"),
 ]
 
 
@@ -135,7 +152,7 @@ def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
         calls.append(ToolCall(id="approve", name="approve", arguments={}))
     if m := re.search(r"nap=(\S+)", user):
         calls.append(ToolCall(id="nap", name="nap", arguments={"seconds": float(m.group(1))}))
-    for word in ("secret", "explode", "hold", "ship"):
+    for word in ("secret", "explode", "hold", "ship", "syncship"):
         if re.search(rf"\b{word}\b", user):
             calls.append(ToolCall(id=word, name=word, arguments={}))
     if not calls:

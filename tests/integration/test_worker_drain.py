@@ -160,3 +160,23 @@ async def test_a_second_sigterm_ends_the_drain_at_once(backend: Backend, gate: P
     assert "a second stop signal: ending the drain now" in err
     assert "drain cut short after" in err and "1 session(s) still running are cut (impatient)" in err, err
     assert kinds(timeline(backend, "impatient"), "tool.result") == []
+
+
+async def test_a_stopped_worker_does_not_wait_for_a_cut_sync_step_on_its_thread(backend: Backend, gate: Path) -> None:
+    """A thread cannot be stopped: without leaving at once, the process would stay until the
+    step's code ends (and do a side effect nobody records after saying it stopped)."""
+    worker = backend.worker("--drain-timeout", "0.5")
+    await backend.ready(worker)
+    send(backend, "blocking", "syncship")
+    await wait_until(lambda: (gate / "ship-enter-blocking").exists(), timeout=60, what="the sync step running",
+                     details=worker.describe)
+    assert worker.terminate() == 0, worker.describe()  # the step never ends: it does not wait for it
+    err = worker.stderr()
+    assert "1 sync call(s) (a step function or a sync tool) cut by the stop still run on threads" in err, err
+    (gate / "ship-release-blocking").write_text("")
+    second = backend.worker()
+    await backend.ready(second)
+    await wait_until(lambda: kinds(timeline(backend, "blocking"), "turn.finished"), timeout=60,
+                     what="the turn finished by the next worker", details=second.describe)
+    assert shipped(gate, "blocking") == 0  # the first process is gone; replay="never": cut, not run again
+    assert second.terminate() == 0, second.describe()

@@ -31,7 +31,7 @@ PARTITIONS = 4
 SESSIONS = 12
 KEY_PANELS = {
     "Partitions owned per worker", "Live sessions by state", "Parked sessions", "Workers up", "Input lag",
-    "Checkpoint age", "Rebuild duration", "Dead letters", "Takeovers and fencing", "Model tokens per second",
+    "Checkpoint age", "Rebuild duration", "Dead letters", "Takeovers, fencing and cut hand-overs", "Model tokens per second",
     "Steps per second", "Turns per second", "Tool calls per second", "Step latency", "Model call latency",
 }
 GATEWAY_PANELS = {"HTTP requests per second", "HTTP latency p90"}

@@ -164,6 +164,10 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         if metrics_server is not None:
             metrics_server.close()
         await log_.close()
+    if the_worker is not None:
+        from harness.services.lingering import exit_if_sync_calls_linger
+
+        exit_if_sync_calls_linger(the_worker.host, 0)  # (sync code the stop cut: not waited for)
     return 0
 
 

@@ -45,6 +45,7 @@ from harness.errors import ConfigError
 from harness.gcpause import tune_for_service
 from harness.runtime.host import DEFAULT_SYNC_THREADS
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT, Worker
+from harness.services.lingering import exit_if_sync_calls_linger
 from harness.services.worker.apps import load_harnesses
 from harness.services.worker.secrets import RECHECK_SECONDS, WorkerSecrets
 
@@ -183,8 +184,12 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
     return args
 
 
-async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
-    """Load the apps and secrets, open the log, run the worker until SIGTERM/SIGINT."""
+async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None, *, hard_exit: bool = False) -> int:
+    """Load the apps and secrets, open the log, run the worker until SIGTERM/SIGINT.
+
+    ``hard_exit`` (the command line): exit the process at once if sync code the stop
+    cut still runs on threads (``harness.services.lingering``)."""
+    worker = None
     env = os.environ if env is None else env
     secrets = WorkerSecrets(args.secrets_dir, env, recheck=args.secrets_recheck)
     harnesses = load_harnesses(args.app)
@@ -240,6 +245,8 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None) 
         log.info("worker stopped")
     finally:
         await worker_log.close()
+    if hard_exit and worker is not None:
+        exit_if_sync_calls_linger(worker.host, 0)
     return 0
 
 
@@ -247,7 +254,7 @@ def run(argv: list[str]) -> Any:
     """Parse, configure logging, and return the coroutine that serves (for ``run_command``)."""
     args = parse(argv)
     logs.configure(level=args.log_level, fmt=args.log_format)
-    return serve(args)
+    return serve(args, hard_exit=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
