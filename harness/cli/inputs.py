@@ -24,7 +24,7 @@ from harness.ids import check_id
 from harness.jsonvalues import json_copy
 from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
-from harness.runtime.answers import judge_answer
+from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
 from harness.views import classify, open_asks, timeline
 
@@ -247,6 +247,12 @@ async def main_send(argv: list[str]) -> int:
         entries, _ = await scan_session(log, args.session)
         state = fold(args.session, entries)
         harness = args.harness or state.harness
+        if state.harness is not None and args.harness and args.harness != state.harness:
+            raise ConfigError(
+                f"session {args.session!r} runs harness {state.harness!r}, not {args.harness!r}: leave out "
+                "--harness (or use a new session id)",
+                setting="--harness",
+            )
         if harness is None:
             raise ConfigError(
                 f"session {args.session!r} is new: give --harness NAME (the harness a worker runs)",
@@ -279,7 +285,7 @@ def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSe
             print(json.dumps({"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}))
         else:
             print(f"{input_id}: the turn waits for a person")
-            for line in ask_lines(asks, args.session, style):
+            for line in ask_lines(asks, args.session, style, waiting_answers(state)):
                 print(line)
         return EXIT_WAITING
     turn = state.turn_of(input_id)
@@ -335,6 +341,12 @@ async def main_answer(argv: list[str]) -> int:
         entries = await read_existing(log, args.session)
         state = fold(args.session, entries)
         verdict = judge_answer(state, args.tool_call_id, args.ask_name, value, _now_ms())
+        waiting = waiting_answers(state).get((args.tool_call_id, args.ask_name))
+        if verdict.ok and waiting is not None and waiting != args.input_id:
+            print(f"harness answer: answer refused (answer_waiting): the answer {waiting} to "
+                  f"{args.tool_call_id}/{args.ask_name} waits for the session's worker to take it; nothing was "
+                  "sent (is a worker running on this log? 'harness show' tells when it was taken)", file=sys.stderr)
+            return EXIT_RUNTIME
         if not verdict.ok:
             asks = ", ".join(f"{a.tool_call_id}/{a.name}" for a in open_asks(state, now_ms=_now_ms())) or "none"
             print(f"harness answer: answer refused ({verdict.code}): {verdict.reason}; nothing was sent "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO
 
 from harness.views import OpenAsk, SessionSummary, TimelineItem, usage_text
@@ -145,8 +145,11 @@ def session_header(summary: SessionSummary, now_ms: int, style: Style) -> str:
     ])
 
 
-def ask_lines(asks: Sequence[OpenAsk], session_id: str, style: Style) -> list[str]:
-    """The open asks and the command that answers each."""
+def ask_lines(
+    asks: Sequence[OpenAsk], session_id: str, style: Style, waiting: Mapping[tuple[str, str], str] | None = None
+) -> list[str]:
+    """The open asks and the command that answers each (``waiting``: the answers in the
+    log not taken yet, by ``(tool_call_id, name)``: no command for those)."""
     out = []
     now_ms = int(time.time() * 1000)
     for a in asks:
@@ -157,6 +160,10 @@ def ask_lines(asks: Sequence[OpenAsk], session_id: str, style: Style) -> list[st
         out.append(f"{style('ask', 'yellow', 'bold')} {a.tool_call_id}/{a.name}: {a.message}{expires}")
         fields = ", ".join(sorted((a.schema or {}).get("properties", {}))) if isinstance(a.schema, dict) else ""
         hint = f" (fields: {fields})" if fields else ""
+        answer = (waiting or {}).get((a.tool_call_id, a.name))
+        if answer is not None:
+            out.append(style(f"  answered by {answer}: waits for the session's worker to take it", "dim"))
+            continue
         out.append(style(f"  answer with: harness answer {session_id} {a.tool_call_id} {a.name} 'JSON'{hint}", "dim"))
     return out
 

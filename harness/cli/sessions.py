@@ -26,6 +26,7 @@ from harness.cli.render import (
 from harness.errors import SessionNotFound
 from harness.records import LogEntry
 from harness.replay import fold
+from harness.runtime.answers import waiting_answers
 from harness.runtime.catalog import follow_session, list_sessions, scan_session
 from harness.views import SESSION_STATES, Timeline, summarize, timeline
 
@@ -133,7 +134,8 @@ async def main_show(argv: list[str]) -> int:
     finally:
         await log.close()
     now = _now_ms()
-    summary = summarize(fold(args.session, entries), now_ms=now, last_activity_ms=entries[-1].record.ts)
+    state = fold(args.session, entries)
+    summary = summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts)
     items = timeline(entries)
     if args.json:
         print(json.dumps({"summary": summary.to_json(), "timeline": [i.to_json() for i in items]}, indent=2))
@@ -142,7 +144,7 @@ async def main_show(argv: list[str]) -> int:
     print(session_header(summary, now, style))
     for line in timeline_lines(items, now, style):
         print(line)
-    for line in ask_lines(summary.open_asks, args.session, style):
+    for line in ask_lines(summary.open_asks, args.session, style, waiting_answers(state)):
         print(line)
     return 0
 

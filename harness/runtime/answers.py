@@ -21,14 +21,25 @@ from harness.jsonvalues import storable_text
 from harness.records import AskAnswered, InputAnswer, InputCancel, InputRecords, InputSettled, Record
 from harness.replay.state import InputState, SessionState
 
-__all__ = ["AnswerVerdict", "judge_answer", "settle_conflict", "settle_input"]
+__all__ = ["AnswerVerdict", "judge_answer", "settle_conflict", "settle_input", "waiting_answers"]
 
 
 @dataclass(frozen=True, slots=True)
 class AnswerVerdict:
     ok: bool
-    code: str | None = None  # no_open_ask | already_answered | ask_expired | invalid_answer
+    code: str | None = None  # no_open_ask | already_answered | ask_expired | invalid_answer | answer_waiting
     reason: str | None = None
+
+
+def waiting_answers(state: SessionState) -> dict[tuple[str, str], str]:
+    """``(tool_call_id, ask name) -> input id`` of each answer in the log that the
+    session's owner has not taken yet (the first one per ask: it is the one judged first)."""
+    out: dict[tuple[str, str], str] = {}
+    for pending in state.pending_inputs():
+        record = pending.record
+        if isinstance(record, InputAnswer):
+            out.setdefault((record.tool_call_id, record.name), pending.input_id)
+    return out
 
 
 def judge_answer(

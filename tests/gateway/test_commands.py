@@ -140,6 +140,12 @@ def test_a_second_gateway_on_a_port_in_use_says_so_in_one_line(tmp_path: Path) -
         assert done.stderr.strip() == (
             f"harness gateway: 127.0.0.1:{port} is in use (another gateway?): give another --port (or --host)"
         )
+        # refused before anything is made: no new SQLite file is left behind
+        done = subprocess.run(harness_command("serve", "--log", "sqlite:///other.db", "--app", APP, "--open-access",
+                                              "--port", port),
+                              cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
+        assert done.returncode == 2 and "is in use" in done.stderr, done.stderr
+        assert not (tmp_path / "other.db").exists()
     finally:
         first.stop()
 
@@ -223,3 +229,37 @@ def test_kafka_gateway_never_creates_topics_and_readyz_says_what_is_missing(
             assert http.get("/v1/sessions").json() == {"sessions": [], "next_cursor": None}
     finally:
         assert gateway.stop() == 0, gateway.stderr()
+
+
+def test_a_gateway_with_no_worker_refuses_a_second_answer_while_the_first_waits(tmp_path: Path) -> None:
+    """The answer sent first waits in the log for a worker (it wins when one comes): a second
+    one, under another input id, is refused at once (answer_waiting) instead of being
+    stored and rejected later."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from tests.apps.approvals import approvals
+
+    url = f"sqlite:///{tmp_path / 'asks.db'}"
+
+    async def open_an_ask() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(approvals, session_id="s-1")
+            assert (await session.send("please approve", input_id="m1")).outcome == "waiting"
+
+    asyncio.run(open_an_ask())
+    proc = start_process(["gateway", "--log", url, "--open-access", "--port", "0"], ready="gateway ready",
+                         cwd=tmp_path)
+    try:
+        with httpx.Client(base_url=proc.url, timeout=30) as http:
+            ask = http.get("/v1/sessions/s-1").json()["open_asks"][0]
+            answer = {"tool_call_id": ask["tool_call_id"], "name": ask["name"]}
+            first = http.post("/v1/sessions/s-1/answers",
+                              json={**answer, "value": {"approved": True}, "input_id": "a-1"}).json()
+            assert first["status"] == "accepted", first
+            second = http.post("/v1/sessions/s-1/answers",
+                               json={**answer, "value": {"approved": False}, "input_id": "a-2"}).json()
+            assert second["status"] == "rejected" and second["code"] == "answer_waiting", second
+            assert "the answer a-1 to this ask waits for the session's worker" in second["reason"]
+    finally:
+        proc.stop()

@@ -251,3 +251,44 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     hints = [line for line in err if "no worker has taken it in 0.3 s" in line]
     assert len(hints) == 1 and hints[0].startswith("in-1: ") and "harness worker --log" in hints[0], err
     assert "still waiting" in hints[0]
+
+
+def test_with_no_worker_an_answer_waiting_to_be_taken_is_not_answered_twice_and_the_harness_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An answer sent while no worker runs stays in the log untaken: a second answer to the
+    same ask is refused here (the first one wins when a worker comes), ``show`` says the
+    ask has its answer waiting instead of how to answer it, and a message naming another
+    harness than the session's is refused."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs, sessions
+    from harness.errors import ConfigError
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'asks.db'}"
+
+    async def open_an_ask() -> None:  # a worker's turn up to its ask, then no worker at all
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            assert (await session.send("ask", input_id="in-1")).outcome == "waiting"
+
+    asyncio.run(open_an_ask())
+    first = ["s-1", "approve", "approval", '{"approved": true}', "--no-wait", "--log", url]
+    assert asyncio.run(inputs.main_answer([*first, "--input-id", "a-1"])) == 0
+    assert asyncio.run(inputs.main_answer([*first, "--input-id", "a-1"])) == 0  # the same input again: fine
+    capsys.readouterr()
+    second = ["s-1", "approve", "approval", '{"approved": false}', "--no-wait", "--log", url]
+    assert asyncio.run(inputs.main_answer(second)) == 1
+    err = capsys.readouterr().err
+    assert "answer refused (answer_waiting): the answer a-1 to approve/approval waits for the session's worker" in err
+    assert "nothing was sent" in err
+
+    assert asyncio.run(sessions.main_show(["s-1", "--log", url])) == 0
+    shown = capsys.readouterr().out
+    assert "answered by a-1: waits for the session's worker to take it" in shown
+    assert "answer with:" not in shown
+
+    with pytest.raises(ConfigError, match="session 's-1' runs harness 'tests/cli', not 'tests/other': leave out --harness"):
+        asyncio.run(inputs.main_send(["s-1", "hi", "--harness", "tests/other", "--no-wait", "--log", url]))

@@ -17,7 +17,7 @@ from harness.errors import HarnessError, LogError
 from harness.jsonvalues import json_copy
 from harness.log.base import SessionLog
 from harness.records import InputAnswer, InputMessage, InputRecords, Record
-from harness.runtime.answers import judge_answer
+from harness.runtime.answers import judge_answer, waiting_answers
 from harness.services.gateway.receipts import Receipt, receipt_for, rejected
 from harness.services.gateway.sessions import Sessions, SessionView
 
@@ -115,6 +115,10 @@ class Inputs:
         verdict = judge_answer(view.state, tool_call_id, name, value, self.now_ms())
         if not verdict.ok:
             return rejected(input_id, verdict.code or "invalid_answer", verdict.reason or "the answer was refused")
+        waiting = waiting_answers(view.state).get((tool_call_id, name))
+        if waiting is not None:
+            return rejected(input_id, "answer_waiting", f"the answer {waiting} to this ask waits for the session's "
+                            "worker to take it")
         return await self._send(view, record, input_id)
 
     async def records(self, view: SessionView, records: list[Any], input_id: str) -> Receipt:

@@ -67,8 +67,14 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         from harness.services.worker.secrets import WorkerSecrets
 
         secrets = WorkerSecrets(settings.secrets_dir, os.environ, recheck=settings.secrets_recheck_s)
-    created = None if worker else new_sqlite_file(settings)
-    log_ = open_gateway_log(settings, client=not worker)
+    # The address first: a port in use is refused before anything (a new SQLite file) is made.
+    listening = _listen(settings.host, settings.port)
+    try:
+        created = None if worker else new_sqlite_file(settings)
+        log_ = open_gateway_log(settings, client=not worker)
+    except BaseException:
+        listening.close()
+        raise
     tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     live: LiveSource = default_live(log_)
     if worker and isinstance(live, LiveRouter):
@@ -155,7 +161,6 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
                         created, settings.log)
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
 
-    listening = _listen(settings.host, settings.port)
     announcer = asyncio.create_task(announce())
     try:
         await server.serve(sockets=[listening])
