@@ -145,6 +145,8 @@ def _copy(value: Any, path: str, what: str, depth: int) -> Any:
         hint = " (return value.isoformat())"
     elif isinstance(value, (bytes, bytearray)):
         hint = " (store the bytes elsewhere and return their id, or base64-encode them)"
-    raise StepValueError(
-        f"{what} at {path} is a {type(value).__name__}, which is not JSON{hint}", path=path
-    )
+    elif isinstance(value, (set, frozenset)):
+        hint = " (return sorted(value) or list(value))"
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    raise StepValueError(f"{what} at {path} is {article} {kind}, which is not JSON{hint}", path=path)

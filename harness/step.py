@@ -265,7 +265,7 @@ class DurableStep:
         raises before anything is written if the log must not hold it."""
         s = self._s
         try:
-            copy = json_copy(value)
+            copy = json_copy(value, what=f"the value of step {name!r}")
         except StepError as exc:
             exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
             raise

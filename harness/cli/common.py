@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness.errors import ConfigError, HarnessError, LogUnavailable, MissingExtra
+from harness.errors import ConfigError, HarnessError, InvalidId, LogUnavailable, MissingExtra
 from harness.log.base import SessionLog
 
 __all__ = [
@@ -49,9 +50,10 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *, prog: str, description: str, example: str, **kw: Any) -> None:
         super().__init__(
             prog=prog,
-            description=description,
+            description=re.sub(r"``([^`]+)``", r"'\1'", description),  # a module docstring, as plain text
             epilog=f"example:\n{example}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,  # a typo ('--harnes') must not work by accident as a prefix
             **kw,
         )
         self.add_argument("--debug", action="store_true", help="print the traceback of an error")
@@ -158,6 +160,13 @@ async def open_log_for(
         return await _open_kafka(
             url, role=role, env=env, probe_timeout=probe_timeout, partitions=partitions, start=start
         )
+    if url.startswith("sqlite://"):  # two slashes: what follows reads as a host, not a path
+        rest = url[len("sqlite://"):]
+        raise ConfigError(
+            f"{url!r} has two slashes after 'sqlite:'; a path needs three: sqlite:///{rest} (relative to the "
+            f"current folder) or four for an absolute one: sqlite:////{rest.lstrip('/')}",
+            setting="--log",
+        )
     raise ConfigError(
         f"unsupported session log URL {url!r}: use sqlite:///path or kafka://host:port[?topic_prefix=...]",
         setting="--log",
@@ -170,6 +179,12 @@ def _open_sqlite(url: str, role: str) -> SessionLog:
     path = urllib.parse.unquote(url[len("sqlite:///"):])
     if not path or "?" in path:
         raise ConfigError(f"{url!r}: expected sqlite:///relative/path or sqlite:////absolute/path", setting="--log")
+    if Path(path).is_dir():
+        raise ConfigError(
+            f"{url!r} names the folder {Path(path).resolve()}, not a file: name the log's file in it, "
+            f"e.g. {url.rstrip('/')}/harness.db",
+            setting="--log",
+        )
     if role == "client" and not Path(path).is_file():
         raise LogUnavailable(
             f"no SQLite log at {path} ({Path(path).resolve()}): check --log; "
@@ -233,7 +248,7 @@ def run_command(
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-    except ConfigError as exc:
+    except (ConfigError, InvalidId) as exc:  # (an id on the command line is the caller's to fix)
         _report(prog, _one_line(exc), exc, debug)
         return EXIT_USAGE
     except (HarnessError, TimeoutError) as exc:

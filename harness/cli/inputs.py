@@ -269,7 +269,13 @@ async def main_send(argv: list[str]) -> int:
             return 0
         helpers = [asyncio.create_task(status.run()), asyncio.create_task(_hint_when_untaken(state, input_id, status))]
         watch = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
-        settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session, state, input_id)
+        try:
+            settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session, state, input_id)
+        except asyncio.CancelledError:  # Ctrl-C: the input is in the log all the same
+            status.clear()
+            print(f"\nharness send: stopped waiting; {input_id} stays in the log and its turn runs all the same: "
+                  f"'harness show {args.session}' shows how it goes", file=sys.stderr)
+            raise
     finally:
         await _stop(helpers)
         status.clear()

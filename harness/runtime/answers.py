@@ -8,6 +8,7 @@ even one without the tool's code, checks it against the JSON schema recorded in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,15 @@ class AnswerVerdict:
     ok: bool
     code: str | None = None  # no_open_ask | already_answered | ask_expired | invalid_answer | answer_waiting
     reason: str | None = None
+
+
+def _as_json(exc: jsonschema.ValidationError) -> str:
+    """jsonschema's message with the value as JSON, as the person wrote it ('true', not 'True')."""
+    message = str(exc.message)
+    try:
+        return message.replace(repr(exc.instance), json.dumps(exc.instance), 1)
+    except (TypeError, ValueError):
+        return message
 
 
 def waiting_answers(state: SessionState) -> dict[tuple[str, str], str]:
@@ -79,7 +89,9 @@ def judge_answer(
         jsonschema.validate(value, ask.opened.schema)
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(answer)"
-        return AnswerVerdict(False, "invalid_answer", f"the answer does not fit the ask's schema at {where}: {exc.message}")
+        return AnswerVerdict(
+            False, "invalid_answer", f"the answer does not fit the ask's schema at {where}: {_as_json(exc)}"
+        )
     except jsonschema.SchemaError as exc:  # a schema we recorded ourselves: should not happen
         return AnswerVerdict(False, "invalid_answer", f"the ask's recorded schema is invalid: {exc.message}")
     return AnswerVerdict(True)

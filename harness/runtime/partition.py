@@ -484,7 +484,8 @@ class PartitionRuntime:
             now = int(self.host.clock.now() * 1000)
             await writer.append(
                 [
-                    InputSettled(sid, now, i.input_id, "rejected", "unknown_harness", f"no harness named {name!r} runs here")
+                    InputSettled(sid, now, i.input_id, "rejected", "unknown_harness",
+                                 f"no harness named {name!r} runs here; known: {', '.join(sorted(self._harnesses))}")
                     for i in pending
                 ]
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,7 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     assert out.stdout.startswith(f"usage: harness {command}")
     body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
     assert f"harness {command} " in body
+    assert "``" not in out.stdout, "plain text, not a docstring's reStructuredText"
 
 
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])
@@ -100,6 +102,19 @@ def test_no_log_given_is_a_usage_error() -> None:
     assert harness("sessions", env={"HARNESS_LOG": "postgres://x"}).returncode == 2
     memory = harness("show", "s-1", "--log", "memory:")
     assert memory.returncode == 2 and "lives inside one process" in one_line(memory)
+
+
+def test_a_sqlite_url_with_two_slashes_or_naming_a_folder_says_what_to_write(tmp_path: Path) -> None:
+    two = harness("sessions", "--log", "sqlite://data/app.db")
+    assert two.returncode == 2 and one_line(two) == (
+        "harness sessions: 'sqlite://data/app.db' has two slashes after 'sqlite:'; a path needs three: "
+        "sqlite:///data/app.db (relative to the current folder) or four for an absolute one: sqlite:////data/app.db"
+    )
+    folder = harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", f"sqlite:///{tmp_path}")
+    assert folder.returncode == 2 and one_line(folder) == (
+        f"harness worker: 'sqlite:///{tmp_path}' names the folder {tmp_path}, not a file: name the log's file in "
+        f"it, e.g. sqlite:///{tmp_path}/harness.db"
+    )
 
 
 def test_a_missing_sqlite_file_is_a_runtime_error_and_is_not_created(tmp_path: Path) -> None:
@@ -140,7 +155,7 @@ def test_send_refuses_an_id_that_cannot_be_a_table_cell_or_an_argument(tmp_path:
     for argv in (["", "hi"], ["a\nb", "hi"], ["s-1", "hi", "--input-id", "in 1 "]):
         out = harness("send", *argv, "--harness", "x", "--no-wait", "--log", url)
         line = one_line(out)
-        assert out.returncode == 1 and line.startswith("harness send: ") and " id " in line, line
+        assert out.returncode == 2 and line.startswith("harness send: ") and " id " in line, line  # usage
     assert not (tmp_path / "never.db").exists()
 
 
@@ -292,3 +307,49 @@ def test_with_no_worker_an_answer_waiting_to_be_taken_is_not_answered_twice_and_
 
     with pytest.raises(ConfigError, match="session 's-1' runs harness 'tests/cli', not 'tests/other': leave out --harness"):
         asyncio.run(inputs.main_send(["s-1", "hi", "--harness", "tests/other", "--no-wait", "--log", url]))
+
+
+def test_ctrl_c_of_send_says_the_input_stays_in_the_log(tmp_path: Path) -> None:
+    import asyncio
+    import signal
+
+    from harness import HarnessHost, open_log
+
+    url = f"sqlite:///{tmp_path / 'idle.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "send", "s-1", "hi", "--harness", "x", "--input-id",
+                             "in-1", "--log", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL)
+    try:
+        from harness.log.sqlite import SqliteLog
+
+        async def submitted() -> bool:
+            log = SqliteLog(str(tmp_path / "idle.db"))
+            try:
+                return bool(await log.read("s-1"))
+            finally:
+                await log.close()
+
+        for _ in range(600):  # the input is in the log: send is waiting for it to settle
+            if asyncio.run(submitted()):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert ("harness send: stopped waiting; in-1 stays in the log and its turn runs all the same: "
+            "'harness show s-1' shows how it goes") in err, err
+    assert "Traceback" not in err
+
+
+def test_a_flag_typo_is_not_taken_as_a_prefix_of_a_real_flag(tmp_path: Path) -> None:
+    out = harness("send", "s-1", "hi", "--harnes", "x", "--log", f"sqlite:///{tmp_path / 'x.db'}")
+    assert out.returncode == 2 and "unrecognized arguments: --harnes x" in one_line(out)

@@ -141,7 +141,7 @@ async def test_send_to_an_unknown_harness_is_rejected(deployed: Backend) -> None
     s = sid("nobody")
     out = deployed.cli("send", s, "hello", "--harness", "tests/nobody")
     assert out.returncode == 1
-    assert "rejected (unknown_harness): no harness named 'tests/nobody'" in out.stderr
+    assert "rejected (unknown_harness): no harness named 'tests/nobody' runs here; known: tests/cli" in out.stderr
     assert summary_of(deployed, s)["state"] == "failed"  # type: ignore[index]
 
 

@@ -8,6 +8,7 @@ exception text, ``ctx.append`` or a model response fail that one call, never the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from harness.codec import decode, encode
 from harness.errors import StepValueError
 from harness.jsonvalues import MAX_JSON_DEPTH, json_copy
 from harness.models import ModelResponse, ScriptedModel, ToolCall
-from harness.records import AskAnswered, ModelResponseRecord, StepResult
+from harness.records import AskAnswered, LogEntry, ModelResponseRecord, StepResult
 
 from .conftest import Args, call, entries, script
 
@@ -34,6 +35,7 @@ def nested(depth: int) -> Any:
 
 
 BAD_VALUES = [
+    ("a-set", {1, 2}, "$"),
     ("surrogate", {"a": ["ok", "x\ud800y"]}, "$.a[1]"),
     ("surrogate-key", {"k": {"\udfff": 1}}, "$.k"),
     ("too-big", {"n": 2**63}, "$.n"),
@@ -77,6 +79,36 @@ async def test_s2_7_step_values_the_log_cannot_hold_raise_step_value_error(host,
     assert (await session.send("go")).outcome == "completed"
     assert {name: exc.path for name, exc in caught.items()} == {n: p for n, _, p in BAD_VALUES}
     assert await entries(log, SID, "harness.step.result") == []
+    assert str(caught["a-set"]).startswith("the value of step 'a-set' at $ is a set, which is not JSON (return sorted")
+
+
+def test_a_refused_value_is_named_plainly() -> None:
+    """Which step, an article that fits ('an int'), a hint for the usual Python values."""
+    import datetime
+
+    for value, says in [({1}, "at $ is a set, which is not JSON (return sorted(value) or list(value))"),
+                        (datetime.date(2026, 1, 1), "at $ is a date, which is not JSON (return value.isoformat())"),
+                        (object(), "at $ is an object, which is not JSON")]:
+        with pytest.raises(StepValueError, match=re.escape(says)):
+            json_copy(value, what="the value of step 'x'")
+
+
+def test_an_answer_refused_by_the_schema_shows_the_value_as_json() -> None:
+    from harness.records import AskOpened, InputMessage, ToolStarted, TurnStarted
+    from harness.replay import fold
+    from harness.runtime.answers import judge_answer
+
+    schema = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+    records = [InputMessage("s", 1, "in-1", "go", "h"), TurnStarted("s", 2, "in-1", 1),
+               ModelResponseRecord("s", 3, 1, 0, None, ({"id": "c1", "name": "t", "arguments": {}},)),
+               ToolStarted("s", 3, "c1", "t", 1), AskOpened("s", 4, "c1", "ok", "ok?", schema, None)]
+    state = fold("s", [LogEntry(i + 1, r) for i, r in enumerate(records)])
+    assert judge_answer(state, "c1", "ok", [True], 5).reason == (
+        "the answer does not fit the ask's schema at (answer): [true] is not of type 'object'"
+    )
+    assert judge_answer(state, "c1", "ok", {"approved": "yes"}, 5).reason == (
+        "the answer does not fit the ask's schema at approved: \"yes\" is not of type 'boolean'"
+    )
 
 
 # Any text (lone surrogates included), any integer, any nesting the strategy reaches.

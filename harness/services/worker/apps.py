@@ -63,6 +63,13 @@ def load_harnesses(specs: Sequence[str]) -> list[Harness]:
             raise ConfigError(
                 f"--app takes module:attribute (e.g. myapp.agents:assistant), not {spec!r}", setting="--app"
             )
+        if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
+            dotted = module_name.removesuffix(".py").replace("\\", "/").strip("/").replace("/", ".")
+            raise ConfigError(
+                f"--app {spec}: {module_name!r} is a file path; --app takes a module name: "
+                f"--app {dotted}:{attr} (run from the folder that holds it)",
+                setting="--app",
+            )
         module = _import(module_name, spec)
         value: Any = module
         for part in attr.split("."):
@@ -81,10 +88,18 @@ def load_harnesses(specs: Sequence[str]) -> list[Harness]:
                     f"--app {spec}: calling {attr}() failed: {type(exc).__name__}: {exc}", setting="--app"
                 ) from exc
         items = value if isinstance(value, (list, tuple)) else [value]
+        if not items:
+            raise ConfigError(
+                f"--app {spec} gives no harness (an empty {type(value).__name__}): point it at the result of "
+                "define_harness(...) (or a list of them, or a function returning them)",
+                setting="--app",
+            )
         for item in items:
             if not isinstance(item, Harness):
+                kind = type(item).__name__
                 raise ConfigError(
-                    f"--app {spec} gives a {type(item).__name__}, not a harness: point it at the result of "
+                    f"--app {spec} gives {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, not a harness: "
+                    "point it at the result of "
                     "define_harness(...) (or a list of them, or a function returning them)",
                     setting="--app",
                 )
