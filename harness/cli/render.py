@@ -86,7 +86,8 @@ def age(ms: int | None, now_ms: int) -> str:
 
 
 def state_text(summary: SessionSummary, now_ms: int) -> str:
-    """``running``, ``waiting for a person``, ``sleeping until 12:00:31``, ``idle``, ``failed (code)``."""
+    """``running``, ``queued (1 input not taken yet)``, ``waiting for a person``, ``sleeping until
+    12:00:31``, ``idle``, ``failed (code)`` (the JSON keeps the state name: ``running``)."""
     if summary.state == "waiting":
         return "waiting for a person"
     if summary.state == "sleeping":
@@ -95,6 +96,9 @@ def state_text(summary: SessionSummary, now_ms: int) -> str:
         return f"failed ({summary.last_code})" if summary.last_code else "failed"
     if summary.partial:
         return "idle (ended)"
+    if summary.state == "running" and summary.active_input is None and summary.pending_inputs:
+        # no turn yet: a worker takes it at once, so this lasts only while none runs on the log
+        return f"queued ({summary.pending_inputs} input{'s' if summary.pending_inputs > 1 else ''} not taken yet)"
     return summary.state
 
 

@@ -208,6 +208,8 @@ def test_sessions_table_is_aligned_and_plain_without_colour() -> None:
     assert "\x1b[" in sessions_table(rows, now, Style(True))[1]
     assert age(now - 90_000, now) == "1m ago" and age(None, now) == "-"
     assert state_text(SessionSummary("x", None, "sleeping", sleeping_until=now), now).startswith("sleeping until ")
+    assert state_text(SessionSummary("x", None, "running", pending_inputs=2), now) == "queued (2 inputs not taken yet)"
+    assert state_text(SessionSummary("x", None, "running", active_input="in-1", pending_inputs=1), now) == "running"
 
 
 def test_timeline_line_nests_by_depth() -> None:
