@@ -147,3 +147,15 @@ def test_settings_take_kafka_client_config_from_the_environment() -> None:
            "HARNESS_KAFKA_CONFIG_SASL_PASSWORD": "pw"}
     s = parse_settings(["--open-access"], env)
     assert dict(s.kafka_config) == {"security.protocol": "SASL_SSL", "sasl.password": "pw"}
+
+
+def test_serve_takes_the_worker_drain_timeout_as_the_worker_does(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--log", "sqlite:///x.db", "--open-access", "--app", "a:b"]
+    assert parse_settings(base, {}, worker=True).drain_timeout_s == 20
+    assert parse_settings([*base, "--drain-timeout", "0"], {}, worker=True).drain_timeout_s == 0
+    assert parse_settings(base, {"HARNESS_DRAIN_TIMEOUT_SECONDS": "45"}, worker=True).drain_timeout_s == 45
+    with pytest.raises(SystemExit):
+        parse_settings([*base, "--drain-timeout", "-1"], {}, worker=True)
+    assert "--drain-timeout: must be a number of seconds >= 0, not -1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the gateway alone drives no session: no such flag
+        parse_settings([*base, "--drain-timeout", "5"], {})

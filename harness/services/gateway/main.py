@@ -16,8 +16,9 @@ HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_SECRETS_RECHECK_SECONDS, HA
 HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
 ``serve``'s worker also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
-HARNESS_SECRET_<NAME>) and ``--max-sessions`` (HARNESS_MAX_SESSIONS), as
-``harness worker`` does. Log lines: HARNESS_LOG_LEVEL (default warning) and
+HARNESS_SECRET_<NAME>), ``--max-sessions`` (HARNESS_MAX_SESSIONS) and ``--drain-timeout``
+(HARNESS_DRAIN_TIMEOUT_SECONDS: on SIGTERM, running calls get that long to finish; a
+second signal ends the drain), as ``harness worker`` does. Log lines: HARNESS_LOG_LEVEL (default warning) and
 HARNESS_LOG_FORMAT (text or json), secrets scrubbed.
 
 On Kafka ``harness gateway`` is a client of the log: it never creates a topic
@@ -100,6 +101,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
                 lease=timedelta(seconds=30),
                 secrets_for=secrets.hook,
                 max_sessions=settings.max_sessions,
+                drain_timeout=timedelta(seconds=settings.drain_timeout_s),
             )
             if in_process is not None:
                 the_worker.host.live = in_process

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from harness.cli.common import CommandParser, kafka_client_config
+from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
 from harness.services.mounted import RECHECK_SECONDS
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
@@ -45,6 +46,8 @@ class GatewaySettings:
         secrets_dir: (``harness serve``'s worker) one file per secret for the sessions'
             tools, as ``harness worker --secrets-dir``; ``HARNESS_SECRET_<NAME>`` adds more.
         max_sessions: (``harness serve``'s worker) at most this many sessions at once.
+        drain_timeout_s: (``harness serve``'s worker) how long a stop lets running tool
+            and model calls finish (``Worker(drain_timeout=)``).
     """
 
     log: str
@@ -65,6 +68,7 @@ class GatewaySettings:
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     secrets_dir: str | None = None
     max_sessions: int | None = None
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT.total_seconds()
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -103,6 +107,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def _seconds_or_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text}")
     return value
 
 
@@ -165,6 +179,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]
     parser.add_argument("--max-sessions", type=_positive_int, metavar="N",
                         default=_from_env(env, "HARNESS_MAX_SESSIONS", _positive_int, None),
                         help="at most N sessions running at once; the others wait in order (HARNESS_MAX_SESSIONS)")
+    parser.add_argument("--drain-timeout", type=_seconds_or_zero, metavar="SECONDS",
+                        default=_from_env(env, "HARNESS_DRAIN_TIMEOUT_SECONDS", _seconds_or_zero,
+                                          DEFAULT_DRAIN_TIMEOUT.total_seconds()),
+                        help="on SIGTERM let running tool and model calls finish for at most this long before they "
+                        f"are cut (HARNESS_DRAIN_TIMEOUT_SECONDS; default {DEFAULT_DRAIN_TIMEOUT.total_seconds():g}; "
+                        "0: cut at once; a second signal ends the drain)")
 
 
 def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> GatewaySettings:
@@ -188,6 +208,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         kafka_config=kafka_client_config(env),
         secrets_dir=getattr(args, "secrets_dir", None),
         max_sessions=getattr(args, "max_sessions", None),
+        drain_timeout_s=getattr(args, "drain_timeout", DEFAULT_DRAIN_TIMEOUT.total_seconds()),
     )
 
 
