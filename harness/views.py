@@ -474,7 +474,11 @@ def _timeline_items(
                                 detail={"replaced_by_hook": True} if r.replaced_by_hook else {})
             for (call_id, _), ask in asks.items():
                 if call_id == r.tool_call_id and ask.status == "open":
-                    ask.status = "expired" if r.code == "ask_expired" or _expired(r.content) else "closed"
+                    # expired: the tool failed with AskExpired, or ended unanswered past the expiry
+                    # (a tool that catches AskExpired and returns); else closed unanswered
+                    expires = ask.detail.get("expires_at")
+                    past = expires is not None and ts >= expires
+                    ask.status = "expired" if r.code == "ask_expired" or _expired(r.content) or past else "closed"
         elif isinstance(r, AppRecord):
             item = TimelineItem(seq, ts, "record", 2 if r.tool_call_id else 1, tool_call_id=r.tool_call_id,
                                 input_id=r.input_id, name=r.record_type, value=r.body, preview=preview(r.body))

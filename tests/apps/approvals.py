@@ -1,17 +1,19 @@
 """The app the gateway tests run: a message with 'approve' calls a tool that asks a
-person (step.ask with a schema), then answers with what the person said; 'nap' sleeps;
+person (step.ask with a schema), then answers with what the person said ('approve
+quickly': the ask expires after 3 s, and the tool says nobody answered); 'nap' sleeps;
 anything else gets a plain text answer. Every answer reports its usage (50 input and 5
 output tokens of ``scripted``, no cost)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from harness import define_harness, durable_tool, tool_definition
 from harness.definition import Harness
+from harness.errors import AskExpired
 from harness.models import ModelResponse, ScriptedModel, ToolCall, Usage
 
 
@@ -22,6 +24,7 @@ class Approval(BaseModel):
 
 class ApproveArgs(BaseModel):
     what: str
+    within: float | None = None  # seconds the person has to answer (None: no limit)
 
 
 class NapArgs(BaseModel):
@@ -29,7 +32,14 @@ class NapArgs(BaseModel):
 
 
 async def approve_impl(args: ApproveArgs, ctx: Any) -> dict[str, Any]:
-    answer = await ctx.step.ask("approval", message=f"Approve {args.what}?", schema=Approval)
+    expires = None
+    if args.within is not None:
+        opened = await ctx.step.do("opened-at", lambda: datetime.now(UTC).isoformat())  # the same after a crash
+        expires = datetime.fromisoformat(opened) + timedelta(seconds=args.within)
+    try:
+        answer = await ctx.step.ask("approval", message=f"Approve {args.what}?", schema=Approval, expires_at=expires)
+    except AskExpired:
+        return {"approved": False, "note": "nobody answered in time"}
     return {"approved": answer.approved, "note": answer.note}
 
 
@@ -61,7 +71,10 @@ def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
         return ModelResponse(text=f"done: {results[-1]['content']}")
     n = sum(1 for m in messages if m["role"] == "user")
     if "approve" in user:
-        return ModelResponse(text="asking", tool_calls=[ToolCall(id=f"approve-{n}", name="approve", arguments={"what": user})])
+        arguments: dict[str, Any] = {"what": user}
+        if "quickly" in user:  # 'approve quickly': the person has 3 s
+            arguments["within"] = 3.0
+        return ModelResponse(text="asking", tool_calls=[ToolCall(id=f"approve-{n}", name="approve", arguments=arguments)])
     if "nap" in user:
         return ModelResponse(text="napping", tool_calls=[ToolCall(id=f"nap-{n}", name="nap", arguments={"seconds": 600})])
     return ModelResponse(text=f"echo: {user}")

@@ -128,3 +128,28 @@ def test_console_filters_the_list_by_state_and_pages_through_older_sessions(
     page.locator("#state-filter").select_option("failed")
     page.locator("#sessions td.muted", has_text="no failed sessions").wait_for(timeout=20_000)
     assert errors == []
+
+
+def test_console_shows_when_an_ask_expires_and_takes_its_form_away_live(served: ServerThread, http: httpx.Client,
+                                                                        browser: Any) -> None:
+    r = http.post("/v1/sessions/rush-1/messages",
+                  json={"text": "approve quickly the refund", "harness": HARNESS, "input_id": "in-1"})
+    assert r.json()["status"] == "accepted"
+    wait_for(lambda: http.get("/v1/sessions/rush-1").json()["open_asks"], timeout=30, what="the ask to open")
+
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(served.url + "/#/s/rush-1")
+    form = page.locator('form[data-ask="approval"]')
+    form.wait_for(timeout=20_000)
+    assert " · expires " in form.inner_text()  # a person sees how long they have
+    # nobody answers: the tool's wait ends, its result and the turn's end come live
+    page.locator("#timeline li", has_text="turn 1 completed").wait_for(timeout=30_000)
+    assert page.locator('form[data-ask="approval"]').count() == 0
+    ask = page.locator('#timeline li[data-kind="ask"] .what').inner_text()
+    assert ask.startswith("approval [approve-1]") and ask.endswith("(expired)"), ask
+    result = page.locator('#timeline li[data-kind="tool.result"] .what').inner_text()
+    assert "nobody answered in time" in result, result
+    page.screenshot(path=str(ARTIFACTS / "console-ask-expired.png"), full_page=True)
+    assert errors == []

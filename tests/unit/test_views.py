@@ -224,6 +224,23 @@ def test_an_ask_past_its_expiry_waits_for_nobody_its_tool_is_about_to_fail():
     assert after.state == "running" and after.open_asks == ()
 
 
+def test_an_ask_its_tool_left_unanswered_reads_expired_past_its_expiry_else_closed():
+    """A tool that catches AskExpired and returns ends its ask as much as one that fails with
+    it: the timeline says ``expired``; a call that ended before the expiry left it ``closed``."""
+    def ask_ended_at(result_ts: int, content: Any, code: str | None = None) -> str | None:
+        records = [
+            *takeover_log()[:5],
+            entry(6, AskOpened(SID, 1005, "c1", "ok", "Sure?", {"type": "object"}, 3000)),
+            entry(7, ToolResult(SID, result_ts, "c1", "checkout", content, code is not None, False, code)),
+        ]
+        [ask] = [i for i in timeline(records) if i.kind == "ask"]
+        return ask.status
+
+    assert ask_ended_at(3000, {"approved": False, "note": "nobody answered in time"}) == "expired"
+    assert ask_ended_at(2500, {"approved": False}) == "closed"
+    assert ask_ended_at(2500, {"type": "AskExpired", "message": "x"}, "tool_failed") == "expired"
+
+
 def test_preview_is_one_short_line():
     assert preview({"a": "x" * 200}).endswith("…") and len(preview({"a": "x" * 200})) == 72
     assert preview("two\nlines") == "two lines"
