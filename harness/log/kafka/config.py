@@ -16,7 +16,6 @@ value. Relations that must hold (checked in :class:`KafkaSettings`):
 from __future__ import annotations
 
 import enum
-import logging
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from harness.ids import dead_letter_topic, owner_transactional_id, sessions_topic
+from harness.log.kafka.client_log import client_log
 
 __all__ = [
     "COMMIT_DEADLINE_S",
@@ -168,8 +168,8 @@ class KafkaSettings:
         return {
             "bootstrap.servers": self.bootstrap,
             "socket.nagle.disable": True,
-            # librdkafka's own log lines go to Python logging, not to stderr.
-            "logger": _CLIENT_LOG,
+            # librdkafka's own log lines go to Python logging (throttled), not to stderr.
+            "logger": client_log,
             **self.client_config,
         }
 
@@ -226,8 +226,6 @@ class KafkaSettings:
             "auto.offset.reset": "error",
         }
 
-
-_CLIENT_LOG = logging.getLogger("harness.log.kafka.client")
 
 _TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
