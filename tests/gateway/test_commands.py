@@ -263,3 +263,24 @@ def test_a_gateway_with_no_worker_refuses_a_second_answer_while_the_first_waits(
             assert "the answer a-1 to this ask waits for the session's worker" in second["reason"]
     finally:
         proc.stop()
+
+
+def test_a_gateway_whose_kafka_does_not_answer_or_whose_url_has_a_typo_says_so_at_start(tmp_path: Path) -> None:
+    """It printed 'gateway ready' and served requests that timed out; the worker and the
+    CLI said in one line within seconds what was wrong. Now the gateway does too."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for url, code, says in [
+        (f"kafka://127.0.0.1:{port}?topic_prefix=trial", 1,
+         f"harness gateway: cannot reach Kafka at 127.0.0.1:{port} within 5 s"),
+        (f"kafka://127.0.0.1:{port}?topic_prefx=trial", 2, "unknown option 'topic_prefx'; known: topic_prefix"),
+    ]:
+        done = subprocess.run(harness_command("gateway", "--log", url, "--open-access", "--port", "0"),
+                              cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == code and len(lines) == 1 and lines[0].startswith("harness gateway: "), done.stderr
+        assert says in lines[0], done.stderr
+        assert "gateway ready" not in done.stdout

@@ -159,3 +159,35 @@ def test_serve_takes_the_worker_drain_timeout_as_the_worker_does(capsys: pytest.
     assert "--drain-timeout: must be a number of seconds >= 0, not -1" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # the gateway alone drives no session: no such flag
         parse_settings([*base, "--drain-timeout", "5"], {})
+
+
+def test_readiness_asks_the_log_at_every_check_not_only_at_start() -> None:
+    """A started Kafka log goes on without asking the broker: the gateway said ready for
+    the whole of a broker outage. Readiness asks ``check_reachable`` each time."""
+    from fastapi.testclient import TestClient
+
+    from harness.errors import LogUnavailable
+    from harness.log.memory import MemoryLog
+    from harness.services.gateway.app import create_app
+    from harness.services.gateway.settings import GatewaySettings
+
+    class Outage(MemoryLog):
+        down = False
+
+        async def start(self) -> None:
+            pass
+
+        async def check_reachable(self, timeout: float) -> None:
+            if self.down:
+                raise LogUnavailable(f"the Kafka cluster at b:9092 did not answer within {timeout:g} s")
+
+    log = Outage()
+    app = create_app(GatewaySettings(log="memory:", open_access=True), log=log)
+    with TestClient(app) as http:
+        assert http.get("/readyz").json() == {"status": "ready"}
+        log.down = True
+        r = http.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["detail"] == "not ready: the Kafka cluster at b:9092 did not answer within 5 s"
+        log.down = False
+        assert http.get("/readyz").status_code == 200

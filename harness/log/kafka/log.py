@@ -65,7 +65,7 @@ from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range, resul
 from harness.log.kafka.session_writer import KafkaSessionWriter
 from harness.log.kafka.snapshots import SnapshotStore
 from harness.log.kafka.stats import KafkaLogStats
-from harness.log.kafka.topics import ensure_topics
+from harness.log.kafka.topics import ClusterProbe, ensure_topics
 from harness.log.kafka.writer import RecordTooLarge
 from harness.records import Record
 
@@ -163,6 +163,7 @@ class KafkaLog:
         self._lock = threading.Lock()  # guards the fields below; never held while waiting
         self._start_lock = threading.Lock()
         self._started = False
+        self._probe: ClusterProbe | None = None
         self._closed = False
         self._followers = Followers(
             lambda: self.settings,
@@ -211,6 +212,17 @@ class KafkaLog:
                     self.settings = dataclasses.replace(self.settings, partitions=count)
                 self._partitions_known = True
                 self._started = True
+
+    async def check_reachable(self, timeout: float) -> None:
+        """That the cluster answers now and the sessions topic is there (readiness: once
+        started, a log goes on without asking).
+
+        Raises:
+            LogUnavailable: no answer within ``timeout`` seconds, or the topic is gone.
+        """
+        if self._probe is None:
+            self._probe = ClusterProbe(self.settings)
+        await asyncio.to_thread(self._probe.check, timeout)
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -245,8 +245,16 @@ class SnapshotStore:
         """The latest complete checkpoint of ``partition`` (None if there is none).
 
         ``create=False``: a reader that only looks does not create the topic.
+
+        Raises:
+            LogUnavailable: the broker did not answer (down, unreachable).
         """
-        return await asyncio.to_thread(self._read, partition, create)
+        try:
+            return await asyncio.to_thread(self._read, partition, create)
+        except KafkaException as exc:
+            raise LogUnavailable(
+                f"reading the checkpoint of partition {partition} failed: {exc.args[0].str()} (is the broker up?)"
+            ) from exc
 
     def close(self) -> None:
         if self._producer is not None:

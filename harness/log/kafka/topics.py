@@ -3,6 +3,7 @@ wrong shape; probe a cluster."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from harness.errors import LogUnavailable, TopicNotFound
 from harness.log.kafka.config import ADMIN_TIMEOUT_S, KafkaSettings
 
-__all__ = ["ensure_topics", "probe"]
+__all__ = ["ClusterProbe", "ensure_topics", "probe"]
 
 DEAD_LETTER_PARTITIONS = 1
 """Dead letters are rare and read by people and tools; one partition keeps them in order."""
@@ -102,6 +103,35 @@ def ensure_topics(
             f"Open the log with partitions={actual} (never repartition a sessions topic)."
         )
     return actual
+
+
+class ClusterProbe:
+    """Asks the cluster for the sessions topic's metadata, again and again, through one
+    admin client (for readiness checks: a fresh client per check would connect anew)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        config = dict(settings.admin_config())
+        config.pop("logger", None)
+        config["log_level"] = 0  # (its connect failures are what the raised error says)
+        self._admin = AdminClient(config)
+        self._settings = settings
+        self._lock = threading.Lock()
+
+    def check(self, timeout: float) -> None:
+        """Raises ``LogUnavailable`` unless the cluster answers within ``timeout`` seconds
+        and the sessions topic exists (blocking)."""
+        topic = self._settings.sessions_topic
+        with self._lock:
+            try:
+                meta = self._admin.list_topics(topic, timeout=timeout)
+            except KafkaException as exc:
+                raise LogUnavailable(
+                    f"the Kafka cluster at {self._settings.bootstrap} did not answer within {timeout:g} s "
+                    f"({exc.args[0].str()})"
+                ) from exc
+        found = meta.topics.get(topic)
+        if found is None or found.error is not None:
+            raise LogUnavailable(f"the topic {topic!r} is not there any more (deleted?)")
 
 
 def probe(settings: KafkaSettings, *, timeout: float) -> None:

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from harness.definition import Harness
-from harness.errors import MissingExtra
+from harness.errors import ConfigError, MissingExtra
 from harness.live import LiveRouter, LiveSource
 from harness.log import open_log
 from harness.log.base import SessionLog
@@ -58,9 +58,12 @@ def open_gateway_log(settings: GatewaySettings, *, client: bool = True) -> Sessi
     ``harness topics create`` makes it. ``harness serve`` opens it for its worker
     (``client=False``). ``settings.kafka_config`` goes to every Kafka client.
     """
-    if settings.log.startswith("kafka://"):
-        return open_log(settings.log, client_config=dict(settings.kafka_config), create_topics=not client)
-    return open_log(settings.log)
+    try:
+        if settings.log.startswith("kafka://"):
+            return open_log(settings.log, client_config=dict(settings.kafka_config), create_topics=not client)
+        return open_log(settings.log)
+    except ValueError as exc:  # a malformed URL (an unknown option ...): the caller's to fix
+        raise ConfigError(str(exc), setting="--log") from exc
 
 
 def new_sqlite_file(settings: GatewaySettings) -> Path | None:

@@ -76,6 +76,12 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     except BaseException:
         listening.close()
         raise
+    try:
+        await _check_the_cluster_answers(log_)
+    except BaseException:
+        listening.close()
+        await log_.close()
+        raise
     tune_for_service()  # (after the apps and the log are loaded: see harness.gcpause)
     live: LiveSource = default_live(log_)
     if worker and isinstance(live, LiveRouter):
@@ -176,6 +182,21 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
 
         exit_if_sync_calls_linger(the_worker.host, 0)  # (sync code the stop cut: not waited for)
     return 0
+
+
+async def _check_the_cluster_answers(log_: Any) -> None:
+    """On Kafka, a broker that does not answer (a wrong address or port) is one line at
+    start, as for the worker and the CLI, not a gateway that serves and times out."""
+    settings = getattr(log_, "settings", None)
+    if settings is None or not hasattr(log_, "check_reachable"):
+        return
+    from harness.cli.common import PROBE_TIMEOUT_S
+    from harness.log.kafka.topics import probe
+
+    try:
+        await asyncio.to_thread(probe, settings, timeout=PROBE_TIMEOUT_S)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -101,11 +101,15 @@ class GatewayState:
                 queue.put_nowait(("close", None))
 
     async def check_ready(self) -> bool:
-        """Whether the log answers (on Kafka: its sessions topic exists); ``not_ready`` says why not."""
+        """Whether the log answers (on Kafka: the broker answers now and the sessions topic
+        exists); ``not_ready`` says why not."""
         start = getattr(self.log, "start", None)
+        reachable = getattr(self.log, "check_reachable", None)  # Kafka: the broker answers now
         try:
             if start is not None:
                 await asyncio.wait_for(start(), READY_TIMEOUT_S)
+            if reachable is not None:
+                await reachable(READY_TIMEOUT_S)
             self.ready, self.not_ready = True, None
         except LogError as exc:  # TopicNotFound says which topic and how to make it
             self.ready, self.not_ready = False, " ".join(str(exc).split())
