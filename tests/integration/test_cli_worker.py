@@ -38,6 +38,10 @@ async def test_max_sessions_runs_at_most_n_and_the_rest_wait_in_order(backend: B
     backend.env["HARNESS_TEST_GATE_DIR"] = str(gate)
     worker = backend.worker("--max-sessions", "2")
     await backend.ready(worker)
+    if backend.name == "kafka":  # a new prefix is a new log: said once, in case the prefix has a typo
+        assert ".sessions on 127.0.0.1:" in worker.stderr() and (
+            "a new, empty session log of 1 partition(s); if you expected sessions there, check the topic prefix"
+        ) in worker.stderr(), worker.describe()
     names = ["a", "b", "c", "d"]
     for name in names:
         out = backend.cli("send", name, "hold", "--harness", HARNESS, "--no-wait", "--input-id", f"in-{name}")

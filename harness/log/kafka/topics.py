@@ -3,6 +3,7 @@ wrong shape; probe a cluster."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -14,6 +15,8 @@ from harness.errors import LogUnavailable, TopicNotFound
 from harness.log.kafka.config import ADMIN_TIMEOUT_S, KafkaSettings
 
 __all__ = ["ClusterProbe", "ensure_topics", "probe"]
+
+log = logging.getLogger("harness.log.kafka")
 
 DEAD_LETTER_PARTITIONS = 1
 """Dead letters are rare and read by people and tools; one partition keeps them in order."""
@@ -84,6 +87,13 @@ def ensure_topics(
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
                     raise LogUnavailable(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+                continue
+            if name == settings.sessions_topic:  # (a typo in the prefix makes a new, empty log: said here)
+                log.info("created topic %s on %s: a new, empty session log of %d partition(s); if you expected "
+                         "sessions there, check the topic prefix %r", name, settings.bootstrap, wanted[name],
+                         settings.topic_prefix)
+            else:
+                log.info("created topic %s on %s", name, settings.bootstrap)
     # Wait until every partition has a leader, so the first produce / assign does not
     # race topic creation; then validate what is really there.
     deadline = time.monotonic() + timeout
