@@ -28,7 +28,15 @@ _MARKER = ".complete"
 
 
 class KafkaLaunchError(RuntimeError):
-    """Resolving the broker jars or starting the broker failed."""
+    """Resolving the broker jars or starting the broker failed.
+
+    ``summary``: one line saying what went wrong and what to do, when the cause is a
+    known one (the message itself carries the broker's logs).
+    """
+
+    def __init__(self, message: str, *, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 # --------------------------------------------------------------------------- jars

@@ -343,8 +343,17 @@ class LocalKafka:
             ]
         log = self._log_since(log_offset)[-5000:]
         return KafkaLaunchError(
-            f"{what}\n--- server.log ---\n{log}\n--- broker.out ---\n{out}"
+            f"{what}\n--- server.log ---\n{log}\n--- broker.out ---\n{out}", summary=self._known_cause(log + out)
         )
+
+    def _known_cause(self, text: str) -> str | None:
+        """One line for the start failures a user causes (a port or a data dir in use)."""
+        if "Address already in use" in text:
+            return f"port {self.port} is in use (another broker?): give another --port, or none for a free one"
+        if "Failed to acquire lock on file .lock" in text:
+            return (f"the data dir {self.data_dir} is in use by another broker: stop that one, or give another "
+                    "--data-dir")
+        return None
 
     def _wait_ready(self, log_offset: int) -> None:
         assert self._proc is not None and self.port is not None
@@ -494,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kafka-local: starting Apache Kafka {KAFKA_VERSION} (KRaft) ...", file=sys.stderr, flush=True)
             broker.start()
         except KafkaLaunchError as exc:
-            print(f"kafka-local: {exc}", file=sys.stderr, flush=True)
+            text = exc.summary if exc.summary is not None and not args.debug else str(exc)
+            print(f"kafka-local: {text}", file=sys.stderr, flush=True)
             return 1
         if stopping:  # signalled while starting
             return 0

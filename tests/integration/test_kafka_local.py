@@ -116,6 +116,17 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(tmp_path: Path) -> None:
             assert line.startswith("bootstrap=127.0.0.1:"), line
             admin = AdminClient({"bootstrap.servers": line.removeprefix("bootstrap=")})
             assert 1 in admin.list_topics(timeout=10).brokers
+            # a second broker on the same port, or on the same data dir: one line each
+            port = line.rsplit(":", 1)[1]
+            for extra, says in [
+                (["--port", port], f"kafka-local: port {port} is in use (another broker?): give another --port"),
+                (["--data-dir", str(tmp_path)], f"kafka-local: the data dir {tmp_path} is in use by another broker"),
+            ]:
+                second = subprocess.run([sys.executable, "-m", "harness.testing.kafka_local", *extra],
+                                        capture_output=True, text=True, timeout=120)
+                assert second.returncode == 1
+                assert second.stderr.strip().splitlines()[-1].startswith(says), second.stderr
+                assert "Exception" not in second.stderr and "\tat " not in second.stderr, second.stderr
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
