@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,11 @@ from harness.records import InputSettled, Record
 __all__ = ["Append", "PartitionWriter", "RecordTooLarge", "linger_for", "returning_sessions", "wake"]
 
 log = logging.getLogger("harness.log.kafka")
+
+# confluent-kafka warns when a producer's close cannot abort its open transaction (the
+# broker is down): nothing of that transaction is visible, and the partition's next
+# owner aborts it with its init_transactions. Not a warning for a person reading the log.
+warnings.filterwarnings("ignore", message="Producer abort_transaction failed during close", category=RuntimeWarning)
 
 _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
@@ -314,7 +320,7 @@ class PartitionWriter:
             with contextlib.suppress(Exception):  # a fenced producer may refuse; it is gone anyway
                 self._producer.flush(1.0)
             with contextlib.suppress(Exception):
-                self._producer.close()
+                self._producer.close()  # (its RuntimeWarning when it cannot abort: see the filter above)
             self._producer = None
         if not self.closed.done():
             self.closed.set_result(None)
