@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.log.kafka.config import KafkaSettings, parse_kafka_url
@@ -37,6 +39,27 @@ def test_url_with_every_option() -> None:
 def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
         parse_kafka_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("kafka://127.0.0.1", "'127.0.0.1' needs a port: kafka://127.0.0.1:9092"),
+        ("kafka://k1:9092,k2", "'k2' needs a port: kafka://k2:9092"),
+        ("kafka://k1:99999", "'99999' is not a port (1-65535) in 'k1:99999'"),
+        ("kafka://k1:port", "'port' is not a port"),
+    ],
+)
+def test_a_server_without_a_usable_port_says_what_to_write(url: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_kafka_url(url)
+    assert parse_kafka_url("kafka://[::1]:9092") == {"bootstrap": "[::1]:9092"}
+
+
+def test_credentials_in_the_url_are_refused_without_being_echoed() -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_kafka_url("kafka://alice:hunter2@k1:9092?topic_prefix=a")
+    assert "hunter2" not in str(refused.value) and "HARNESS_KAFKA_CONFIG_SASL_PASSWORD" in str(refused.value)
 
 
 def test_client_config_is_copied_and_guarded() -> None:

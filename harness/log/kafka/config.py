@@ -242,6 +242,15 @@ def parse_kafka_url(url: str) -> dict[str, Any]:
         raise ValueError(f"not a kafka:// URL: {url!r}")
     if not parts.netloc or parts.path not in ("", "/") or parts.fragment:
         raise ValueError(f"{url!r}: expected kafka://host:port[,host:port][?options]")
+    if "@" in parts.netloc:  # (not echoed: it may hold a password)
+        raise ValueError("a kafka:// URL holds no user or password: give them as HARNESS_KAFKA_CONFIG_SASL_USERNAME "
+                         "and HARNESS_KAFKA_CONFIG_SASL_PASSWORD (the chart: kafka.sasl.existingSecret)")
+    for server in parts.netloc.split(","):
+        host, colon, port = server.rpartition(":")
+        if not colon or not host:
+            raise ValueError(f"{url!r}: {server!r} needs a port: kafka://{server or 'host'}:9092 (Kafka's usual one)")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{url!r}: {port!r} is not a port (1-65535) in {server!r}")
     out: dict[str, Any] = {"bootstrap": parts.netloc}
     for name, values in urllib.parse.parse_qs(
         parts.query, keep_blank_values=True, strict_parsing=False
