@@ -418,7 +418,13 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         for p, end in ends.items():
             rt = worker.runtimes.get(p)
             if rt is not None and p in owned:
-                input_lag[p] = max(end - rt.position, 0)
+                # The tail's position, when the runtime folded all it handed out: past the
+                # last record's commit marker, so an idle partition's lag is 0, not 1.
+                tail = klog.fanout.read_upto(p)
+                position = rt.position
+                if tail is not None and rt.position >= tail[0]:  # (all it handed out is folded)
+                    position = max(position, tail[1])
+                input_lag[p] = max(end - position, 0)
 
     dead_lettered = 0
     next_probe = 0.0

@@ -127,6 +127,10 @@ def test_prometheus_scrapes_the_workers(fleet_run: Run) -> None:
     assert owned[0]["value"][1] == str(PARTITIONS), "the two workers own every partition between them"
     lag = p.query("harness_input_lag_records")
     assert sorted(int(r["metric"]["partition"]) for r in lag) == list(range(PARTITIONS))
+    # every session settled: nothing is left to read (it stayed at 1 on every partition that
+    # had records: its last transaction's commit marker counted as a record)
+    wait_for(lambda: all(r["value"][1] == "0" for r in p.query("harness_input_lag_records")), timeout=60,
+             what="every partition's input lag 0", details=lambda: str(p.query("harness_input_lag_records")))
 
 
 def test_alert_rules_load_and_evaluate_in_prometheus(fleet_run: Run) -> None:

@@ -347,6 +347,16 @@ class Fanout:
             return 0
         return len(tail.every) + sum(len(s) for s in tail.by_key.values())
 
+    def read_upto(self, partition: int) -> tuple[int, int] | None:
+        """``(handed out, read)`` of this process's tail of ``partition``: the position after
+        the last record it handed out, and the one up to which it has read the log (past
+        transaction markers, which no record's position shows). None: no tail follows it."""
+        tail = self._tails.get(partition)
+        if tail is None or self._reader is None:
+            return None
+        end = self._reader.ends.get(partition)
+        return tail.position, (end if end is not None and end >= tail.position else tail.position)
+
     def idle_polls(self) -> int:
         """Blocking waits of the shared consumer that ended with nothing (for tests)."""
         return self._reader.idle_polls if self._reader is not None else 0

@@ -80,6 +80,9 @@ class TailConsumer:
         self.loop = loop
         self.tails: dict[int, Followed] = {}
         self.idle_polls = 0  # blocking waits that ended with nothing (counter, for tests)
+        # partition -> the offset its last end-of-partition event came at: every record
+        # before it was read (transaction markers included, which are never handed out)
+        self.ends: dict[int, int] = {}
         self._on_failed = on_failed
         self.consumer: Any = Consumer(settings.reader_config(tail=True))
         self._assigned: set[int] = set()  # (the thread's)
@@ -155,7 +158,9 @@ class TailConsumer:
                             batches[msg.partition()] = [msg]
                         else:
                             batch.append(msg)
-                    elif error.code() != KafkaError._PARTITION_EOF and (
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        self.ends[msg.partition()] = msg.offset()
+                    elif (
                         error.fatal() or not (error.retriable() or error.code() in _TRANSIENT)
                     ):
                         failure = LogUnavailable(f"tail of {topic}[{msg.partition()}] failed: {error.str()}")
