@@ -69,6 +69,17 @@ def add_log_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a number of seconds >= 0 (0: none), finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text}")
+    return value
+
+
 def positive_int(name: str) -> Callable[[str], int]:
     """An argparse type: a whole number >= 1."""
 

@@ -251,3 +251,17 @@ async def test_a_drain_that_times_out_stops_the_call_the_recoverable_way() -> No
 async def test_a_negative_drain_timeout_is_refused() -> None:
     with pytest.raises(DefinitionError, match="drain_timeout must be zero or more"):
         Worker(log=MemoryLog(), harnesses=[make_harness(Gates())], drain_timeout=timedelta(seconds=-1))
+
+
+async def test_the_worker_reads_its_drain_timeout_from_a_flag_or_the_environment() -> None:
+    from harness.errors import ConfigError
+    from harness.services.worker.main import parse
+
+    assert parse(["--app", "a:b"], {}).drain_timeout == 20
+    assert parse(["--app", "a:b", "--drain-timeout", "0"], {}).drain_timeout == 0
+    assert parse(["--app", "a:b"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": "7.5"}).drain_timeout == 7.5
+    assert parse(["--app", "a:b", "--drain-timeout", "3"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": "7.5"}).drain_timeout == 3
+    with pytest.raises(ConfigError, match="HARNESS_DRAIN_TIMEOUT_SECONDS must be a number of seconds >= 0, not -1"):
+        parse(["--app", "a:b"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": "-1"})
+    with pytest.raises(SystemExit):
+        parse(["--app", "a:b", "--drain-timeout", "inf"], {})

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from harness.cli.common import CommandParser, kafka_client_config
+from harness.cli.common import CommandParser, kafka_client_config, seconds_or_zero
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
 from harness.services.mounted import RECHECK_SECONDS
 
@@ -110,16 +110,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _seconds_or_zero(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text}")
-    return value
-
-
 def _from_env(env: Mapping[str, str], name: str, convert: Callable[[str], T], default: T) -> T:
     """``env[name]`` converted, or ``default``; a bad value names its variable."""
     text = env.get(name)
@@ -179,8 +169,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]
     parser.add_argument("--max-sessions", type=_positive_int, metavar="N",
                         default=_from_env(env, "HARNESS_MAX_SESSIONS", _positive_int, None),
                         help="at most N sessions running at once; the others wait in order (HARNESS_MAX_SESSIONS)")
-    parser.add_argument("--drain-timeout", type=_seconds_or_zero, metavar="SECONDS",
-                        default=_from_env(env, "HARNESS_DRAIN_TIMEOUT_SECONDS", _seconds_or_zero,
+    parser.add_argument("--drain-timeout", type=seconds_or_zero, metavar="SECONDS",
+                        default=_from_env(env, "HARNESS_DRAIN_TIMEOUT_SECONDS", seconds_or_zero,
                                           DEFAULT_DRAIN_TIMEOUT.total_seconds()),
                         help="on SIGTERM let running tool and model calls finish for at most this long before they "
                         f"are cut (HARNESS_DRAIN_TIMEOUT_SECONDS; default {DEFAULT_DRAIN_TIMEOUT.total_seconds():g}; "

@@ -40,6 +40,7 @@ from harness.cli.common import (
     positive_float,
     positive_int,
     run_command,
+    seconds_or_zero,
 )
 from harness.errors import ConfigError
 from harness.gcpause import tune_for_service
@@ -115,23 +116,13 @@ def parser() -> CommandParser:
     p.add_argument("--sync-threads", type=positive_int("--sync-threads"), default=None, metavar="N",
                    help="threads for sync step functions and sync tools (default 16); they never run "
                    "on the event loop, so a blocking call stops neither leases nor other sessions")
-    p.add_argument("--drain-timeout", type=_drain_seconds, default=None, metavar="SECONDS",
+    p.add_argument("--drain-timeout", type=seconds_or_zero, default=None, metavar="SECONDS",
                    help=f"on SIGTERM (and, on Kafka, a partition moved elsewhere) let running tool and model "
                    f"calls finish for at most this long before they are cut (default "
                    f"{DEFAULT_DRAIN_TIMEOUT.total_seconds():g}; 0: cut at once)")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
     return p
-
-
-def _drain_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--drain-timeout takes a number of seconds >= 0, not {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"--drain-timeout takes a number of seconds >= 0, not {text}")
-    return value
 
 
 def _port(text: str) -> int:
@@ -165,10 +156,9 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
     if args.drain_timeout is None:
         text = env.get("HARNESS_DRAIN_TIMEOUT_SECONDS") or ""
         try:
-            args.drain_timeout = _drain_seconds(text) if text else DEFAULT_DRAIN_TIMEOUT.total_seconds()
+            args.drain_timeout = seconds_or_zero(text) if text else DEFAULT_DRAIN_TIMEOUT.total_seconds()
         except argparse.ArgumentTypeError as exc:
-            message = str(exc).replace("--drain-timeout", "HARNESS_DRAIN_TIMEOUT_SECONDS")
-            raise ConfigError(message, setting="HARNESS_DRAIN_TIMEOUT_SECONDS") from None
+            raise ConfigError(f"HARNESS_DRAIN_TIMEOUT_SECONDS {exc}", setting="HARNESS_DRAIN_TIMEOUT_SECONDS") from None
     if args.metrics_port is None and env.get("HARNESS_METRICS_PORT"):
         try:
             args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
