@@ -284,3 +284,50 @@ def test_a_gateway_whose_kafka_does_not_answer_or_whose_url_has_a_typo_says_so_a
         assert done.returncode == code and len(lines) == 1 and lines[0].startswith("harness gateway: "), done.stderr
         assert says in lines[0], done.stderr
         assert "gateway ready" not in done.stdout
+
+
+@pytest.mark.kafka
+def test_a_gateway_whose_broker_goes_down_answers_503_at_once_and_recovers_with_it(tmp_path: Path) -> None:
+    """The broker stops: the first read gets 503 after --read-timeout, the next ones at
+    once (the log is not asked again) with Retry-After; the broker comes back: the same
+    session reads again and a new message runs, with nothing lost."""
+    from harness.testing.kafka_local import LocalKafka
+
+    broker = LocalKafka(data_dir=tmp_path / "broker")
+    broker.start()
+    try:
+        broker.warm_up_transactions()
+        url = f"kafka://{broker.bootstrap}?topic_prefix=outage&partitions=2"
+        proc = start_process(["serve", "--log", url, "--app", APP, "--open-access", "--port", "0",
+                              "--read-timeout", "3"], ready="serve ready", cwd=tmp_path)
+        try:
+            with httpx.Client(base_url=proc.url, timeout=60) as http:
+                sent = http.post("/v1/sessions/o-1/messages", json={"text": "hi", "harness": HARNESS, "input_id": "m1"})
+                assert sent.json()["status"] == "accepted", sent.text
+                wait_for(lambda: http.get("/v1/sessions/o-1").json()["summary"]["state"] == "idle", timeout=60,
+                         what="the first turn")
+                broker.stop()
+                first = http.get("/v1/sessions/o-1")
+                assert first.status_code == 503, first.text
+                assert first.headers["Retry-After"].isdigit()
+                assert "not answering" in first.json()["detail"], first.text
+                refused = [http.get("/v1/sessions/o-1"), http.get("/v1/sessions"),
+                           http.post("/v1/sessions/o-1/messages", json={"text": "again", "harness": HARNESS})]
+                for r in refused:  # at once: the breaker says for how long the log is down
+                    assert r.status_code == 503, r.text
+                    assert "not answering (for " in r.json()["detail"], r.text
+                assert http.get("/readyz").status_code == 503
+                broker.start()
+                wait_for(lambda: http.get("/v1/sessions/o-1").status_code == 200, timeout=90,
+                         what="reads once the broker is back")
+                again = http.post("/v1/sessions/o-1/messages", json={"text": "hi again", "harness": HARNESS,
+                                                                     "input_id": "m2"}).json()
+                assert again["status"] == "accepted", again
+                view = wait_for(lambda: (v := http.get("/v1/sessions/o-1").json())["summary"]["turns"] == 2 and v,
+                                timeout=90, what="the second turn")
+                assert [m["content"] for m in view["transcript"] if m["role"] == "user"] == ["hi", "hi again"]
+                assert "answers again" in proc.stderr()
+        finally:
+            assert proc.stop() == 0, proc.stderr()
+    finally:
+        broker.close()

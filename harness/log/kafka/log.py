@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -222,7 +223,9 @@ class KafkaLog:
         """
         if self._probe is None:
             self._probe = ClusterProbe(self.settings)
-        await asyncio.to_thread(self._probe.check, timeout)
+        # On a thread of its own: while the broker is down, reads may hold every thread of
+        # the default pool until their deadline, and the probe must still answer in time.
+        await _on_own_thread(self._probe.check, timeout)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -626,6 +629,31 @@ class KafkaLog:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _on_own_thread(fn: Callable[..., None], *args: Any) -> None:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="harness-kafka-probe", daemon=True).start()
+    await done
 
 
 def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:

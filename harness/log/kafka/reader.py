@@ -274,7 +274,14 @@ def read_range(
         finally:
             consumer.unassign()
     except KafkaException as exc:
-        raise LogUnavailable(f"read of {topic}[{partition}] failed: {exc.args[0].str()}") from exc
+        error = exc.args[0]
+        if error.retriable() or error.code() in _TRANSIENT:  # retried until the deadline
+            # (``Unknown partition`` too: a client that never reached a broker knows no partition)
+            raise LogUnavailable(
+                f"read of {topic}[{partition}] got no answer from the Kafka cluster within {timeout:g} s "
+                f"({error.str()})"
+            ) from exc
+        raise LogUnavailable(f"read of {topic}[{partition}] failed: {error.str()}") from exc
     finally:
         pool.give(consumer)
 

@@ -143,6 +143,7 @@ def create_app(
             yield
         finally:
             state.close_streams()
+            await state.breaker.stop()
             if on_shutdown is not None:
                 await on_shutdown(state)
             await state.live.close()

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from harness.errors import LogError, RecordTooLarge
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
+from harness.services.gateway.breaker import LogDown
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, console_dir
@@ -256,7 +257,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.exception_handler(LogError)
     async def log_down(request: Request, exc: LogError) -> JSONResponse:
-        return JSONResponse({"detail": f"the session log failed: {exc}; retry later"}, status_code=503)
+        retry = gw.breaker.retry_after_s
+        detail = f"{exc}; retry in {retry} s" if isinstance(exc, LogDown) else f"the session log failed: {exc}; retry later"
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(retry)})
 
     async def existing(who: Principal, session_id: str) -> SessionView:
         view = await gw.sessions.get(gw.log_id(who, session_id))

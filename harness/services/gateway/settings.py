@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from harness.cli.common import CommandParser, kafka_client_config, seconds_or_zero
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
+from harness.services.gateway.breaker import DEFAULT_READ_TIMEOUT_S
 from harness.services.mounted import RECHECK_SECONDS
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
@@ -41,6 +42,8 @@ class GatewaySettings:
             when they change: a rotated Secret needs no restart).
         max_body_bytes: request bodies larger than this get 413.
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
+        read_timeout_s: a read of the log that takes longer gets 503, and until the log
+            answers again requests get 503 at once (``breaker.LogBreaker``).
         kafka_config: librdkafka settings for every Kafka client (security, SASL ...),
             from ``HARNESS_KAFKA_CONFIG_<KEY>`` as the worker reads them.
         secrets_dir: (``harness serve``'s worker) one file per secret for the sessions'
@@ -65,6 +68,7 @@ class GatewaySettings:
     secrets_recheck_s: float = RECHECK_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     secrets_dir: str | None = None
     max_sessions: int | None = None
@@ -139,6 +143,11 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--heartbeat", type=_positive_float,
                         default=_from_env(env, "HARNESS_GATEWAY_HEARTBEAT_SECONDS", _positive_float, DEFAULT_HEARTBEAT_S),
                         help="seconds between SSE heartbeats (HARNESS_GATEWAY_HEARTBEAT_SECONDS)")
+    parser.add_argument("--read-timeout", type=_positive_float, metavar="SECONDS",
+                        default=_from_env(env, "HARNESS_GATEWAY_READ_TIMEOUT_SECONDS", _positive_float,
+                                          DEFAULT_READ_TIMEOUT_S),
+                        help="a read of the log taking longer answers 503, and so do the next requests until the "
+                        f"log answers again (HARNESS_GATEWAY_READ_TIMEOUT_SECONDS; default {DEFAULT_READ_TIMEOUT_S:g})")
     if not with_auth:
         return
     parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
@@ -195,6 +204,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         secrets_recheck_s=getattr(args, "secrets_recheck", RECHECK_SECONDS),
         max_body_bytes=args.max_body_bytes,
         heartbeat_s=args.heartbeat,
+        read_timeout_s=args.read_timeout,
         kafka_config=kafka_client_config(env),
         secrets_dir=getattr(args, "secrets_dir", None),
         max_sessions=getattr(args, "max_sessions", None),

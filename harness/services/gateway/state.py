@@ -9,13 +9,14 @@ from importlib import resources
 from typing import Any
 
 from harness.definition import Harness
-from harness.errors import LogError
+from harness.errors import LogError, LogUnavailable
 from harness.ids import split_tenant_session_id, tenant_session_id
 from harness.live import LiveSource
 from harness.log.base import SessionLog
 from harness.records import LogEntry
 from harness.runtime.catalog import SessionIndex, list_sessions, read_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
+from harness.services.gateway.breaker import LogBreaker
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
 from harness.services.gateway.sessions import Sessions
@@ -35,7 +36,8 @@ class GatewayState:
     unreadable record is skipped, never dead-lettered) through :class:`Sessions` (the
     sessions read lately, caught up per request) and followed with
     :func:`harness.log.follow.subscribe` (one shared reader per log, or per partition
-    on Kafka); live text deltas come from ``live``.
+    on Kafka); live text deltas come from ``live``. Reads go through ``breaker``: within
+    ``settings.read_timeout_s``, and at once refused while the log is known to be down.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class GatewayState:
         self.auth = auth
         self.metrics = metrics
         self.now_ms = now_ms
+        self.breaker = LogBreaker(self._probe, timeout=settings.read_timeout_s)
         self.sessions = Sessions(self.read)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
@@ -68,13 +71,14 @@ class GatewayState:
 
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """The session's committed records after ``after`` (all if None), read-only."""
-        return await read_session(self.log, session_id, after=after)
+        return await self.breaker.call(lambda: read_session(self.log, session_id, after=after))
 
     async def list_sessions(self) -> list[SessionSummary]:
         """Every session of the log (every tenant's), most recently active first."""
-        if self._index is None:  # Kafka: from each partition's latest checkpoint
-            return await list_sessions(self.log, now_ms=self.now_ms())
-        return sort_summaries(await self._index.summaries(now_ms=self.now_ms()))
+        index = self._index
+        if index is None:  # Kafka: from each partition's latest checkpoint
+            return await self.breaker.call(lambda: list_sessions(self.log, now_ms=self.now_ms()))
+        return sort_summaries(await self.breaker.call(lambda: index.summaries(now_ms=self.now_ms())))
 
     def log_id(self, principal: Principal, session_id: str) -> str:
         return tenant_session_id(principal.tenant, session_id)
@@ -111,12 +115,18 @@ class GatewayState:
             if reachable is not None:
                 await reachable(READY_TIMEOUT_S)
             self.ready, self.not_ready = True, None
+            self.breaker.close()
         except LogError as exc:  # TopicNotFound says which topic and how to make it
             self.ready, self.not_ready = False, " ".join(str(exc).split())
         except (TimeoutError, OSError) as exc:
             self.ready = False
             self.not_ready = f"the session log did not answer within {READY_TIMEOUT_S:.0f} s ({type(exc).__name__})"
         return self.ready
+
+    async def _probe(self) -> None:
+        """The breaker's question: raises unless the log answers now."""
+        if not await self.check_ready():
+            raise LogUnavailable(self.not_ready or "not ready")
 
 
 def console_dir() -> Any:
