@@ -3,8 +3,9 @@
 Group commit: every write (append, submit, claim, renew, release) is queued on
 the event loop that awaits it. The first one while nothing is queued or committing
 opens the next group: it gives the tasks that are ready one loop step to join
-(``asyncio.sleep(0)``), then flushes the group itself, so a lone writer pays one
-loop iteration, not two (a flush callback, then its own wake-up); a write that joins
+(``asyncio.sleep(0)``; none when no other task is ready), then flushes the group
+itself, so a lone writer pays no loop iteration, not two (a flush callback, then its
+own wake-up); a write that joins
 a group, or any write while commits go to the writer thread, waits for the flush
 (``loop.call_soon``, or the end of the commit in flight). The flush takes everything
 queued and runs it as ONE transaction, each write in its own ``SAVEPOINT`` (when there are several), in
@@ -85,6 +86,18 @@ class _Group:
         self.inflight: asyncio.Future[Any] | None = None
 
 
+def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether anything but the running task is ready to run on ``loop`` now.
+
+    When nothing is, a loop step gathers no other write (what I/O wakes in that step
+    runs after this task's flush anyway), so a lone writer flushes at once and saves
+    the step (~15 us, a tenth of a sequential step). A loop that does not say (not
+    asyncio's own) is taken to have others ready.
+    """
+    ready = getattr(loop, "_ready", None)
+    return ready is None or len(ready) > 0
+
+
 class _Busy(Exception):
     """The write lock is held elsewhere; retry where waiting does not block the loop."""
 
@@ -161,13 +174,14 @@ class GroupCommit:
         fut = loop.create_future()
         group.queue.append((fn, args, fut, is_append))
         group.scheduled = True  # (the flush is this task's: later writes only queue)
-        try:
-            await asyncio.sleep(0)  # the tasks ready now may join this group
-        except asyncio.CancelledError:
-            fut.cancel()  # a cancelled write writes nothing; the others still land
-            if group.scheduled:
-                loop.call_soon(self._flush, loop, group)
-            raise
+        if _others_ready(loop):
+            try:
+                await asyncio.sleep(0)  # the tasks ready now may join this group
+            except asyncio.CancelledError:
+                fut.cancel()  # a cancelled write writes nothing; the others still land
+                if group.scheduled:
+                    loop.call_soon(self._flush, loop, group)
+                raise
         if group.scheduled:  # (else close() flushed it meanwhile)
             self._flush(loop, group)
         return await fut  # done, unless the commit went to the writer thread
