@@ -249,7 +249,8 @@ async def in_process(url: str, args: argparse.Namespace, *, first_vs_later: bool
     from bench.apps import bench
     from harness import HarnessHost, open_log
 
-    host = HarnessHost(log=open_log(url))
+    log = open_log(url)
+    host = HarnessHost(log=log)  # (a host closes only a log it opened from a URL)
     text = f"steps={args.steps}"
     out: dict[str, Any] = {}
 
@@ -288,6 +289,7 @@ async def in_process(url: str, args: argparse.Namespace, *, first_vs_later: bool
             out["first"], out["later"] = first, later
     finally:
         await host.close()
+        await log.close()
     return out
 
 

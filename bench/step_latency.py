@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlparse
 
 from pydantic import BaseModel
 
-from harness import HarnessHost, define_harness, durable_tool, open_log, tool_definition
+from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.codec import default_codec
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import StepResult
@@ -152,7 +152,7 @@ async def interleaved(
                 base.append(time.perf_counter() - t0)
         return {"steps": len(steps) + len(sync_steps)}
 
-    host = HarnessHost(log=open_log(log_url))
+    host = HarnessHost(log=log_url)  # (a URL: the host opens the log and closes it)
     try:
         session = await host.open(_harness(steps_impl), session_id=f"bench-{uuid.uuid4().hex[:8]}")
         result = await session.send("go")
@@ -172,7 +172,7 @@ async def concurrent_steps(log_url: str, sessions: int, per_session: int, size: 
         return {"steps": per_session}
 
     harness = _harness(steps_impl)
-    host = HarnessHost(log=open_log(log_url))
+    host = HarnessHost(log=log_url)  # (a URL: the host opens the log and closes it)
     try:
         handles = [await host.open(harness, session_id=f"bench-{uuid.uuid4().hex[:8]}-{k}") for k in range(sessions)]
         t0 = time.perf_counter()
