@@ -27,8 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from harness.records import LogEntry, Record
 
-__all__ = [
-    "Checkpoint","LeaseInfo", "LogEntry", "SessionLog", "SessionWriter"]
+__all__ = ["Checkpoint", "CheckpointWritten", "LeaseInfo", "LogEntry", "SessionLog", "SessionWriter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +92,32 @@ class SessionLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A partition's sessions as of log position ``covers`` (every record <= covers)."""
+    """A partition's sessions as of log position ``covers`` (every record <= covers).
+
+    ``ended`` names the sessions that ended at some point, each with the position of its
+    first record (0: not known), which never changes; it grows with every session the
+    partition ever had, so a backend stores it in parts that are written once
+    (``directory``: the sealed parts, ``unsealed``: the entries in none yet) and a
+    checkpoint costs what changed since the last, not what the partition ever held
+    (docs/architecture.md, "Checkpoints"). A session in both ``sessions`` and ``ended``
+    ended once and is live again: ``sessions`` holds it.
+    """
 
     covers: int
     sessions: Mapping[str, Sequence[LogEntry]]  # live sessions: all their records
     ended: Mapping[str, int] = field(default_factory=dict)  # ended sessions: id -> first position
+    directory: tuple[tuple[str, int], ...] = ()
+    """The sealed parts of ``ended``: (part id, where the backend stored it), oldest first."""
+    unsealed: tuple[tuple[str, int], ...] | None = None
+    """The entries of ``ended`` in no part of ``directory`` yet, oldest first (None: all
+    of ``ended``, for a checkpoint made without a directory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWritten:
+    """What a checkpoint write sealed: its writer's next checkpoint builds on this."""
+
+    directory: tuple[tuple[str, int], ...]
+    """The sealed parts the written checkpoint names (those it was given and any new ones)."""
+    sealed: int
+    """How many of the checkpoint's ``unsealed`` entries (the first ones) are in them now."""

@@ -127,7 +127,7 @@ async def _kafka_partition(
         start = checkpoint.covers
         for sid, entries in checkpoint.sessions.items():
             known[sid].extend(entries)
-        ended = dict(checkpoint.ended)
+        ended = {sid: first for sid, first in checkpoint.ended.items() if sid not in checkpoint.sessions}
     tail = _keep(await log.scan_partition(partition, start), catalog)
     came_back: set[str] = set()
     for entry in tail:

@@ -330,7 +330,7 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
 
     async def write_checkpoint(p: int, rt: PartitionRuntime) -> None:
         try:
-            await klog.snapshots.write(p, rt.checkpoint())
+            rt.checkpoint_written(await klog.snapshots.write(p, rt.checkpoint()))
             rt.records_since_checkpoint = 0
             uncovered_since.pop(p, None)
         except Exception as exc:  # noqa: BLE001 - an optimisation only: try again later

@@ -39,7 +39,7 @@ from typing import Any
 from harness.definition import Harness
 from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
 from harness.gcpause import collector_paused
-from harness.log.base import Checkpoint
+from harness.log.base import Checkpoint, CheckpointWritten
 from harness.logs import SECRETS, lease_wait_message
 from harness.observability import metrics
 from harness.records import InputMessage, InputSettled, LogEntry
@@ -79,7 +79,13 @@ class PartitionRuntime:
         self._gate = gate if gate is not None else SessionGate(None)
         self._lease_told: dict[str, str | None] = {}  # sessions whose lease wait was logged: holder
         self._entries: dict[str, list[LogEntry]] = {}  # records of sessions not known to be ended
-        self._ended: dict[str, int] = {}  # ended sessions: id -> position of their first record
+        # Sessions that ended at some point: id -> position of their first record (which
+        # never changes; a session that came back stays here, its records in _entries).
+        self._ended: dict[str, int] = {}
+        # What of _ended the partition's checkpoints hold: sealed directory parts, and the
+        # entries in none yet (None until a checkpoint is loaded or made: no journal kept).
+        self._directory: tuple[tuple[str, int], ...] = ()
+        self._unsealed: list[tuple[str, int]] | None = None
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
         self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
         self._sessions: dict[str, SessionCore] = {}  # live, driven
@@ -102,6 +108,8 @@ class PartitionRuntime:
             raise RuntimeError("load a checkpoint before anything else")
         self._entries = {sid: list(entries) for sid, entries in checkpoint.sessions.items()}
         self._ended = dict(checkpoint.ended)
+        self._directory = checkpoint.directory
+        self._unsealed = list(checkpoint.ended.items() if checkpoint.unsealed is None else checkpoint.unsealed)
         self.position = checkpoint.covers
 
     def rebuild(self, entries: Iterable[LogEntry]) -> None:
@@ -113,10 +121,13 @@ class PartitionRuntime:
             if sid in self._parked:
                 self.position = entry.seq
                 continue
-            if sid in self._ended:
+            known = self._entries.get(sid)
+            if known is not None:
+                known.append(entry)
+            elif sid in self._ended:
                 self._needs_history.add(sid)  # an ended session came back: read it whole later
             else:
-                self._entries.setdefault(sid, []).append(entry)
+                self._entries[sid] = [entry]
             self.position = entry.seq
             self.records_since_checkpoint += 1
 
@@ -209,7 +220,12 @@ class PartitionRuntime:
         return self._parked
 
     def _remember_ended(self, sid: str, entries: list[LogEntry]) -> None:
-        self._ended[sid] = entries[0].seq if entries else 0
+        first = entries[0].seq if entries else 0
+        # (0: no record of it held here, so a first position known already stays)
+        if (first or sid not in self._ended) and self._ended.get(sid) != first:
+            self._ended[sid] = first
+            if self._unsealed is not None:
+                self._unsealed.append((sid, first))
         self._recent[sid] = entries
         self._recent.move_to_end(sid)
         while len(self._recent) > RECENT_ENDED:
@@ -220,7 +236,7 @@ class PartitionRuntime:
 
         ``new``: its records just routed here, the ones after what was remembered.
         """
-        first = self._ended.pop(sid, 0)
+        first = self._ended.get(sid, 0)
         recent = self._recent.pop(sid, None)
         if recent is not None:
             return recent + list(new)  # every record between came through here: no read
@@ -243,13 +259,25 @@ class PartitionRuntime:
         self.live = True
 
     def checkpoint(self) -> Checkpoint:
-        """What a new owner needs to start from ``self.position``."""
+        """What a new owner needs to start from ``self.position``: the live sessions'
+        records, and of the ended ones what the last checkpoint written did not hold
+        (``unsealed``); ``ended`` is this runtime's own map, not a copy."""
         covers = self.position
+        if self._unsealed is None:  # the first checkpoint of a runtime that loaded none
+            self._unsealed = list(self._ended.items())
         return Checkpoint(
             covers=covers,
             sessions={sid: [e for e in entries if e.seq <= covers] for sid, entries in self._entries.items()},
-            ended=dict(self._ended),
+            ended=self._ended,
+            directory=self._directory,
+            unsealed=tuple(self._unsealed),
         )
+
+    def checkpoint_written(self, written: CheckpointWritten) -> None:
+        """The last ``checkpoint()`` is in the log: the next one builds on what it sealed."""
+        self._directory = written.directory
+        if self._unsealed is not None:
+            del self._unsealed[: written.sealed]  # (entries added since are after them)
 
     # -- live ----------------------------------------------------------------------------
 

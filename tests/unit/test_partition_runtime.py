@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from harness import HarnessHost, define_harness
+from harness.log.base import Checkpoint, CheckpointWritten
 from harness.log.memory import MemoryLog
 from harness.models import ModelResponse, ScriptedModel
 from harness.records import InputMessage, InputSettled
@@ -81,6 +82,49 @@ async def test_ended_session_that_comes_back_has_its_whole_history(
     assert await _settled(log, "s", "in-2")
     state = rt.sessions["s"].state
     assert len(state.turns) == 2  # the first turn is in its state
+    await rt.stop()
+
+
+async def test_checkpoints_carry_only_the_ended_sessions_the_last_one_did_not_seal() -> None:
+    """A checkpoint's ``unsealed``: what ended since the last checkpoint's parts; a session
+    that ends again (a chat's next turn) is not named twice: its first position stays."""
+    log = CountingLog()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
+    await rt.go_live()
+
+    async def turn(sid: str, input_id: str) -> None:
+        await rt.ingest([await log.submit(InputMessage(sid, 0, input_id, "hi", "echo"))])
+        await _drain(rt, log)
+        rt.forget_idle()
+
+    await turn("a", "in-1")
+    await turn("b", "in-1")
+    first = rt.checkpoint()
+    assert first.unsealed == (("a", 1), ("b", 6)) and first.directory == ()  # (5 records a turn)
+    await turn("c", "in-1")  # ends while the checkpoint is written
+    rt.checkpoint_written(CheckpointWritten(directory=(("part-1", 40),), sealed=2))
+    second = rt.checkpoint()
+    assert second.directory == (("part-1", 40),) and [sid for sid, _ in second.unsealed or ()] == ["c"]
+    await turn("a", "in-2")  # comes back and ends again
+    assert [sid for sid, _ in rt.checkpoint().unsealed or ()] == ["c"]
+    assert rt.checkpoint().ended["a"] == 1
+    rt.checkpoint_written(CheckpointWritten(directory=(("part-1", 40),), sealed=0))  # nothing sealed
+    assert [sid for sid, _ in rt.checkpoint().unsealed or ()] == ["c"]
+    await rt.stop()
+
+
+async def test_a_runtime_started_from_a_checkpoint_goes_on_from_its_directory() -> None:
+    log = CountingLog()
+    rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
+    rt.load_checkpoint(Checkpoint(covers=0, sessions={}, ended={"old": 3, "older": 1},
+                                  directory=(("p0", 7),), unsealed=(("old", 3),)))
+    await rt.go_live()
+    await rt.ingest([await log.submit(InputMessage("new", 0, "in-1", "hi", "echo"))])
+    await _drain(rt, log)
+    rt.forget_idle()
+    cp = rt.checkpoint()
+    assert cp.directory == (("p0", 7),) and cp.unsealed == (("old", 3), ("new", 1))
+    assert dict(cp.ended) == {"old": 3, "older": 1, "new": 1}
     await rt.stop()
 
 

@@ -60,6 +60,7 @@ class PartitionIndex:
         self.position = 0  # offset: every session with a record below it is in ``first`` or ``live``
         self.live: Mapping[str, Sequence[LogEntry]] = {}
         self.first: dict[str, int] = {}
+        self.parts: set[str] = set()  # the checkpoints' directory parts taken in (not read again)
         if checkpoint is not None:
             self.merge(checkpoint, loaded_at=loaded_at)
 
@@ -76,6 +77,8 @@ class PartitionIndex:
         for sid, first in checkpoint.ended.items():
             # 0 = a session the checkpoint's writer held no records of: from the start.
             self._learn(sid, max(0, first - 1))
+        # (a part read before is left out of ended: Indexes passes self.parts as ``have``)
+        self.parts.update(part_id for part_id, _ in checkpoint.directory)
         self.position = max(self.position, self.covers)
 
     def _learn(self, sid: str, offset: int) -> None:
@@ -106,10 +109,11 @@ class Indexes:
     """The :class:`PartitionIndex` of each partition read, loaded on first use.
 
     Args:
-        checkpoint: reads a partition's latest checkpoint (None if there is none).
+        checkpoint: reads a partition's latest checkpoint (None if there is none),
+            leaving out the directory parts named (those the index took in already).
     """
 
-    def __init__(self, checkpoint: Callable[[int], Awaitable[Checkpoint | None]]) -> None:
+    def __init__(self, checkpoint: Callable[[int, frozenset[str]], Awaitable[Checkpoint | None]]) -> None:
         self._checkpoint = checkpoint
         self._indexes: dict[int, PartitionIndex] = {}
         self._loading: dict[int, asyncio.Task[PartitionIndex]] = {}
@@ -131,8 +135,9 @@ class Indexes:
 
     async def _load(self, partition: int) -> PartitionIndex:
         now = time.monotonic()
+        index = self._indexes.get(partition)
         try:
-            checkpoint = await self._checkpoint(partition)
+            checkpoint = await self._checkpoint(partition, frozenset(index.parts) if index is not None else frozenset())
         except Exception as exc:  # noqa: BLE001 - an optimisation only: read more instead
             log.warning("checkpoint of partition %s unreadable (%s); reading from what is known", partition, exc)
             checkpoint = None

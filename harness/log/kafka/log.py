@@ -259,9 +259,9 @@ class KafkaLog:
         index = await self._indexes.get(self.partition_for(session_id))
         return index.history(session_id)
 
-    async def _latest_checkpoint(self, partition: int) -> Checkpoint | None:
+    async def _latest_checkpoint(self, partition: int, have: frozenset[str] = frozenset()) -> Checkpoint | None:
         await self.start()
-        return await self.snapshots.read(partition, create=False)
+        return await self.snapshots.read(partition, create=False, have=have)
 
     async def read_partition(
         self,

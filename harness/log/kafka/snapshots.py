@@ -1,28 +1,28 @@
 """Partition checkpoints in the compacted topic ``<prefix>.snapshots``.
 
-A checkpoint of sessions partition p lives in snapshots partition p: a few CHUNK
-records (keys ``checkpoint/<p>/<i>``: live sessions' records, ended sessions' ids)
-followed by one HEADER record (key ``checkpoint/<p>``) naming the checkpoint id,
-the position it covers, its chunk count and the offset of its first chunk.
-Compaction keeps the latest record of every key, so the latest header and its
-chunks survive. To read, take the last record of the partition: if it is a
-header whose chunks are all there, that is the checkpoint; otherwise (a writer
-died between chunks, or two wrote at once) scan the partition for the last
-complete one.
+A checkpoint of sessions partition p lives in snapshots partition p: new directory
+parts of the ended sessions (written once, never again), a few chunks (live sessions'
+records, the ended sessions in no part yet) and one header naming the checkpoint id,
+the position it covers, its chunks and every directory part (the records:
+``checkpoint_format``). Compaction keeps the latest record of every key, so the latest
+header, its chunks and every part survive. To read, take the last record of the
+partition: if it is a header whose chunks and parts are all there, that is the
+checkpoint; otherwise (a writer died between records, or two wrote at once) scan the
+partition for the last complete one.
 
-A checkpoint holds only committed log records (as the codec encodes them), so any
-checkpoint is true of the log whoever wrote it; an older one only means a longer
-tail to read. Deleting the topic loses nothing but speed.
+A checkpoint holds only committed log records (as the codec encodes them) and first
+positions, which never change, so any checkpoint is true of the log whoever wrote it;
+an older one only means a longer tail to read. Deleting the topic loses nothing but
+speed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -30,16 +30,15 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from harness import ids
 from harness.errors import LogUnavailable
-from harness.log.base import Checkpoint
+from harness.log.base import Checkpoint, CheckpointWritten
+from harness.log.kafka import checkpoint_format as fmt
 from harness.log.kafka.config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
 from harness.log.kafka.reader import _next_messages, _watermarks
 from harness.records import LogEntry
 
 __all__ = ["SnapshotStore"]
 
-CHUNK_BYTES = 512 * 1024
-"""Largest chunk value: well under the broker's default message.max.bytes (1 MiB)."""
-VERSION = 1
+CHUNK_BYTES = fmt.CHUNK_BYTES
 
 
 def _topic_config() -> dict[str, str]:
@@ -103,64 +102,53 @@ class SnapshotStore:
 
     # -- write -----------------------------------------------------------------------------
 
-    def _encode(self, checkpoint: Checkpoint) -> list[dict[str, Any]]:
-        chunks: list[dict[str, Any]] = []
-        current: dict[str, Any] = {"sessions": {}, "ended": []}
-        size = 0
-        for sid, entries in checkpoint.sessions.items():
-            items: list[tuple[int, str]] = [
-                (e.seq, base64.b64encode(_raw(e) or self._codec.encode(e.record)).decode("ascii"))
-                for e in entries
-            ]
-            cost = sum(len(text) + 16 for _, text in items) + len(sid) + 8
-            if size and size + cost > CHUNK_BYTES:
-                chunks.append(current)
-                current, size = {"sessions": {}, "ended": []}, 0
-            current["sessions"][sid] = items
-            size += cost
-        for sid, first in checkpoint.ended.items():
-            if size + len(sid) + 16 > CHUNK_BYTES:
-                chunks.append(current)
-                current, size = {"sessions": {}, "ended": []}, 0
-            current["ended"].append([sid, first])
-            size += len(sid) + 16
-        chunks.append(current)
-        return chunks
+    def _encode_entry(self, entry: LogEntry) -> bytes:
+        return _raw(entry) or self._codec.encode(entry.record)
 
-    def _write(self, partition: int, checkpoint: Checkpoint) -> None:
+    def _write(self, partition: int, checkpoint: Checkpoint) -> CheckpointWritten:
         self._ensure_topic()
         if self._producer is None:
             self._producer = Producer(self._settings.input_producer_config())
         cid = uuid.uuid4().hex
-        offsets: list[int] = []
+        plan = fmt.plan(partition, checkpoint, cid, self._encode_entry, lambda: uuid.uuid4().hex[:12])
+        offsets: dict[bytes, int] = {}
         errors: list[Any] = []
 
         def delivered(err: Any, msg: Any) -> None:
             if err is not None:
                 errors.append(err)
             else:
-                offsets.append(msg.offset())
+                offsets[msg.key()] = msg.offset()
 
-        chunks = self._encode(checkpoint)
-        for i, chunk in enumerate(chunks):
-            value = json.dumps({"v": VERSION, "id": cid, "i": i, **chunk}, separators=(",", ":"))
-            self._producer.produce(
-                self.topic, key=f"checkpoint/{partition}/{i}".encode(), value=value.encode(),
-                partition=partition, on_delivery=delivered,
-            )
-        # The chunks must be in before the header that points at them.
+        for _part_id, key, value in plan.parts:
+            self._producer.produce(self.topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        for key, value in plan.chunks:
+            self._producer.produce(self.topic, key=key, value=value, partition=partition, on_delivery=delivered)
+        # The parts and chunks must be in before the header that points at them.
         if self._producer.flush(READ_TIMEOUT_S) or errors:
             raise LogUnavailable(f"checkpoint chunks of partition {partition} not written: {errors[:1]}")
-        header = {"v": VERSION, "id": cid, "covers": checkpoint.covers, "chunks": len(chunks), "first": min(offsets)}
-        self._producer.produce(
-            self.topic, key=f"checkpoint/{partition}".encode(),
-            value=json.dumps(header, separators=(",", ":")).encode(), partition=partition, on_delivery=delivered,
-        )
+        directory = (*checkpoint.directory, *((part_id, offsets[key]) for part_id, key, _ in plan.parts))
+        first = offsets[plan.chunks[0][0]]
+        header = fmt.header_value(cid, checkpoint.covers, len(plan.chunks), first, directory)
+        self._producer.produce(self.topic, key=fmt.header_key(partition), value=header, partition=partition,
+                               on_delivery=delivered)
         if self._producer.flush(READ_TIMEOUT_S) or errors:
             raise LogUnavailable(f"checkpoint header of partition {partition} not written: {errors[:1]}")
+        return CheckpointWritten(directory=directory, sealed=plan.sealed)
 
-    async def write(self, partition: int, checkpoint: Checkpoint) -> None:
-        await asyncio.to_thread(self._write, partition, checkpoint)
+    async def write(self, partition: int, checkpoint: Checkpoint) -> CheckpointWritten:
+        """Write ``checkpoint`` of ``partition``; what it sealed (the writer's next
+        checkpoint names these parts and leaves the sealed entries out of ``unsealed``).
+
+        The checkpoint's ``unsealed`` entries (or, without them, its whole ``ended``) are
+        taken here, on the caller's loop, so the caller may go on changing its maps."""
+        if checkpoint.unsealed is None:
+            checkpoint = Checkpoint(checkpoint.covers, dict(checkpoint.sessions), ended={},
+                                    directory=checkpoint.directory, unsealed=tuple(checkpoint.ended.items()))
+        else:
+            checkpoint = Checkpoint(checkpoint.covers, dict(checkpoint.sessions), ended={},
+                                    directory=checkpoint.directory, unsealed=checkpoint.unsealed)
+        return await asyncio.to_thread(self._write, partition, checkpoint)
 
     # -- read ------------------------------------------------------------------------------
 
@@ -186,19 +174,6 @@ class SnapshotStore:
                     return out
         raise LogUnavailable(f"read of {self.topic}[{partition}] timed out")
 
-    def _decode(self, partition: int, header: dict[str, Any], chunks: list[dict[str, Any]]) -> Checkpoint | None:
-        mine = {c["i"]: c for c in chunks if c.get("id") == header["id"]}
-        if sorted(mine) != list(range(header["chunks"])):
-            return None
-        sessions: dict[str, list[LogEntry]] = {}
-        ended: dict[str, int] = {}
-        for i in range(header["chunks"]):
-            chunk = mine[i]
-            for sid, items in chunk["sessions"].items():
-                sessions[sid] = [LogEntry(seq, self._codec.decode(base64.b64decode(b))) for seq, b in items]
-            ended.update((sid, int(first)) for sid, first in chunk["ended"])
-        return Checkpoint(covers=int(header["covers"]), sessions=sessions, ended=ended)
-
     def _exists(self) -> bool:
         if self._ready:
             return True
@@ -207,7 +182,20 @@ class SnapshotStore:
         topic = metadata.topics.get(self.topic)
         return topic is not None and topic.error is None
 
-    def _read(self, partition: int, create: bool = True) -> Checkpoint | None:
+    def _values(self, consumer: Any, partition: int, start: int, stop: int) -> dict[tuple[bytes, int], bytes]:
+        return {
+            (m.key(), m.offset()): m.value()
+            for m in self._messages(consumer, partition, start, stop)
+            if m.key() is not None and m.value() is not None  # (a tombstone holds nothing)
+        }
+
+    def _decode(
+        self, partition: int, header: Mapping[str, Any], values: Mapping[tuple[bytes, int], bytes],
+        have: frozenset[str],
+    ) -> Checkpoint | None:
+        return fmt.decode(partition, header, values, self._codec.decode, have)
+
+    def _read(self, partition: int, create: bool, have: frozenset[str]) -> Checkpoint | None:
         if create:
             self._ensure_topic()
         elif not self._exists():
@@ -218,39 +206,44 @@ class SnapshotStore:
             low, high = _watermarks(consumer, TopicPartition(self.topic, partition), READ_TIMEOUT_S)
             if high <= low:
                 return None
-            header_key = f"checkpoint/{partition}".encode()
+            header_key = fmt.header_key(partition)
             last = self._messages(consumer, partition, high - 1, high)
-            if last and last[-1].key() == header_key:
+            if last and last[-1].key() == header_key and last[-1].value() is not None:
                 header = json.loads(last[-1].value())
-                if header.get("v") == VERSION and header["first"] >= low:
-                    msgs = self._messages(consumer, partition, header["first"], high - 1)
-                    found = self._decode(partition, header, [json.loads(m.value()) for m in msgs])
+                # Read from the first record it names that is not held already.
+                named = [header.get("first", -1)] + [
+                    int(offset) for part_id, offset in header.get("directory", ()) if part_id not in have
+                ]
+                if min(named) >= low:
+                    values = self._values(consumer, partition, min(named), high - 1)
+                    found = self._decode(partition, header, values, have)
                     if found is not None:
                         return found
             # The slow path: the last complete checkpoint anywhere in the partition.
-            msgs = self._messages(consumer, partition, low, high)
-            chunks = [json.loads(m.value()) for m in msgs if m.key() != header_key]
-            for m in reversed(msgs):
-                if m.key() == header_key:
-                    header = json.loads(m.value())
-                    if header.get("v") == VERSION:
-                        found = self._decode(partition, header, chunks)
-                        if found is not None:
-                            return found
+            values = self._values(consumer, partition, low, high)
+            for (key, _offset), value in sorted(values.items(), key=lambda kv: -kv[0][1]):
+                if key == header_key:
+                    found = self._decode(partition, json.loads(value), values, have)
+                    if found is not None:
+                        return found
             return None
         finally:
             consumer.close()
 
-    async def read(self, partition: int, *, create: bool = True) -> Checkpoint | None:
+    async def read(
+        self, partition: int, *, create: bool = True, have: Collection[str] = ()
+    ) -> Checkpoint | None:
         """The latest complete checkpoint of ``partition`` (None if there is none).
 
         ``create=False``: a reader that only looks does not create the topic.
+        ``have``: ids of directory parts the caller took in from an earlier read: they
+        are not read again, and their entries are not in the checkpoint's ``ended``.
 
         Raises:
             LogUnavailable: the broker did not answer (down, unreachable).
         """
         try:
-            return await asyncio.to_thread(self._read, partition, create)
+            return await asyncio.to_thread(self._read, partition, create, frozenset(have))
         except KafkaException as exc:
             raise LogUnavailable(
                 f"reading the checkpoint of partition {partition} failed: {exc.args[0].str()} (is the broker up?)"
