@@ -63,12 +63,15 @@ from harness.replay import (
 )
 from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
 from harness.runtime.model_call import call_model
+from harness.runtime.turn_lines import TurnLines
 from harness.secrets import SecretScrubber
 from harness.step import CallScope, DurableStep
 
 __all__ = ["DriverCore", "TurnDriver"]
 
 log = logging.getLogger("harness.session")
+TURN_LINES = TurnLines(log)
+"""This process's per-turn lines, sampled past ``turn_lines.RATE`` a second."""
 
 
 class DriverCore(Protocol):
@@ -201,7 +204,7 @@ class TurnDriver:
             # turn as the log then shows it, maybe started by another owner)
             self._own_turns.discard(n)
             return
-        log.info("turn %d of session %s started (input %s)", n, self.core.session_id, input_id)
+        TURN_LINES.line("turn %d of session %s started (input %s)", n, self.core.session_id, input_id)
 
     def _timeout_ms(self) -> int | None:
         timeout = self.core.harness.durability.timeout
@@ -295,9 +298,10 @@ class TurnDriver:
     def _ended(self, turn: int, input_id: str, outcome: str, code: str | None = None, error: str | None = None) -> None:
         core = self.core
         metrics.turn(core.harness.name, outcome, code)
-        log.info(
+        TURN_LINES.line(
             "turn %d of session %s %s; input %s settled%s", turn, core.session_id, outcome, input_id,
             core.scrubber.redact_text(f" ({code}: {error})") if code else "",
+            always=outcome != "completed",  # (what did not complete is always told)
         )
 
     async def _call_model(self, action: CallModel, starting: tuple[str, asyncio.Future[None]] | None = None) -> None:

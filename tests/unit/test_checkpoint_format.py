@@ -50,7 +50,7 @@ def test_a_checkpoint_reads_back_as_written() -> None:
     plan = fmt.plan(0, cp, "c1", lambda e: CODEC.encode(e.record), part_ids())
     assert plan.parts == [] and plan.sealed == 0  # a few ended sessions stay in the chunks
     values: dict = {}
-    header, directory, _ = store(0, plan, values, 0, "c1", 100)
+    header, _, _ = store(0, plan, values, 0, "c1", 100)
     back = fmt.decode(0, header, values, CODEC.decode)
     assert back is not None
     assert back.covers == 100 and back.sessions == cp.sessions and back.ended == cp.ended
