@@ -87,7 +87,7 @@ def broker(bootstrap: str | None) -> Iterator[str]:
     from harness.testing.kafka_local import LocalKafka
 
     t0 = time.perf_counter()
-    with LocalKafka() as kafka:
+    with LocalKafka(quick_start=False) as kafka:  # the full JIT, as a deployed broker runs
         kafka.warm_up_transactions()
         print(f"(started LocalKafka at {kafka.bootstrap} in {time.perf_counter() - t0:.1f}s)", flush=True)
         yield kafka.bootstrap

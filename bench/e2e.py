@@ -8,9 +8,10 @@ durable ``step.do``, then answers (``bench.apps:bench``, ``steps=3``); every tur
 new session. Measured side by side in one run:
 
 (a) deployed: one ``harness worker`` process on a ``--partitions`` (6) partition log;
-    ``HarnessClient.send`` + ``wait_settled`` from this process: ``--turns`` (200)
-    sequential turns (p50 / p99), then ``--clients`` (32) closed-loop clients for
-    ``--seconds`` (15) (turns/s).
+    ``HarnessClient.send`` + ``wait_settled`` from this process: after ``--warmup`` (20)
+    seconds of untimed load (a broker that runs for long has compiled its hot code),
+    ``--turns`` (200) sequential turns (p50 / p99), then ``--clients`` (32) closed-loop
+    clients for ``--seconds`` (15) (turns/s).
 (b) the same turns in-process: ``HarnessHost`` on Kafka (its own topics, ``<prefix>h``,
     no worker), sequential then closed loop.
 (c) the floor: the turn's sequential commits, counted from the log (runs of consecutive
@@ -174,6 +175,8 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
 
         for k in range(10):  # warm up: producers, consumers, the worker's first sessions
             await turn(f"warm-{k}-{uuid.uuid4().hex[:6]}")
+        if args.warmup > 0:  # and the broker's JIT under load, as a broker that runs for long is
+            await closed_loop(turn, args.clients, args.warmup, "warm")
         bare, close_bare = await asyncio.to_thread(bare_transaction, bootstrap, f"{prefix}.raw")
         closing.append(close_bare)
         for _ in range(BLOCK):
@@ -359,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=15.0, help="closed-loop time per path")
     parser.add_argument("--pairs", type=int, default=50, help="first/second turn pairs (in-process Kafka)")
+    parser.add_argument("--warmup", type=float, default=20.0,
+                        help="seconds of untimed closed loop before (a) is measured (the broker's JIT)")
     parser.add_argument("--no-sqlite", dest="sqlite", action="store_false", help="skip the SQLite reference")
     parser.add_argument("--profile", type=Path, help="cProfile the worker into this directory")
     args = parser.parse_args(argv)
