@@ -94,10 +94,20 @@ def test_sse_heartbeats_while_idle_and_404_for_unknown(tmp_path: Path) -> None:
         http.post("/v1/sessions/hb/messages", json={"text": "hello", "harness": HARNESS, "input_id": "x"})
         wait_for(lambda: http.get("/v1/sessions/hb").json()["summary"]["state"] == "idle", timeout=30, what="idle")
         comments: list[str] = []
-        with http.stream("GET", "/v1/sessions/hb/events", headers={"Last-Event-ID": "999999"}) as response:
+        last = max(log_positions(url, tenant_session_id(None, "hb")))
+        with http.stream("GET", "/v1/sessions/hb/events", headers={"Last-Event-ID": str(last)}) as response:
             events = read_events(response, until=lambda evs: len(comments) >= 2, comments=comments)
         assert [e.event for e in events] == ["hello"]  # nothing after the given position
         assert comments[:2] == [": heartbeat", ": heartbeat"]
+        # A cursor past the session's last record (another log's, a made-up one) resumes at
+        # its end: the next records come (they were held back until the log passed it).
+        with http.stream("GET", "/v1/sessions/hb/events", headers={"Last-Event-ID": "999999"}) as response:
+            lines = response.iter_lines()
+            hello = read_events_from(lines, until=lambda evs: len(evs) >= 1)
+            assert hello[0].event == "hello" and hello[0].data["after"] == last
+            http.post("/v1/sessions/hb/messages", json={"text": "again", "input_id": "y"})
+            events = read_events_from(lines, until=lambda evs: settled(evs, "y"))
+        assert events and all(e.id is not None and e.id > last for e in events if e.event != "hello")
         assert http.get("/v1/sessions/hb/events", headers={"Last-Event-ID": "abc"}).status_code == 422
 
 

@@ -404,12 +404,15 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
         view = await existing(who, session_id)
+        # A cursor past the session's last record (the view is caught up now) is none a
+        # client was given: from another log, or one made up. Resuming after it would
+        # hold back every new record until the log passed it, so it resumes at the end.
         stream = session_stream(
             gw.log,
             gw.live,
             log_session_id=view.session_id,
             public_session_id=session_id,
-            after=cursor or 0,
+            after=min(cursor or 0, view.position),
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
         )
