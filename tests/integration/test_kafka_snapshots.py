@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
-from harness.log.base import Checkpoint
+from harness.log.base import Checkpoint, LogEntry
 from harness.log.kafka.log import KafkaLog
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import InputMessage
@@ -215,5 +215,38 @@ async def test_a_listing_shows_a_session_live_again_with_its_records_not_as_ende
         by_id = {s.session_id: s for s in await list_sessions(log)}
         assert not by_id["s1"].partial and by_id["s1"].turns == 1 and by_id["s1"].state == "idle"
         assert len(by_id) == 24 and all(by_id[f"s{i}"].partial for i in range(2, 24))
+    finally:
+        await log.close()
+
+
+async def test_chunk_keys_a_checkpoint_no_longer_uses_are_tombstoned(kafka_bootstrap: str, unique_prefix: str) -> None:
+    """Three live sessions of 300 kB each take three chunks; once they ended, the next
+    checkpoint takes one and deletes the other two keys (compaction then drops them)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from harness.log.kafka import checkpoint_format as fmt
+    from harness.records import StepResult
+
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    try:
+        big = {f"big-{i}": [LogEntry(i + 1, StepResult(f"big-{i}", 0, "c", "s", "x" * 300_000))] for i in range(3)}
+        await log.snapshots.write(0, Checkpoint(covers=10, sessions=big))
+        await log.snapshots.write(0, Checkpoint(covers=20, sessions={}, ended={sid: e[0].seq for sid, e in big.items()}))
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "t-tomb", "enable.partition.eof": True})
+        last: dict[bytes, bytes | None] = {}
+        try:
+            consumer.assign([TopicPartition(log.snapshots.topic, 0, 0)])
+            while True:
+                msg = consumer.poll(10)
+                assert msg is not None
+                if msg.error() is not None:
+                    break  # the end of the partition
+                last[msg.key()] = msg.value()
+        finally:
+            consumer.close()
+        assert last[fmt.chunk_key(0, 0)] is not None
+        assert last[fmt.chunk_key(0, 1)] is None and last[fmt.chunk_key(0, 2)] is None
+        back = await log.snapshots.read(0)
+        assert back is not None and back.covers == 20 and back.sessions == {} and set(back.ended) == set(big)
     finally:
         await log.close()

@@ -65,6 +65,7 @@ class SnapshotStore:
         self.topic = ids.snapshots_topic(settings.topic_prefix)
         self._producer: Any = None
         self._ready = False
+        self._chunks: dict[int, int] = {}  # partition -> chunks of its checkpoint last read or written here
 
     # -- topic -----------------------------------------------------------------------------
 
@@ -134,6 +135,13 @@ class SnapshotStore:
                                on_delivery=delivered)
         if self._producer.flush(READ_TIMEOUT_S) or errors:
             raise LogUnavailable(f"checkpoint header of partition {partition} not written: {errors[:1]}")
+        # Chunk keys the last checkpoint used and this one does not: tombstones, so that
+        # compaction drops what they held (a version-1 checkpoint's ended map, a burst of
+        # live sessions) instead of keeping it for ever under keys nobody writes again.
+        for i in range(len(plan.chunks), self._chunks.get(partition, 0)):
+            self._producer.produce(self.topic, key=fmt.chunk_key(partition, i), value=None, partition=partition)
+        self._chunks[partition] = len(plan.chunks)
+        self._producer.flush(READ_TIMEOUT_S)  # (best effort: a tombstone lost only keeps garbage)
         return CheckpointWritten(directory=directory, sealed=plan.sealed)
 
     async def write(self, partition: int, checkpoint: Checkpoint) -> CheckpointWritten:
@@ -218,13 +226,16 @@ class SnapshotStore:
                     values = self._values(consumer, partition, min(named), high - 1)
                     found = self._decode(partition, header, values, have)
                     if found is not None:
+                        self._chunks[partition] = max(self._chunks.get(partition, 0), int(header["chunks"]))
                         return found
             # The slow path: the last complete checkpoint anywhere in the partition.
             values = self._values(consumer, partition, low, high)
             for (key, _offset), value in sorted(values.items(), key=lambda kv: -kv[0][1]):
                 if key == header_key:
-                    found = self._decode(partition, json.loads(value), values, have)
+                    header = json.loads(value)
+                    found = self._decode(partition, header, values, have)
                     if found is not None:
+                        self._chunks[partition] = max(self._chunks.get(partition, 0), int(header["chunks"]))
                         return found
             return None
         finally:
