@@ -57,20 +57,41 @@ async def test_once_a_read_finds_the_log_down_the_next_are_refused_without_askin
     await breaker.stop()
 
 
-async def test_a_read_past_the_deadline_opens_the_breaker() -> None:
+async def test_a_read_past_the_deadline_of_a_log_that_does_not_answer_opens_the_breaker() -> None:
     log = FakeLog()
+    log.down = True  # the probe gets no answer either
+    cancelled = asyncio.Event()
 
     async def hangs() -> str:
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
         return "never"
 
     breaker = LogBreaker(log.probe, timeout=0.05, retry_every=0.01)
-    with pytest.raises(LogDown, match=r"no answer within 0\.05 s"):
+    with pytest.raises(LogDown, match=r"no answer within 0\.05 s and the log does not answer"):
         await breaker.call(hangs)
-    assert breaker.is_open
+    await asyncio.sleep(0)  # (the cancel lands at the read's next step)
+    assert breaker.is_open and cancelled.is_set()  # the hung read was given up
+    log.down = False
     while breaker.is_open:  # the probe answers: closed again
         await asyncio.sleep(0.01)
     assert await breaker.call(log.read) == "records"
+
+
+async def test_a_long_read_of_a_log_that_answers_goes_on() -> None:
+    """A big listing or a long session is slow, not an outage: the probe says the log
+    answers, so the read goes on to its end and nothing is refused."""
+    log = FakeLog()
+
+    async def slow() -> str:
+        await asyncio.sleep(0.2)
+        return "all of it"
+
+    breaker = LogBreaker(log.probe, timeout=0.02, retry_every=0.01)
+    assert await breaker.call(slow) == "all of it"
+    assert log.probes == 1 and not breaker.is_open
 
 
 async def test_errors_about_the_request_not_the_log_leave_it_closed() -> None:

@@ -7,13 +7,15 @@ session), so a client's GET or POST got its 503 after 30-60 s, and every such re
 a thread of the process meanwhile. An HTTP client wants to hear quickly that the service
 is down, and to be told when to try again.
 
-:class:`LogBreaker` gives each read of the gateway a deadline of its own (``timeout``)
-and, once a read found the log unreachable, answers the next ones at once with
-``LogUnavailable`` (the route's 503 with ``Retry-After``), without asking the log, while
-one background task asks the log every ``retry_every`` seconds whether it answers again
-(``probe``: the gateway's readiness check). The first answer closes the breaker; only
-``LogUnavailable`` and the deadline open it (a missing topic, a refused record or a
-fenced writer say something about the request, not about the log being down).
+:class::class:`LogBreaker` watches each read of the gateway: one that takes longer than
+``timeout`` makes it ask the log whether it answers (``probe``: the gateway's readiness
+check, bounded); if not, that read gets ``LogUnavailable`` (the route's 503 with
+``Retry-After``), and so do the next ones, at once, without asking the log, while one
+background task asks every ``retry_every`` seconds whether it answers again. If the log
+answers, the read goes on: a long read (a big listing, a long session) is not an
+outage. The first answer closes the breaker; only ``LogUnavailable`` and a probe that
+fails open it (a missing topic, a refused record or a fenced writer say something about
+the request, not about the log being down).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from harness.errors import LogUnavailable
 
 __all__ = ["DEFAULT_READ_TIMEOUT_S", "LogBreaker", "LogDown"]
 
-DEFAULT_READ_TIMEOUT_S = 10.0
-"""How long one gateway read may take before its request gets 503."""
+DEFAULT_READ_TIMEOUT_S = 5.0
+"""How long one gateway read may take before the gateway asks the log whether it answers."""
 
 RETRY_EVERY_S = 2.0
 """How often an open breaker asks the log whether it answers again."""
@@ -83,7 +85,8 @@ class LogBreaker:
         return max(1, math.ceil(self.retry_every))
 
     async def call(self, read: Callable[[], Awaitable[T]]) -> T:
-        """``await read()`` within ``timeout``; at once ``LogUnavailable`` while open.
+        """``await read()``; at once ``LogUnavailable`` while open. A read still running
+        after ``timeout`` goes on only if the probe finds the log answering.
 
         Raises:
             LogDown: the log is down (known already, or found by this read).
@@ -91,17 +94,26 @@ class LogBreaker:
         if self.reason is not None:
             down = self._clock() - self._since
             raise LogDown(f"the session log is not answering (for {down:.0f} s: {self.reason})")
+        task = asyncio.ensure_future(read())
         try:
-            return await asyncio.wait_for(read(), self.timeout)
-        except TimeoutError:
-            reason = f"a read got no answer within {self.timeout:g} s"
-            self.open(reason)
-            raise LogDown(f"the session log is not answering ({reason})") from None
+            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+            if not done:  # a long read, or a log that does not answer: ask it
+                try:
+                    await self._probe()
+                except Exception as exc:  # noqa: BLE001 - any failure of the probe: down
+                    said = " ".join(str(exc).split()) or type(exc).__name__
+                    reason = f"a read got no answer within {self.timeout:g} s and the log does not answer ({said})"
+                    self.open(reason)
+                    raise LogDown(f"the session log is not answering ({reason})") from None
+            return await task
         except LogDown:
             raise
         except LogUnavailable as exc:
             self.open(str(exc))
             raise LogDown(f"the session log is not answering ({exc})") from exc
+        finally:
+            if not task.done():
+                task.cancel()  # (the request was cancelled, or the log is down)
 
     def open(self, reason: str) -> None:
         """Take the log for down (``reason`` says why) until a probe gets an answer."""

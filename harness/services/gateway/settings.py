@@ -42,8 +42,9 @@ class GatewaySettings:
             when they change: a rotated Secret needs no restart).
         max_body_bytes: request bodies larger than this get 413.
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
-        read_timeout_s: a read of the log that takes longer gets 503, and until the log
-            answers again requests get 503 at once (``breaker.LogBreaker``).
+        read_timeout_s: a read of the log that takes longer makes the gateway ask the log
+            whether it answers; if not, it gets 503, and so do the next requests, at once,
+            until the log answers again (``breaker.LogBreaker``).
         kafka_config: librdkafka settings for every Kafka client (security, SASL ...),
             from ``HARNESS_KAFKA_CONFIG_<KEY>`` as the worker reads them.
         secrets_dir: (``harness serve``'s worker) one file per secret for the sessions'
@@ -146,8 +147,9 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--read-timeout", type=_positive_float, metavar="SECONDS",
                         default=_from_env(env, "HARNESS_GATEWAY_READ_TIMEOUT_SECONDS", _positive_float,
                                           DEFAULT_READ_TIMEOUT_S),
-                        help="a read of the log taking longer answers 503, and so do the next requests until the "
-                        f"log answers again (HARNESS_GATEWAY_READ_TIMEOUT_SECONDS; default {DEFAULT_READ_TIMEOUT_S:g})")
+                        help="a read of the log taking longer makes the gateway ask the log whether it answers: if "
+                        "not, it and the next requests answer 503 until it does (HARNESS_GATEWAY_READ_TIMEOUT_SECONDS; "
+                        f"default {DEFAULT_READ_TIMEOUT_S:g})")
     if not with_auth:
         return
     parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
