@@ -17,13 +17,17 @@ class Clock:
         return self.now
 
 
+def turn_lines(rate: float, burst: int) -> tuple[Clock, TurnLines]:
+    clock = Clock()
+    return clock, TurnLines(logging.getLogger("t.turns"), rate=rate, burst=burst, clock=clock)
+
+
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "t.turns"]
 
 
 def test_every_line_passes_while_they_come_slower_than_the_rate(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    turns = TurnLines(logging.getLogger("t.turns"), rate=10, burst=5, clock=clock)
+    clock, turns = turn_lines(10, 5)
     with caplog.at_level(logging.INFO, "t.turns"):
         for i in range(50):
             turns.line("turn %d done", i)
@@ -32,8 +36,7 @@ def test_every_line_passes_while_they_come_slower_than_the_rate(caplog: pytest.L
 
 
 def test_past_the_rate_lines_are_sampled_and_say_how_many_were_held_back(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    turns = TurnLines(logging.getLogger("t.turns"), rate=10, burst=5, clock=clock)
+    clock, turns = turn_lines(10, 5)
     with caplog.at_level(logging.INFO, "t.turns"):
         for i in range(200):  # 100 a second for 2 s
             turns.line("turn %d done", i)
@@ -47,8 +50,7 @@ def test_past_the_rate_lines_are_sampled_and_say_how_many_were_held_back(caplog:
 
 
 def test_a_turn_that_did_not_complete_is_always_told(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    turns = TurnLines(logging.getLogger("t.turns"), rate=1, burst=1, clock=clock)
+    _, turns = turn_lines(1, 1)
     with caplog.at_level(logging.INFO, "t.turns"):
         for i in range(10):
             turns.line("turn %d completed", i)
@@ -58,8 +60,7 @@ def test_a_turn_that_did_not_complete_is_always_told(caplog: pytest.LogCaptureFi
 
 
 def test_nothing_is_counted_when_info_is_off(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
-    turns = TurnLines(logging.getLogger("t.turns"), rate=1, burst=1, clock=clock)
+    _, turns = turn_lines(1, 1)
     with caplog.at_level(logging.WARNING, "t.turns"):
         for i in range(10):
             turns.line("turn %d completed", i)
