@@ -1,9 +1,9 @@
-"""Every session of a SQLite or memory log at a glance, kept up to date as the log grows.
+"""Every session of a log at a glance, kept up to date as the log grows.
 
-A listing of such a log reads it whole and folds every session (``list_sessions``): on a
-file of 100k records that is seconds, on every request of a long-running reader. A
-:class:`SessionIndex` reads the log once, then only what was appended since its previous
-listing, and folds each new record into its session:
+A listing reads the log and folds every session (``list_sessions``): on a file of 100k
+records that is seconds, on every request of a long-running reader. An index reads the
+log once, then only what was appended since its previous listing, and folds each new
+record into its session:
 
 * a session with a turn in progress keeps its folded state (its summary depends on the
   time: a sleep ends);
@@ -12,8 +12,19 @@ listing, and folds each new record into its session:
 
 So the memory is one small summary per session plus the state of the busy ones. Records
 that cannot be decoded are skipped (and counted), never dead-lettered: a reader writes
-nothing. Commits land in position order in these logs, so a position read past is never
-filled in later.
+nothing. A listing runs to its end even if its caller goes away (a gateway's request
+times out), so the index is never left half updated; listings run one at a time.
+
+:class:`SessionIndex` reads a SQLite or memory log, whose commits land in position
+order: a position read past is never filled in later. :class:`KafkaSessionIndex` reads
+each partition from where it stopped; the first time from the partition's latest
+checkpoint (``<prefix>.snapshots``: the live sessions' records and the ids and first
+positions of the ended ones) plus the tail after it. The sessions that ended before the
+checkpoint are read too when their records span at most ``HISTORY_BUDGET`` offsets;
+beyond that they are listed by id only (``partial``) until a new record of theirs comes,
+unless ``history=True``, which reads every partition from its start. A read_committed
+read stops at the partition's last stable offset, so nothing below where it stopped is
+decided later.
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from harness.errors import CorruptRecord
@@ -29,10 +42,14 @@ from harness.records import LogEntry
 from harness.replay import SessionState, fold
 from harness.views import SessionSummary, summarize
 
-__all__ = ["SessionIndex"]
+__all__ = ["HISTORY_BUDGET", "KafkaSessionIndex", "SessionIndex"]
 
 CHUNK = 5000
-"""Records per read while catching up."""
+"""Records per read while catching up (SQLite / memory)."""
+
+HISTORY_BUDGET = 50_000
+"""On Kafka, the ended sessions of a checkpoint are read when their records span at most
+this many offsets of the partition (a quick listing stays quick on a long history)."""
 
 log_ = logging.getLogger("harness.catalog")
 
@@ -56,8 +73,15 @@ class SessionIndex:
     async def summaries(self, *, now_ms: int | None = None) -> list[SessionSummary]:
         """One summary per session (no particular order), as of ``now_ms`` (default: now)."""
         now = now_ms if now_ms is not None else int(time.time() * 1000)
-        async with self._lock:  # one catch-up at a time; the others then read its result
+        # Its own task: a caller that goes away leaves it to finish (never half folded).
+        return await asyncio.shield(asyncio.ensure_future(self._listing(now)))
+
+    async def _listing(self, now: int) -> list[SessionSummary]:
+        async with self._lock:  # one catch-up at a time; the next one reads only what came since
+            before = self.unreadable
             touched = await self._catch_up()
+            if self.unreadable > before:
+                log_.warning("%d records could not be decoded and were left out", self.unreadable - before)
             for sid in touched:
                 self._settle(sid, now)
             busy = [summarize(state, now_ms=now, last_activity_ms=ts) for state, ts in self._busy.values()]
@@ -66,37 +90,49 @@ class SessionIndex:
     async def _catch_up(self) -> set[str]:
         """Fold every record appended since the last call; the sessions it touched."""
         touched: set[str] = set()
-        unreadable = 0
         while True:
             items = await self._log.scan(None, after=self._position, limit=CHUNK)
             if not items:
-                break
+                return touched
+            await self._fold_all(items, touched)
             for item in items:
-                if isinstance(item, CorruptRecord):
-                    unreadable += 1
-                else:
-                    await self._fold(item)
-                    touched.add(item.session_id)
                 self._position = max(self._position, item.seq or self._position)
-        if unreadable:
-            self.unreadable += unreadable
-            log_.warning("%d records could not be decoded and were left out", unreadable)
-        return touched
+
+    async def _fold_all(self, items: Iterable[Any], touched: set[str]) -> None:
+        for item in items:
+            if isinstance(item, CorruptRecord):
+                self.unreadable += 1
+            else:
+                await self._fold(item)
+                touched.add(item.session_id)
 
     async def _fold(self, entry: LogEntry) -> None:
         sid = entry.session_id
         known = self._busy.get(sid)
         if known is None:
             entries: list[LogEntry] = [entry]
-            if self._quiet.pop(sid, None) is not None:  # quiet until now: read it whole
-                entries = [e for e in await self._log.scan(sid) if not isinstance(e, CorruptRecord)]
-            state = fold(sid, entries)
-            self._busy[sid] = (state, max((e.record.ts for e in entries), default=entry.record.ts))
+            if sid in self._quiet:  # quiet until now: read it whole
+                entries = self._readable(await self._log.scan(sid))
+                del self._quiet[sid]
+            self._take(sid, entries or [entry])
             return
         state, ts = known
         state.apply(entry.seq, entry.record)  # (already folded by a whole read: ignored)
         state.mark_read(entry.seq)
         self._busy[sid] = (state, max(ts, entry.record.ts))
+
+    def _take(self, sid: str, entries: list[LogEntry]) -> None:
+        """A session folded from (all) its records."""
+        self._busy[sid] = (fold(sid, entries), max(e.record.ts for e in entries))
+
+    def _readable(self, items: Iterable[Any]) -> list[LogEntry]:
+        good = []
+        for item in items:
+            if isinstance(item, CorruptRecord):
+                self.unreadable += 1
+            else:
+                good.append(item)
+        return good
 
     def _settle(self, sid: str, now_ms: int) -> None:
         """A session with no turn in progress keeps only its summary."""
@@ -107,3 +143,85 @@ class SessionIndex:
         if state.active_turn is None:
             self._quiet[sid] = summarize(state, now_ms=now_ms, last_activity_ms=ts)
             del self._busy[sid]
+
+
+class KafkaSessionIndex(SessionIndex):
+    """The sessions of a Kafka log, each partition read on from where it stopped.
+
+    Args:
+        log: a ``KafkaLog`` (a client: ``create_topics=False`` is enough); read-only.
+        history: read every partition from its start the first time, not from its
+            latest checkpoint: sessions that ended long ago get full summaries too.
+    """
+
+    def __init__(self, log: SessionLog, *, history: bool = False) -> None:
+        super().__init__(log)
+        self._history = history
+        self._positions: dict[int, int] = {}  # partition -> the offset to read on from
+
+    async def _catch_up(self) -> set[str]:
+        await self._log.start()  # learns the partition count; a client log checks the topic exists
+        partitions = range(self._log.settings.partitions)
+        reads = await asyncio.gather(*(self._read_partition(p) for p in partitions))
+        touched: set[str] = set()
+        for partition, (known, by_id_only, items, position) in zip(partitions, reads, strict=True):
+            for sid, entries in known.items():
+                self._take(sid, entries)
+                touched.add(sid)
+            for sid in by_id_only:
+                if sid not in self._busy:
+                    self._quiet[sid] = SessionSummary(session_id=sid, harness=None, state="idle", partial=True)
+            await self._fold_all(items, touched)
+            self._positions[partition] = position
+        return touched
+
+    async def _read_partition(
+        self, partition: int
+    ) -> tuple[dict[str, list[LogEntry]], set[str], list[Any], int]:
+        """``(sessions read whole, sessions known by id only, new records to fold, the
+        offset read up to)``: the first time from the checkpoint, then what came since."""
+        start = self._positions.get(partition)
+        if start is not None:
+            items = await self._log.scan_partition(partition, start)
+            return {}, set(), items, _after(items, start)
+        return await self._first_read(partition)
+
+    async def _first_read(
+        self, partition: int
+    ) -> tuple[dict[str, list[LogEntry]], set[str], list[Any], int]:
+        log = self._log
+        checkpoint = None if self._history else await log.snapshots.read(partition, create=False)
+        start = 0
+        known: dict[str, list[LogEntry]] = defaultdict(list)
+        ended: dict[str, int] = {}
+        if checkpoint is not None:
+            start = checkpoint.covers
+            for sid, entries in checkpoint.sessions.items():
+                known[sid].extend(entries)
+            ended = {sid: first for sid, first in checkpoint.ended.items() if sid not in checkpoint.sessions}
+        tail = await log.scan_partition(partition, start)
+        position = _after(tail, start)
+        came_back: set[str] = set()
+        for entry in self._readable(tail):
+            if entry.session_id in ended:
+                came_back.add(entry.session_id)
+            else:
+                known[entry.session_id].append(entry)
+        for sid in came_back:  # ended before the checkpoint, active again: read it whole
+            known[sid] = self._readable(await log.scan(sid))
+            del ended[sid]
+        if ended and checkpoint is not None:
+            first = min(ended.values())  # a seq: the offset + 1
+            if checkpoint.covers - first < HISTORY_BUDGET:
+                for entry in self._readable(await log.scan_partition(partition, max(first - 1, 0), checkpoint.covers)):
+                    if entry.session_id in ended:
+                        known[entry.session_id].append(entry)
+                for sid in [s for s in ended if s in known]:
+                    del ended[sid]
+        return {sid: entries for sid, entries in known.items() if entries}, set(ended), [], position
+
+
+def _after(items: list[Any], start: int) -> int:
+    """The offset after the last record read (a seq is its offset + 1), else ``start``."""
+    seqs = [int(item.seq) for item in items if item.seq is not None]
+    return max(start, *seqs) if seqs else start

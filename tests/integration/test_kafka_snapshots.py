@@ -198,10 +198,10 @@ async def test_a_listing_shows_a_session_live_again_with_its_records_not_as_ende
     """A checkpoint names a session that ended once among its ended sessions and, live
     again, among its live ones: the listing summarizes it from its records (the ended
     ones are known by id: their history is past the listing's budget)."""
-    from harness.runtime import catalog
+    from harness.runtime import session_index
     from harness.runtime.catalog import list_sessions
 
-    monkeypatch.setattr(catalog, "HISTORY_BUDGET", 0)
+    monkeypatch.setattr(session_index, "HISTORY_BUDGET", 0)
 
     log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
     try:

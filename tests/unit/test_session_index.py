@@ -121,3 +121,45 @@ async def _end(log: Any, count: int) -> int:
     """The position of the ``count``-th record of the log."""
     entries = await log.read_all(limit=count)
     return int(entries[-1].seq)
+
+
+async def test_a_listing_whose_caller_goes_away_still_finishes(tmp_path: Path) -> None:
+    """A gateway request that times out leaves its listing to finish: a quiet session that
+    came back is read whole even if the caller is gone meanwhile, never lost or half folded."""
+
+    class HeldLog(CountingLog):
+        def __init__(self, log: Any) -> None:
+            super().__init__(log)
+            self.hold = False
+            self.entered = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def scan(self, session_id: str | None = None, **kwargs: Any) -> Any:
+            if session_id is not None and self.hold:
+                self.entered.set()
+                await self.release.wait()
+            return await super().scan(session_id, **kwargs)
+
+    log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+    held = HeldLog(log)
+    index = SessionIndex(held)  # type: ignore[arg-type]
+    try:
+        async with HarnessHost(log=log) as host:
+            done = await host.open(HARNESS, session_id="done")
+            assert (await done.send("hello", input_id="m1")).outcome == "completed"
+            assert {s.session_id: s.turns for s in await index.summaries()} == {"done": 1}
+            assert (await done.send("again", input_id="m2")).outcome == "completed"
+
+            held.hold = True  # the next listing reads "done" whole, and waits there
+            caller = asyncio.create_task(index.summaries())
+            await held.entered.wait()
+            caller.cancel()
+            held.release.set()
+            held.hold = False
+
+            after = await index.summaries()
+            assert _json(after) == _json(await list_sessions(log))
+            assert {s.session_id: s.turns for s in after} == {"done": 2}
+            assert caller.cancelled()
+    finally:
+        await log.close()

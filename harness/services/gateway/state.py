@@ -14,7 +14,7 @@ from harness.ids import split_tenant_session_id, tenant_session_id
 from harness.live import LiveSource
 from harness.log.base import SessionLog
 from harness.records import LogEntry
-from harness.runtime.catalog import SessionIndex, list_sessions, read_session, sort_summaries
+from harness.runtime.catalog import KafkaSessionIndex, SessionIndex, read_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.breaker import LogBreaker
 from harness.services.gateway.inputs import Inputs
@@ -64,8 +64,9 @@ class GatewayState:
         self.sessions = Sessions(self.read)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
-        # SQLite / memory: a listing reads only what was appended since the previous one.
-        self._index = None if hasattr(log, "scan_partition") else SessionIndex(log)
+        # A listing reads only what was appended since the previous one (on Kafka: per
+        # partition, the first time from its latest checkpoint).
+        self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
         self.ready = False
         self.not_ready: str | None = "not started"
 
@@ -76,8 +77,6 @@ class GatewayState:
     async def list_sessions(self) -> list[SessionSummary]:
         """Every session of the log (every tenant's), most recently active first."""
         index = self._index
-        if index is None:  # Kafka: from each partition's latest checkpoint
-            return await self.breaker.call(lambda: list_sessions(self.log, now_ms=self.now_ms()))
         return sort_summaries(await self.breaker.call(lambda: index.summaries(now_ms=self.now_ms())))
 
     def log_id(self, principal: Principal, session_id: str) -> str:
