@@ -74,7 +74,9 @@ class SessionIndex:
         """One summary per session (no particular order), as of ``now_ms`` (default: now)."""
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         # Its own task: a caller that goes away leaves it to finish (never half folded).
-        return await asyncio.shield(asyncio.ensure_future(self._listing(now)))
+        listing = asyncio.ensure_future(self._listing(now))
+        listing.add_done_callback(_retrieved)
+        return await asyncio.shield(listing)
 
     async def _listing(self, now: int) -> list[SessionSummary]:
         async with self._lock:  # one catch-up at a time; the next one reads only what came since
@@ -219,6 +221,12 @@ class KafkaSessionIndex(SessionIndex):
                 for sid in [s for s in ended if s in known]:
                     del ended[sid]
         return {sid: entries for sid, entries in known.items() if entries}, set(ended), [], position
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a listing seen: its caller may have gone (it failed for it)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _after(items: list[Any], start: int) -> int:
