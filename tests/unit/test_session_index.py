@@ -163,3 +163,38 @@ async def test_a_listing_whose_caller_goes_away_still_finishes(tmp_path: Path) -
             assert caller.cancelled()
     finally:
         await log.close()
+
+
+async def test_a_listing_that_fails_after_its_caller_went_away_leaves_no_unretrieved_error() -> None:
+    """A gateway request that timed out while the broker was down: its listing fails later,
+    with nobody awaiting it; asyncio must not print 'Task exception was never retrieved'."""
+    import gc
+
+    class DownLog:
+        def __init__(self) -> None:
+            self.entered = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def scan(self, session_id: str | None = None, **kwargs: Any) -> Any:
+            self.entered.set()
+            await self.release.wait()
+            raise RuntimeError("the broker is down")
+
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        down = DownLog()
+        index = SessionIndex(down)  # type: ignore[arg-type]
+        caller = asyncio.create_task(index.summaries())
+        await down.entered.wait()
+        caller.cancel()
+        down.release.set()
+        for _ in range(5):  # let the listing fail
+            await asyncio.sleep(0)
+        assert caller.cancelled()
+        del caller, index  # (the cancelled caller's traceback holds the listing's task)
+        gc.collect()
+        assert not [c for c in reported if "never retrieved" in str(c.get("message"))]
+    finally:
+        loop.set_exception_handler(None)
