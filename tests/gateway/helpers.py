@@ -175,10 +175,12 @@ class Process:
     lines: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
     err: Any = None
+    last_stderr: str = ""
 
     def stderr(self) -> str:
+        """What the process wrote to stderr (after ``stop``: all of it)."""
         if self.err is None or self.err.closed:
-            return ""
+            return self.last_stderr
         self.err.seek(0)
         text: str = self.err.read()
         return text
@@ -193,6 +195,7 @@ class Process:
                 self.proc.wait()
         if self.reader is not None:
             self.reader.join(timeout=10)
+        self.last_stderr = self.stderr()
         for pipe in (self.proc.stdout, self.err):
             if pipe is not None:
                 pipe.close()

@@ -290,7 +290,8 @@ def test_a_gateway_whose_kafka_does_not_answer_or_whose_url_has_a_typo_says_so_a
 def test_a_gateway_whose_broker_goes_down_answers_503_at_once_and_recovers_with_it(tmp_path: Path) -> None:
     """The broker stops: the first read gets 503 after --read-timeout, the next ones at
     once (the log is not asked again) with Retry-After; the broker comes back: the same
-    session reads again and a new message runs, with nothing lost."""
+    session reads again and a new message runs, with nothing lost. Stopped while the broker
+    is down, it exits without waiting for the reads still waiting for it."""
     from harness.testing.kafka_local import LocalKafka
 
     broker = LocalKafka(data_dir=tmp_path / "broker")
@@ -327,7 +328,13 @@ def test_a_gateway_whose_broker_goes_down_answers_503_at_once_and_recovers_with_
                                 timeout=90, what="the second turn")
                 assert [m["content"] for m in view["transcript"] if m["role"] == "user"] == ["hi", "hi again"]
                 assert "answers again" in proc.stderr()
+
+                # Down again, a listing in flight (its reads wait up to 30 s each for the
+                # broker): a stop does not wait for them.
+                broker.stop()
+                assert http.get("/v1/sessions").status_code == 503
         finally:
             assert proc.stop() == 0, proc.stderr()
+        assert "read(s) of the log still wait for an answer from it (is the broker down?)" in proc.stderr()
     finally:
         broker.close()

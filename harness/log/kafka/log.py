@@ -47,6 +47,7 @@ from harness.errors import CorruptRecord, FencedError, LogUnavailable
 from harness.ids import message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
+from harness.log.kafka.blocking import BlockingReads
 from harness.log.kafka.checksum import record_headers
 from harness.log.kafka.config import DEFAULT_PARTITIONS, SUBMIT_TIMEOUT_S, KafkaSettings, parse_kafka_url
 from harness.log.kafka.fanout import Fanout
@@ -182,6 +183,13 @@ class KafkaLog:
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
         self._indexes = Indexes(self._latest_checkpoint)
+        self._reads = BlockingReads()
+
+    @property
+    def reads_running(self) -> int:
+        """Blocking reads (partitions, checkpoints) on threads and not finished: with the
+        broker down each waits up to its timeout, whoever was waiting for it."""
+        return self._reads.running
 
     @property
     def namespace(self) -> str:
@@ -433,7 +441,7 @@ class KafkaLog:
         # A read that starts inside what the index accounts for teaches it the sessions after.
         observe = KeyObserver(start) if index is not None and start <= index.position else None
         self.stats.add(reads=1)
-        items = await asyncio.to_thread(
+        items = await self._reads.run(
             read_range,
             self._pool,
             self._codec.decode,
@@ -546,7 +554,7 @@ class KafkaLog:
     def snapshots(self) -> SnapshotStore:
         """Partition checkpoints (``<prefix>.snapshots``), for workers' bounded rebuilds."""
         if self._snapshots is None:
-            self._snapshots = SnapshotStore(self.settings, self._codec)
+            self._snapshots = SnapshotStore(self.settings, self._codec, reads=self._reads)
         return self._snapshots
 
     async def own_partition(self, partition: int) -> None:

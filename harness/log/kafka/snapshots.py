@@ -32,6 +32,7 @@ from harness import ids
 from harness.errors import LogUnavailable
 from harness.log.base import Checkpoint, CheckpointWritten
 from harness.log.kafka import checkpoint_format as fmt
+from harness.log.kafka.blocking import BlockingReads
 from harness.log.kafka.config import ADMIN_TIMEOUT_S, READ_TIMEOUT_S, KafkaSettings
 from harness.log.kafka.reader import _next_messages, _watermarks
 from harness.records import LogEntry
@@ -59,9 +60,10 @@ def _raw(entry: Any) -> bytes | None:
 class SnapshotStore:
     """Writes and reads partition checkpoints (blocking calls run on threads)."""
 
-    def __init__(self, settings: KafkaSettings, codec: Any) -> None:
+    def __init__(self, settings: KafkaSettings, codec: Any, *, reads: BlockingReads | None = None) -> None:
         self._settings = settings
         self._codec = codec
+        self._reads = reads or BlockingReads()
         self.topic = ids.snapshots_topic(settings.topic_prefix)
         self._producer: Any = None
         self._ready = False
@@ -254,7 +256,7 @@ class SnapshotStore:
             LogUnavailable: the broker did not answer (down, unreachable).
         """
         try:
-            return await asyncio.to_thread(self._read, partition, create, frozenset(have))
+            return await self._reads.run(self._read, partition, create, frozenset(have))
         except KafkaException as exc:
             raise LogUnavailable(
                 f"reading the checkpoint of partition {partition} failed: {exc.args[0].str()} (is the broker up?)"

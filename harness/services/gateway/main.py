@@ -178,10 +178,11 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         if metrics_server is not None:
             metrics_server.close()
         await log_.close()
-    if the_worker is not None:
-        from harness.services.lingering import exit_if_sync_calls_linger
+    from harness.services.lingering import exit_if_reads_linger, exit_if_sync_calls_linger
 
+    if the_worker is not None:
         exit_if_sync_calls_linger(the_worker.host, 0)  # (sync code the stop cut: not waited for)
+    exit_if_reads_linger(log_, 0)  # (reads waiting for a broker that is down: not waited for)
     return 0
 
 

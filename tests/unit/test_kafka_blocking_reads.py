@@ -1,0 +1,53 @@
+"""BlockingReads: reads on threads are counted until their thread is done with them, so a
+stopping service can tell that only reads (which change nothing) are left."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+from harness.log.kafka.blocking import BlockingReads
+
+
+async def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(2000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_read_counts_from_its_submission_to_its_threads_end_whoever_waits() -> None:
+    loop = asyncio.get_running_loop()
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # a second read queues
+    loop.set_default_executor(executor)
+    reads = BlockingReads()
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocked() -> str:
+        started.set()
+        release.wait(30)
+        return "read"
+
+    try:
+        assert await reads.run(lambda x: x * 2, 21) == 42
+        assert reads.running == 0
+
+        running = asyncio.create_task(reads.run(blocked))
+        queued = asyncio.create_task(reads.run(lambda: "never"))
+        await _until(started.is_set, "the first read runs")
+        await _until(lambda: reads.running == 2, "both reads counted")
+
+        queued.cancel()  # never started: uncounted at once, and never runs
+        await _until(lambda: reads.running == 1, "the queued read uncounted")
+        running.cancel()  # its thread still reads: still counted
+        await asyncio.sleep(0.05)
+        assert reads.running == 1
+        release.set()
+        await _until(lambda: reads.running == 0, "the read's thread is done")
+        assert queued.cancelled() and running.cancelled()
+    finally:
+        release.set()
+        executor.shutdown(wait=True)
