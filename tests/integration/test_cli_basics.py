@@ -344,6 +344,7 @@ def test_ctrl_c_of_send_says_the_input_stays_in_the_log(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        proc.communicate()  # (closes its pipes even when the test failed: no ResourceWarning in the next test)
     assert proc.returncode == 130
     assert ("harness send: stopped waiting; in-1 stays in the log and its turn runs all the same: "
             "'harness show s-1' shows how it goes") in err, err
