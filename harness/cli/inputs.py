@@ -203,6 +203,19 @@ async def _wait(
         ) from None
 
 
+async def _submit(log: Any, record: InputMessage | InputAnswer, command: str) -> LogEntry:
+    """``log.submit(record)``; stopped (Ctrl-C) before the log said it took it, say that it
+    may be in the log or not, and how to send it again with no second effect."""
+    try:
+        entry: LogEntry = await log.submit(record)
+    except asyncio.CancelledError:
+        print(f"\nharness {command}: stopped while sending; {record.input_id} may be in the log or not: "
+              f"'harness show {record.session_id}' tells; 'harness {command}' again with --input-id "
+              f"{record.input_id} has no second effect", file=sys.stderr)
+        raise
+    return entry
+
+
 async def _stop(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
@@ -261,7 +274,7 @@ async def main_send(argv: list[str]) -> int:
         input_id = args.input_id or f"in-{uuid.uuid4().hex[:12]}"
         after = entries[-1].seq if entries else 0
         if input_id not in state.inputs:
-            sent = await log.submit(InputMessage(args.session, _now_ms(), input_id, args.text, harness))
+            sent = await _submit(log, InputMessage(args.session, _now_ms(), input_id, args.text, harness), "send")
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
         if args.no_wait:
@@ -359,14 +372,24 @@ async def main_answer(argv: list[str]) -> int:
                   f"(open asks: {asks})", file=sys.stderr)
             return EXIT_RUNTIME
         input_id = args.input_id or f"answer:{args.tool_call_id}:{args.ask_name}:{uuid.uuid4().hex[:8]}"
-        await log.submit(InputAnswer(args.session, _now_ms(), input_id, args.tool_call_id, args.ask_name, value))
+        await _submit(
+            log, InputAnswer(args.session, _now_ms(), input_id, args.tool_call_id, args.ask_name, value), "answer"
+        )
         if args.no_wait:
             print(input_id)
             return 0
         status = StatusLine(sys.stderr)
         helpers = [asyncio.create_task(_hint_when_untaken(state, input_id, status))]
         watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, status, stop_when_waiting=False)
-        settled = await _wait(watch, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id)
+        try:
+            settled = await _wait(
+                watch, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id
+            )
+        except asyncio.CancelledError:  # Ctrl-C: the answer is in the log all the same
+            status.clear()
+            print(f"\nharness answer: stopped waiting; the answer {input_id} stays in the log and the session's "
+                  f"owner takes it all the same: 'harness show {args.session}' shows how it goes", file=sys.stderr)
+            raise
     finally:
         await _stop(helpers)
         await log.close()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -354,3 +355,70 @@ def test_ctrl_c_of_send_says_the_input_stays_in_the_log(tmp_path: Path) -> None:
 def test_a_flag_typo_is_not_taken_as_a_prefix_of_a_real_flag(tmp_path: Path) -> None:
     out = harness("send", "s-1", "hi", "--harnes", "x", "--log", f"sqlite:///{tmp_path / 'x.db'}")
     assert out.returncode == 2 and "unrecognized arguments: --harnes x" in one_line(out)
+
+
+def test_ctrl_c_while_send_or_answer_submits_or_waits_says_what_became_of_the_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Stopped before the log said it took the input, `send` cannot know whether it is in:
+    it says so and how to send it again with no second effect (it said nothing). Stopped
+    while waiting, `answer` says the answer stays in the log (it printed an empty line)."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import common, inputs
+    from harness.log.sqlite import SqliteLog
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    held = asyncio.Event()
+
+    class HeldSubmit(SqliteLog):
+        async def submit(self, record):  # type: ignore[no-untyped-def]
+            held.set()
+            await asyncio.Event().wait()  # the log never answers
+
+    async def stop_when(flag: asyncio.Event, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        await flag.wait()
+        task.cancel()  # what Ctrl-C does to asyncio.run's task
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    real_open = common.open_log_for
+
+    async def open_held(url_: str, **kwargs: Any) -> Any:
+        return HeldSubmit(str(tmp_path / "c.db"))
+
+    monkeypatch.setattr(inputs, "open_log_for", open_held)
+    asyncio.run(stop_when(held, inputs.main_send(["s-1", "hi", "--harness", "x", "--input-id", "in-9", "--log", url])))
+    err = capsys.readouterr().err
+    assert ("harness send: stopped while sending; in-9 may be in the log or not: 'harness show s-1' tells; "
+            "'harness send' again with --input-id in-9 has no second effect") in err, err
+    monkeypatch.setattr(inputs, "open_log_for", real_open)
+
+    async def waiting_ask() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-2")
+            assert (await session.send("ask", input_id="m1")).outcome == "waiting"
+
+    asyncio.run(waiting_ask())
+    hinted = asyncio.Event()
+
+    async def answer_then_stop() -> None:
+        monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.0)  # says it is untaken at once: then stop
+        real_hint = inputs._hint_when_untaken
+
+        async def hint(*args: Any) -> None:
+            await real_hint(*args)
+            hinted.set()
+
+        monkeypatch.setattr(inputs, "_hint_when_untaken", hint)
+        await stop_when(hinted, inputs.main_answer(["s-2", "approve", "approval", '{"approved": true}',
+                                                    "--input-id", "a-9", "--log", url]))
+
+    asyncio.run(answer_then_stop())
+    err = capsys.readouterr().err
+    assert ("harness answer: stopped waiting; the answer a-9 stays in the log and the session's owner takes it "
+            "all the same: 'harness show s-2' shows how it goes") in err, err
+
