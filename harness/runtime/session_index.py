@@ -10,7 +10,9 @@ record into its session:
 * a session with no turn in progress keeps only its summary, which no clock changes; a
   new record of it reads that session again (by its id) and folds it whole.
 
-So the memory is one small summary per session plus the state of the busy ones. Records
+So the memory is one small summary per session plus the state of the busy ones (a
+summary's repeated words, its harness and outcome, are shared, and so is an empty
+usage: ~230 bytes a quiet summary where its own copies took ~470). Records
 that cannot be decoded are skipped (and counted), never dead-lettered: a reader writes
 nothing. A listing runs to its end even if its caller goes away (a gateway's request
 times out), so the index is never left half updated; listings run one at a time.
@@ -30,7 +32,9 @@ decided later.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterable
@@ -40,7 +44,7 @@ from harness.errors import CorruptRecord
 from harness.log.base import SessionLog
 from harness.records import LogEntry
 from harness.replay import SessionState, fold
-from harness.views import SessionSummary, summarize
+from harness.views import SessionSummary, Usage, summarize
 
 __all__ = ["HISTORY_BUDGET", "KafkaSessionIndex", "SessionIndex"]
 
@@ -143,7 +147,7 @@ class SessionIndex:
             return
         state, ts = known
         if state.active_turn is None:
-            self._quiet[sid] = summarize(state, now_ms=now_ms, last_activity_ms=ts)
+            self._quiet[sid] = _compact(summarize(state, now_ms=now_ms, last_activity_ms=ts))
             del self._busy[sid]
 
 
@@ -221,6 +225,25 @@ class KafkaSessionIndex(SessionIndex):
                 for sid in [s for s in ended if s in known]:
                     del ended[sid]
         return {sid: entries for sid, entries in known.items() if entries}, set(ended), [], position
+
+
+_NO_USAGE = Usage()
+
+
+def _shared(word: str | None) -> str | None:
+    return None if word is None else sys.intern(word)
+
+
+def _compact(summary: SessionSummary) -> SessionSummary:
+    """The summary with its repeated words and an empty usage shared with every other one
+    (each decoded record brings its own copies)."""
+    return dataclasses.replace(
+        summary,
+        harness=_shared(summary.harness),
+        last_outcome=_shared(summary.last_outcome),
+        last_code=_shared(summary.last_code),
+        usage=_NO_USAGE if summary.usage == _NO_USAGE else summary.usage,
+    )
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:

@@ -198,3 +198,22 @@ async def test_a_listing_that_fails_after_its_caller_went_away_leaves_no_unretri
         assert not [c for c in reported if "never retrieved" in str(c.get("message"))]
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_quiet_sessions_share_their_repeated_words(tmp_path: Path) -> None:
+    """A long-running reader keeps a summary per session: the harness name and outcome of
+    each (decoded afresh from every record) are one shared string, not a copy each."""
+    log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+    index = SessionIndex(log)
+    try:
+        async with HarnessHost(log=log) as host:
+            for sid in ("a", "b"):
+                session = await host.open(HARNESS, session_id=sid)
+                assert (await session.send("hello", input_id="m1")).outcome == "completed"
+        by_id = {s.session_id: s for s in await index.summaries()}
+        assert by_id["a"].harness == by_id["b"].harness == "index-test"
+        assert by_id["a"].harness is by_id["b"].harness
+        assert by_id["a"].last_outcome is by_id["b"].last_outcome
+        assert _json(list(by_id.values())) == _json(await list_sessions(log))
+    finally:
+        await log.close()
