@@ -392,10 +392,21 @@ def listening_pid(port: int) -> int | None:
 
 
 def machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies of every CPU since boot (Linux /proc/stat)."""
-    values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    """(busy, total) jiffies of every CPU since boot (Linux /proc/stat); busy includes steal."""
+    values = _cpu_jiffies()
     idle = values[3] + values[4]
     return sum(values) - idle, sum(values)
+
+
+def machine_stolen() -> tuple[float, float]:
+    """(steal, total) jiffies of every CPU since boot: time the hypervisor gave this
+    machine's CPUs to another guest (a shared host's noisy neighbour)."""
+    values = _cpu_jiffies()
+    return (values[7] if len(values) > 7 else 0), sum(values)
+
+
+def _cpu_jiffies() -> list[int]:
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 def print_profile(path: Path, top: int, title: str) -> None:

@@ -50,6 +50,7 @@ from bench._common import (
     listening_pid,
     log_url,
     machine_busy,
+    machine_stolen,
     new_prefix,
     pct,
     print_profile,
@@ -213,10 +214,12 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
         out["bare"] = base
         broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
         cpu0, own0, busy0 = worker.cpu_seconds(), time.process_time(), machine_busy()
+        stolen0 = machine_stolen()
         broker0 = process_cpu_seconds(broker_pid) if broker_pid else float("nan")
         ends0 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
         rate, lat = await closed_loop(turn, args.clients, args.seconds, "loop")
         cpu1, own1, busy1 = worker.cpu_seconds(), time.process_time(), machine_busy()
+        stolen1 = machine_stolen()
         ends1 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
         # Every committed transaction leaves one marker (an offset without a record) in
         # its partition: transactions = offsets - records, in the closed loop's window.
@@ -235,6 +238,7 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
             "broker": (broker1 - broker0) * 1000 / turns,
         }
         out["machine_busy"] = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1])
+        out["stolen"] = (stolen1[0] - stolen0[0]) / max(1, stolen1[1] - stolen0[1])
     finally:
         for close in closing:
             close()
@@ -339,6 +343,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         ("(a) closed loop: appends per transaction (group commit)", a["appends"] / max(1, a["transactions"])),
         *((f"(a) closed loop: CPU ms per turn, {who}", ms) for who, ms in a["cpu_per_turn"].items()),
         ("(a) closed loop: machine busy (share of all cores)", a["machine_busy"]),
+        ("(a) closed loop: of it, taken by the host (steal: another guest ran)", a["stolen"]),
     ]))
     print()
     first50, later50 = pct(b["first"], 0.5) * 1000, pct(b["later"], 0.5) * 1000
