@@ -325,7 +325,10 @@ def test_ctrl_c_of_send_says_the_input_stays_in_the_log(tmp_path: Path) -> None:
     asyncio.run(make_log())
     proc = subprocess.Popen([sys.executable, "-m", "harness", "send", "s-1", "hi", "--harness", "x", "--input-id",
                              "in-1", "--log", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL)
+                            env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL,
+                            # Ctrl-C as at a terminal, even if this suite runs with SIGINT ignored (a
+                            # background job of a non-interactive shell): SIG_IGN is inherited.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         from harness.log.sqlite import SqliteLog
 
