@@ -4,7 +4,6 @@ stopping service can tell that only reads (which change nothing) are left."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 
 from harness.log.kafka.blocking import BlockingReads
@@ -19,10 +18,7 @@ async def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
 
 
 async def test_a_read_counts_from_its_submission_to_its_threads_end_whoever_waits() -> None:
-    loop = asyncio.get_running_loop()
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)  # a second read queues
-    loop.set_default_executor(executor)
-    reads = BlockingReads()
+    reads = BlockingReads(max_workers=1)  # a second read queues
     release = threading.Event()
     started = threading.Event()
 
@@ -48,6 +44,34 @@ async def test_a_read_counts_from_its_submission_to_its_threads_end_whoever_wait
         release.set()
         await _until(lambda: reads.running == 0, "the read's thread is done")
         assert queued.cancelled() and running.cancelled()
+        assert await reads.run(lambda: "after") == "after"
     finally:
         release.set()
-        executor.shutdown(wait=True)
+        reads.close()
+
+
+async def test_closed_reads_leave_the_running_ones_and_drop_the_queued_ones() -> None:
+    """A closed log's reads: the one still waiting for a broker is not waited for, one queued
+    behind it never starts (it is uncounted), and the loop's own executor stays free."""
+    reads = BlockingReads(max_workers=1)
+    release = threading.Event()
+    started = threading.Event()
+    ran: list[str] = []
+
+    def blocked() -> None:
+        started.set()
+        release.wait(30)
+
+    try:
+        running = asyncio.create_task(reads.run(blocked))
+        queued = asyncio.create_task(reads.run(lambda: ran.append("queued")))
+        await _until(started.is_set, "the first read runs")
+        assert reads.running == 2
+        reads.close()
+        await _until(lambda: reads.running == 1, "the queued read dropped")
+        assert await asyncio.to_thread(lambda: "free") == "free"  # the default executor is not theirs
+        release.set()
+        await running
+        assert reads.running == 0 and ran == [] and queued.done()
+    finally:
+        release.set()

@@ -7,13 +7,19 @@ waits for those threads, so a gateway stopped while the broker is down would lin
 a minute or more. :class:`BlockingReads` counts the reads submitted and not finished
 (those never started included), so a read-only process can see that only reads are left
 and exit without them: a read changes nothing.
+
+The reads run on threads of their own, not on the loop's default executor: with the
+broker down they would fill it (one thread per partition read, each waiting its timeout)
+and everything else that runs there would queue behind them, closing the log included.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -24,11 +30,13 @@ T = TypeVar("T")
 
 
 class BlockingReads:
-    """Runs blocking reads on the loop's default executor and counts them."""
+    """Runs blocking reads on threads of its own and counts them."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_workers: int | None = None) -> None:
+        self._max_workers = max_workers or min(32, (os.cpu_count() or 1) + 4)
         self._lock = threading.Lock()
         self._running = 0
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None  # started on first use
 
     @property
     def running(self) -> int:
@@ -55,7 +63,7 @@ class BlockingReads:
                     self._add(-1)
 
         self._add(1)
-        future = loop.run_in_executor(None, counted)
+        future = loop.run_in_executor(self._threads(), counted)
 
         def done(f: asyncio.Future[T]) -> None:
             # Cancelled before its thread took it: it never runs, so it is uncounted here.
@@ -64,3 +72,19 @@ class BlockingReads:
 
         future.add_done_callback(done)
         return await future
+
+    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._max_workers, thread_name_prefix="harness-kafka-read"
+                )
+            return self._executor
+
+    def close(self) -> None:
+        """No wait for the reads still running (each ends at its own timeout); queued ones
+        never start. Later reads get a new pool."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)

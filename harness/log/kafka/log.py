@@ -626,6 +626,7 @@ class KafkaLog:
         await asyncio.gather(*closing, return_exceptions=True)
         await self._followers.close()
         await asyncio.to_thread(self._pool.close)
+        self._reads.close()  # (reads still waiting for a broker end at their timeout; nobody waits)
         if self._snapshots is not None:
             await asyncio.to_thread(self._snapshots.close)
         if inputs is not None:
