@@ -93,6 +93,12 @@ def broker(bootstrap: str | None) -> Iterator[str]:
         yield kafka.bootstrap
 
 
+def add_bootstrap_option(parser: Any) -> None:
+    """``--bootstrap``: a broker of the caller's, else :func:`broker` starts one."""
+    parser.add_argument("--bootstrap", default=os.environ.get("HARNESS_KAFKA_BOOTSTRAP"),
+                        help="a broker (default: $HARNESS_KAFKA_BOOTSTRAP, else a LocalKafka is started)")
+
+
 def new_prefix(what: str) -> str:
     return f"bench{what}{uuid.uuid4().hex[:8]}"
 

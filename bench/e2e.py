@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import (
     HARNESS_NAME,
     WorkerProc,
+    add_bootstrap_option,
     broker,
     listening_pid,
     log_url,
@@ -358,8 +359,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", default=os.environ.get("HARNESS_KAFKA_BOOTSTRAP"),
-                        help="a broker (default: $HARNESS_KAFKA_BOOTSTRAP, else a LocalKafka is started)")
+    add_bootstrap_option(parser)
     parser.add_argument("--prefix", help="topic prefix: give the one of an earlier run to run on the same topics")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--steps", type=int, default=3)

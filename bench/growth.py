@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import (
     HARNESS_NAME,
     WorkerProc,
+    add_bootstrap_option,
     broker,
     fill_partition,
     listening_pid,
@@ -199,8 +200,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", default=os.environ.get("HARNESS_KAFKA_BOOTSTRAP"),
-                        help="a broker (default: $HARNESS_KAFKA_BOOTSTRAP, else a LocalKafka is started)")
+    add_bootstrap_option(parser)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--sessions", type=int, default=600_000, help="ended sessions the grown log holds first")
     parser.add_argument("--steps", type=int, default=3)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import broker, new_prefix, table
+from bench._common import add_bootstrap_option, broker, new_prefix, table
 from bench.growth import Deployed, fill
 
 
@@ -81,8 +80,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", default=os.environ.get("HARNESS_KAFKA_BOOTSTRAP"),
-                        help="a broker (default: $HARNESS_KAFKA_BOOTSTRAP, else a LocalKafka is started)")
+    add_bootstrap_option(parser)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--sessions", type=int, default=120_000, help="ended sessions the log holds first")
     parser.add_argument("--steps", type=int, default=3)

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
-from harness.errors import CorruptRecord
 from harness.log.base import SessionLog
 from harness.records import LogEntry
-from harness.runtime.session_index import KafkaSessionIndex, SessionIndex
+from harness.runtime.session_index import KafkaSessionIndex, SessionIndex, split_readable
 from harness.views import SessionSummary
 
 __all__ = [
@@ -38,21 +36,6 @@ POLL_S = 0.1
 """How often ``follow_session`` reads a log that cannot be tailed (SQLite)."""
 
 log_ = logging.getLogger("harness.catalog")
-
-
-@dataclass(slots=True)
-class _Skipped:
-    unreadable: int = 0
-
-
-def _keep(items: Iterable[Any], catalog: _Skipped) -> list[LogEntry]:
-    good = []
-    for item in items:
-        if isinstance(item, CorruptRecord):
-            catalog.unreadable += 1
-        else:
-            good.append(item)
-    return good
 
 
 async def list_sessions(
@@ -85,8 +68,7 @@ async def scan_session(
     scan = getattr(log, "scan", None)
     if scan is None:
         return list(await log.read(session_id, after=after)), 0
-    skipped = _Skipped()
-    return _keep(await scan(session_id, after=after), skipped), skipped.unreadable
+    return split_readable(await scan(session_id, after=after))
 
 
 async def read_session(log: SessionLog, session_id: str, *, after: int | None = None) -> list[LogEntry]:
@@ -126,5 +108,5 @@ async def _scan_after(log: Any, session_id: str, after: int) -> tuple[list[LogEn
     scan = getattr(log, "scan", None)
     items = await (scan(session_id, after=after) if scan is not None else log.read(session_id, after=after))
     position = max([after, *(item.seq or 0 for item in items)])
-    skipped = _Skipped()
-    return _keep(items, skipped), skipped.unreadable, position
+    good, unreadable = split_readable(items)
+    return good, unreadable, position

@@ -46,7 +46,7 @@ from harness.records import LogEntry
 from harness.replay import SessionState, fold
 from harness.views import SessionSummary, Usage, summarize
 
-__all__ = ["HISTORY_BUDGET", "KafkaSessionIndex", "SessionIndex"]
+__all__ = ["HISTORY_BUDGET", "KafkaSessionIndex", "SessionIndex", "split_readable"]
 
 CHUNK = 5000
 """Records per read while catching up (SQLite / memory)."""
@@ -132,12 +132,8 @@ class SessionIndex:
         self._busy[sid] = (fold(sid, entries), max(e.record.ts for e in entries))
 
     def _readable(self, items: Iterable[Any]) -> list[LogEntry]:
-        good = []
-        for item in items:
-            if isinstance(item, CorruptRecord):
-                self.unreadable += 1
-            else:
-                good.append(item)
+        good, unreadable = split_readable(items)
+        self.unreadable += unreadable
         return good
 
     def _settle(self, sid: str, now_ms: int) -> None:
@@ -250,6 +246,18 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
     """Mark the outcome of a listing seen: its caller may have gone (it failed for it)."""
     if not task.cancelled():
         task.exception()
+
+
+def split_readable(items: Iterable[Any]) -> tuple[list[LogEntry], int]:
+    """``(the readable records, how many could not be decoded)`` of a read-only read."""
+    good: list[LogEntry] = []
+    unreadable = 0
+    for item in items:
+        if isinstance(item, CorruptRecord):
+            unreadable += 1
+        else:
+            good.append(item)
+    return good, unreadable
 
 
 def _after(items: list[Any], start: int) -> int:

@@ -38,8 +38,9 @@ async def test_a_read_counts_from_its_submission_to_its_threads_end_whoever_wait
 
         queued.cancel()  # never started: uncounted at once, and never runs
         await _until(lambda: reads.running == 1, "the queued read uncounted")
-        running.cancel()  # its thread still reads: still counted
-        await asyncio.sleep(0.05)
+        running.cancel()  # its caller is gone, its thread still reads: still counted
+        await asyncio.wait([running])
+        assert running.cancelled() and not release.is_set()
         assert reads.running == 1
         release.set()
         await _until(lambda: reads.running == 0, "the read's thread is done")
