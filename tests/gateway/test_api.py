@@ -204,3 +204,30 @@ def cli_json(served: ServerThread, *args: str) -> Any:
                           text=True, env=child_env(), timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def test_a_gateway_lists_the_log_once_it_answers_before_any_request(
+    tmp_path: Any, caplog: Any
+) -> None:
+    """The first listing of a big log takes seconds (on Kafka: every partition's checkpoint
+    and tail); a gateway starts it as soon as the log answers, so no request waits for it."""
+    import logging
+
+    from tests.apps.approvals import approvals
+    from tests.gateway.helpers import open_settings
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with ServerThread(open_settings(url), harnesses=[approvals], worker=True) as first, \
+            httpx.Client(base_url=first.url, timeout=30) as http:
+        for sid in ("w-1", "w-2", "w-3"):
+            message(http, sid, "hello")
+        for sid in ("w-1", "w-2", "w-3"):
+            wait_state(http, sid, "idle")
+    caplog.set_level(logging.INFO, logger="harness.gateway")
+    with ServerThread(open_settings(url), harnesses=[approvals]) as second:
+        assert second.state is not None
+        wait_for(lambda: second.state.warming is not None and second.state.warming.done(), timeout=30,
+                 what="the first listing")
+        assert any("3 sessions indexed" in r.getMessage() for r in caplog.records), caplog.text
+        with httpx.Client(base_url=second.url, timeout=30) as http:
+            assert {s["session_id"] for s in http.get("/v1/sessions").json()["sessions"]} == {"w-1", "w-2", "w-3"}

@@ -41,3 +41,29 @@ def test_harness_kafka_local_runs_the_full_jit(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(Stop):
         kafka_local.main([])
     assert made and not any(opt.startswith("-XX:TieredStopAtLevel") for opt in made[0].jvm_opts)
+
+
+def test_the_broker_is_sized_for_the_cores_it_shares() -> None:
+    small_threads, small_gc = kafka_local.sized_for(2)
+    assert small_threads == {"num.network.threads": 1, "num.io.threads": 2}
+    assert small_gc == ("-XX:+UseParallelGC",)
+    big_threads, big_gc = kafka_local.sized_for(16)
+    assert big_threads == {"num.network.threads": 8, "num.io.threads": 16}
+    assert "-XX:+UseG1GC" in big_gc
+    assert kafka_local.sized_for(0)[0] == {"num.network.threads": 1, "num.io.threads": 2}
+
+
+def test_the_sizing_reaches_the_broker_and_a_chosen_collector_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(kafka_local, "machine_cores", lambda: 2)
+    broker = LocalKafka()
+    broker.controller_port = 1
+    broker.port = 2
+    config = broker._config(tmp_path)
+    assert config["num.network.threads"] == 1 and config["num.io.threads"] == 2
+    assert "-XX:+UseParallelGC" in broker._java_cmd(Path("/libs"), Path("/l.properties"), "kafka.Kafka")
+    # overrides still win over the sizing
+    assert LocalKafka(overrides={"num.io.threads": 6})._config(tmp_path)["num.io.threads"] == 6
+    chosen = LocalKafka(jvm_opts=["-XX:+UseZGC"])._java_cmd(Path("/libs"), Path("/l.properties"), "kafka.Kafka")
+    assert "-XX:+UseZGC" in chosen and not any(o in chosen for o in ("-XX:+UseParallelGC", "-XX:+UseG1GC"))

@@ -136,12 +136,13 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await state.check_ready()
+        await state.check_ready()  # once the log answers, the first listing starts (state.warm)
         if on_startup is not None:
             await on_startup(state)
         try:
             yield
         finally:
+            await state.stop_warming()
             state.close_streams()
             await state.breaker.stop()
             if on_shutdown is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -24,6 +26,8 @@ from harness.services.gateway.settings import GatewaySettings
 from harness.views import SessionSummary
 
 __all__ = ["READY_TIMEOUT_S", "GatewayState", "console_dir"]
+
+log = logging.getLogger("harness.gateway")
 
 READY_TIMEOUT_S = 5.0
 """How long ``/readyz`` waits for the log to answer."""
@@ -69,6 +73,9 @@ class GatewayState:
         self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
         self.ready = False
         self.not_ready: str | None = "not started"
+        self.warming: asyncio.Task[None] | None = None
+        """The first listing, started once the log answers (see :meth:`warm`)."""
+        self._stopped = False
 
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """The session's committed records after ``after`` (all if None), read-only."""
@@ -78,6 +85,34 @@ class GatewayState:
         """Every session of the log (every tenant's), most recently active first."""
         index = self._index
         return sort_summaries(await self.breaker.call(lambda: index.summaries(now_ms=self.now_ms())))
+
+    def warm(self) -> None:
+        """Start the index's first listing now, in the background: on a big Kafka log it
+        reads every partition's checkpoint and tail (seconds at 100k sessions), which the
+        first ``GET /v1/sessions`` would otherwise wait for. A request that comes while it
+        runs waits for it and reads only what came after. A failure (the log is down) is
+        logged in one line; the next listing tries again."""
+        if self.warming is None and self.ready and not self._stopped:
+            self.warming = asyncio.ensure_future(self._warm())
+
+    async def _warm(self) -> None:
+        started = time.monotonic()
+        try:
+            sessions = await self._index.summaries(now_ms=self.now_ms())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - logged; the next listing reads again
+            log.warning("gateway: the first listing of the sessions failed (%s); the next one reads again",
+                        " ".join(str(exc).split()) or type(exc).__name__)
+            return
+        log.info("gateway: %d sessions indexed in %.1f s", len(sessions), time.monotonic() - started)
+
+    async def stop_warming(self) -> None:
+        self._stopped = True
+        if self.warming is not None and not self.warming.done():
+            self.warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.warming
 
     def log_id(self, principal: Principal, session_id: str) -> str:
         return tenant_session_id(principal.tenant, session_id)
@@ -115,6 +150,7 @@ class GatewayState:
                 await reachable(READY_TIMEOUT_S)
             self.ready, self.not_ready = True, None
             self.breaker.close()
+            self.warm()
         except LogError as exc:  # TopicNotFound says which topic and how to make it
             self.ready, self.not_ready = False, " ".join(str(exc).split())
         except (TimeoutError, OSError) as exc:
