@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -193,6 +194,10 @@ async def test_sqlite_lease_wait_takeover_and_fencing_are_logged_once(tmp_path: 
         (["--app", "tests.apps.cli_app:assistant", "--sync-threads", "0"], {}, "--sync-threads takes a whole number >= 1"),
         (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_SYNC_THREADS": "x"},
          "HARNESS_SYNC_THREADS takes a whole number >= 1, not 'x'"),
+        (["--app", "tests.apps.cli_app:assistant", "--cpu-policy", "fast"], {},
+         "--cpu-policy takes one of batch, normal, not 'fast'"),
+        (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_CPU_POLICY": "realtime"},
+         "--cpu-policy takes one of batch, normal, not 'realtime'"),
     ],
 )
 def test_worker_settings_errors_are_one_line(backend: Backend, tmp_path: Path, args: list[str],
@@ -285,3 +290,26 @@ async def test_worker_runs_with_log_level_debug(backend: Backend) -> None:
     assert " DEBUG " in worker.stderr(), worker.stderr()
     assert worker.terminate() == 0, worker.describe()
     assert "Traceback" not in worker.stderr()
+
+
+# --- the CPU policy ---------------------------------------------------------------------------------
+
+
+def _policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux only")
+async def test_every_worker_thread_runs_batch_unless_told_normal(backend: Backend) -> None:
+    """By default every thread of a worker (the loop, the log's threads, librdkafka's) is
+    SCHED_BATCH, so one thread waking another does not preempt it; ``--cpu-policy normal``
+    (or HARNESS_CPU_POLICY) keeps the default policy. Either way it runs turns."""
+    batch = backend.worker()
+    normal = backend.worker(env={"HARNESS_CPU_POLICY": "normal"})
+    await backend.ready(batch)
+    await backend.ready(normal)
+    sent = backend.cli("send", "cpu-1", "hello", "--harness", HARNESS)
+    assert sent.returncode == 0, sent.stderr
+    assert _policies(batch.pid) == {os.SCHED_BATCH}, batch.describe()
+    assert _policies(normal.pid) == {os.SCHED_OTHER}, normal.describe()
+    assert len(os.listdir(f"/proc/{batch.pid}/task")) > 2  # the log's threads too, not only the main one

@@ -7,7 +7,7 @@ Settings come from the command line or, read once at start, from the environment
 HARNESS_LOG, HARNESS_APPS (comma-separated module:attribute), HARNESS_INSTANCE_ID,
 HARNESS_SECRETS_DIR (read again when it changes, looked at every HARNESS_SECRETS_RECHECK_SECONDS,
 default 10), HARNESS_MAX_SESSIONS, HARNESS_LOG_FORMAT, HARNESS_LOG_LEVEL,
-HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_DRAIN_TIMEOUT_SECONDS, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
+HARNESS_LEASE_SECONDS, HARNESS_SYNC_THREADS, HARNESS_DRAIN_TIMEOUT_SECONDS, HARNESS_CPU_POLICY, HARNESS_SECRET_<NAME> (one secret each; the name lower-cased),
 HARNESS_KAFKA_CONFIG_<KEY> (one librdkafka setting each: HARNESS_KAFKA_CONFIG_SASL_PASSWORD
 is sasl.password), HARNESS_METRICS_PORT (/metrics, /healthz, /readyz on that port).
 A flag wins over its variable.
@@ -46,6 +46,7 @@ from harness.errors import ConfigError
 from harness.gcpause import tune_for_service
 from harness.runtime.host import DEFAULT_SYNC_THREADS
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT, Worker
+from harness.services.cpu_policy import CPU_POLICIES, DEFAULT_CPU_POLICY, apply_cpu_policy
 from harness.services.lingering import exit_if_sync_calls_linger
 from harness.services.worker.apps import load_harnesses
 from harness.services.worker.secrets import RECHECK_SECONDS, WorkerSecrets
@@ -122,6 +123,9 @@ def parser() -> CommandParser:
                    f"{DEFAULT_DRAIN_TIMEOUT.total_seconds():g}; 0: cut at once)")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve /metrics, /healthz and /readyz on this port (0: any free port)")
+    p.add_argument("--cpu-policy", default=None, metavar="POLICY",
+                   help="Linux scheduling of the worker's threads: batch (default: a thread another one "
+                   "wakes does not preempt a running one; ~20%% more turns/s on a busy machine) or normal")
     return p
 
 
@@ -164,6 +168,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
             args.metrics_port = _port(env["HARNESS_METRICS_PORT"])
         except argparse.ArgumentTypeError as exc:
             raise ConfigError(f"HARNESS_METRICS_PORT: {exc}", setting="HARNESS_METRICS_PORT") from None
+    args.cpu_policy = _choice(args.cpu_policy or env.get("HARNESS_CPU_POLICY") or DEFAULT_CPU_POLICY,
+                              "--cpu-policy", CPU_POLICIES)
     args.log_format = _choice(args.log_format or env.get("HARNESS_LOG_FORMAT") or "text",
                               "--log-format", logs.LOG_FORMATS)
     level = args.log_level or env.get("HARNESS_LOG_LEVEL") or "info"
@@ -243,7 +249,11 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None, 
 def run(argv: list[str]) -> Any:
     """Parse, configure logging, and return the coroutine that serves (for ``run_command``)."""
     args = parse(argv)
+    # First, before the log and the apps start threads (each thread inherits it anyway).
+    refused = apply_cpu_policy(args.cpu_policy)
     logs.configure(level=args.log_level, fmt=args.log_format)
+    if refused:
+        log.warning("%s; running with the normal policy (--cpu-policy normal says so)", refused)
     return serve(args, hard_exit=True)
 
 
