@@ -304,12 +304,12 @@ async def test_every_worker_thread_runs_batch_unless_told_normal(backend: Backen
     """By default every thread of a worker (the loop, the log's threads, librdkafka's) is
     SCHED_BATCH, so one thread waking another does not preempt it; ``--cpu-policy normal``
     (or HARNESS_CPU_POLICY) keeps the default policy. Either way it runs turns."""
-    batch = backend.worker()
-    normal = backend.worker(env={"HARNESS_CPU_POLICY": "normal"})
-    await backend.ready(batch)
-    await backend.ready(normal)
-    sent = backend.cli("send", "cpu-1", "hello", "--harness", HARNESS)
-    assert sent.returncode == 0, sent.stderr
-    assert _policies(batch.pid) == {os.SCHED_BATCH}, batch.describe()
-    assert _policies(normal.pid) == {os.SCHED_OTHER}, normal.describe()
-    assert len(os.listdir(f"/proc/{batch.pid}/task")) > 2  # the log's threads too, not only the main one
+    # One after the other: on one partition a second worker of the group would own nothing.
+    for n, (env, policy) in enumerate([({}, os.SCHED_BATCH), ({"HARNESS_CPU_POLICY": "normal"}, os.SCHED_OTHER)]):
+        worker = backend.worker(env=env)
+        await backend.ready(worker)
+        sent = backend.cli("send", f"cpu-{n}", "hello", "--harness", HARNESS)
+        assert sent.returncode == 0, sent.stderr
+        assert _policies(worker.pid) == {policy}, worker.describe()
+        assert len(os.listdir(f"/proc/{worker.pid}/task")) > 2  # the log's threads too, not only the main one
+        assert worker.terminate() == 0, worker.describe()
