@@ -62,6 +62,7 @@ _JVM_OPTS = (
     "-Dlog4j2.shutdownHookEnabled=false",
 )
 
+
 def machine_cores() -> int:
     """The cores this process may run on (its CPU affinity, else the machine's)."""
     try:

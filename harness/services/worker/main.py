@@ -253,7 +253,7 @@ def run(argv: list[str]) -> Any:
     refused = apply_cpu_policy(args.cpu_policy)
     logs.configure(level=args.log_level, fmt=args.log_format)
     if refused:
-        log.warning("%s; running with the normal policy (--cpu-policy normal says so)", refused)
+        log.warning("%s; the worker runs with the default policy (--cpu-policy normal: without this line)", refused)
     return serve(args, hard_exit=True)
 
 
