@@ -105,7 +105,9 @@ class GatewayState:
             log.warning("gateway: the first listing of the sessions failed (%s); the next one reads again",
                         " ".join(str(exc).split()) or type(exc).__name__)
             return
-        log.info("gateway: %d sessions indexed in %.1f s", len(sessions), time.monotonic() - started)
+        count = len(sessions)
+        log.info("gateway: %d %s indexed in %.1f s", count, "session" if count == 1 else "sessions",
+                 time.monotonic() - started)
 
     async def stop_warming(self) -> None:
         self._stopped = True
