@@ -16,7 +16,7 @@ import sys
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from harness.errors import ConfigError, HarnessError, InvalidId, LogUnavailable, MissingExtra
 from harness.log.base import SessionLog
@@ -33,7 +33,10 @@ __all__ = [
     "positive_float",
     "positive_int",
     "run_command",
+    "telling_if_slow",
 ]
+
+T = TypeVar("T")
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -182,6 +185,20 @@ async def open_log_for(
         f"unsupported session log URL {url!r}: use sqlite:///path or kafka://host:port[?topic_prefix=...]",
         setting="--log",
     )
+
+
+async def telling_if_slow(work: Coroutine[Any, Any, T], *, after: float, note: str) -> T:
+    """``await work``; if it has not finished after ``after`` seconds, print ``note`` on
+    stderr once (a command reading a big log says what it does instead of going quiet)."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _pending = await asyncio.wait([task], timeout=after)
+        if not done:
+            print(note, file=sys.stderr, flush=True)
+        return await task
+    finally:
+        if not task.done():
+            task.cancel()
 
 
 def _open_sqlite(url: str, role: str) -> SessionLog:

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from harness.cli.common import CommandParser, add_log_option, open_log_for, positive_int
+from harness.cli.common import CommandParser, add_log_option, open_log_for, positive_int, telling_if_slow
 from harness.cli.render import (
     ask_lines,
     session_header,
@@ -31,6 +31,9 @@ from harness.runtime.catalog import follow_session, list_sessions, scan_session
 from harness.views import SESSION_STATES, Timeline, summarize, timeline
 
 __all__ = ["main_sessions", "main_show", "main_tail", "read_existing"]
+
+
+SLOW_LISTING_S = 2.0  # after this, `harness sessions` says it is still reading
 
 
 def _now_ms() -> int:
@@ -71,7 +74,11 @@ async def main_sessions(argv: list[str]) -> int:
     log = await open_log_for(args.log, role="client")
     try:
         now = _now_ms()
-        summaries = await list_sessions(log, now_ms=now, history=args.history)
+        summaries = await telling_if_slow(
+            list_sessions(log, now_ms=now, history=args.history), after=SLOW_LISTING_S,
+            note="(still reading: --history reads every partition from its start, which takes a while on a "
+            "big log)" if args.history else "(still reading the log: a big one takes a few seconds)",
+        )
     finally:
         await log.close()
     if args.state:

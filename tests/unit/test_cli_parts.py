@@ -324,3 +324,69 @@ def test_an_open_ask_with_an_expiry_says_until_when_and_how_long_is_left() -> No
     assert lines[0].startswith("ask c1/approval: Refund? (expires ") and lines[0].endswith(", in 2 min)"), lines
     assert lines[1] == "  answer with: harness answer s-1 c1 approval 'JSON' (fields: ok)"
     assert lines[2] == "ask c2/open: Any time?"  # no expiry, nothing said
+
+
+async def test_a_slow_command_says_once_that_it_is_still_reading(capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    from harness.cli.common import telling_if_slow
+
+    async def slow() -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    assert await telling_if_slow(slow(), after=0.01, note="(still reading)") == "done"
+    assert capsys.readouterr().err == "(still reading)\n"
+
+    assert await telling_if_slow(slow(), after=5, note="(still reading)") == "done"
+    assert capsys.readouterr().err == ""  # quick: nothing said
+
+    async def broken() -> None:
+        await asyncio.sleep(0.05)
+        raise ValueError("the log said no")
+
+    with pytest.raises(ValueError, match="the log said no"):
+        await telling_if_slow(broken(), after=0.01, note="(still reading)")
+
+
+async def test_a_cancelled_command_cancels_what_it_was_reading() -> None:
+    import asyncio
+
+    from harness.cli.common import telling_if_slow
+
+    reading = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def endless() -> None:
+        reading.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    command = asyncio.ensure_future(telling_if_slow(endless(), after=3600, note="-"))
+    await reading.wait()
+    command.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await command
+    assert cancelled.is_set()
+
+
+async def test_harness_sessions_on_a_slow_listing_says_what_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import sessions
+
+    monkeypatch.setattr(sessions, "SLOW_LISTING_S", 0.0)  # every listing counts as slow
+    from harness.log import open_log
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    await open_log(url).close()  # an empty log, as a worker leaves it
+    assert await sessions.main_sessions(["--log", url]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["(still reading the log: a big one takes a few seconds)", "no sessions in this log"]
+    assert await sessions.main_sessions(["--log", url, "--history", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == []  # stdout stays the JSON alone
+    assert "--history reads every partition from its start" in err
