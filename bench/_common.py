@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -218,8 +218,13 @@ class WorkerProc:
     """
 
     def __init__(self, url: str, name: str, *, app: str = APP, log_level: str = "INFO",
-                 profile: Path | None = None) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+                 profile: Path | None = None, env: Mapping[str, str] | None = None,
+                 root: Path | None = None) -> None:
+        """``env``: variables set for this worker only; ``root``: the checkout whose code
+        (``harness`` and ``bench.apps``) it runs, this one by default."""
+        root = ROOT if root is None else root
+        env = {**os.environ, **(env or {}),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
         self.name = name
         self.profile = profile
         runner = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
@@ -227,7 +232,7 @@ class WorkerProc:
         self.proc = subprocess.Popen(
             [sys.executable, *runner, "-m", "harness.cli", "worker", "--log", url, "--app", app,
              "--log-level", log_level],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.err, text=True,
+            cwd=root, env=env, stdout=subprocess.PIPE, stderr=self.err, text=True,
         )
         self.owned: set[int] = set()
         self.events: list[tuple[str, int, float]] = []  # ("own" | "gave_up", partition, epoch s of the log line)

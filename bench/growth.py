@@ -118,8 +118,9 @@ class Deployed:
         self.client = HarnessClient(bootstrap=self.bootstrap, topic_prefix=self.prefix, partitions=self.args.partitions)
         await self.client.log.start()
 
-    def start_worker(self) -> None:
-        self.worker = WorkerProc(log_url(self.bootstrap, self.prefix, self.args.partitions), self.prefix)
+    def start_worker(self, env: dict[str, str] | None = None, root: Path | None = None) -> None:
+        self.worker = WorkerProc(log_url(self.bootstrap, self.prefix, self.args.partitions), self.prefix,
+                                 env=env, root=root)
 
     async def ready(self) -> None:
         assert self.worker is not None
