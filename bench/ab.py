@@ -12,7 +12,10 @@ tool call of ``--steps`` (3) no-op steps, ``--clients`` (32) closed-loop clients
 of ``--window`` (8) seconds alternate (A B, B A, ...) for ``--rounds`` (6) rounds, so
 the machine's drift hits both sides alike.
 
-The two places are not equal (the second log of a run came out 3-7% faster in A/A runs),
+Run it more than once: one run of a change with no effect (uvloop for the worker's loop,
+0.98 and 0.99 in the next two runs) once said 1.16.
+
+The two places are not equal (the second log of a run came out 1-7% faster in A/A runs),
 so the whole run is made twice: first A in the first place and B in the second, then
 swapped, each time with new workers and new topics. A figure of a side is over both runs;
 the ratios are the geometric mean of the two runs' ratios, which cancels the place.

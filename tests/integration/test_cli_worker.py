@@ -186,7 +186,7 @@ async def test_sqlite_lease_wait_takeover_and_fencing_are_logged_once(tmp_path: 
         (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_MAX_SESSIONS": "many"},
          "HARNESS_MAX_SESSIONS takes a whole number >= 1, not 'many'"),
         (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_LOG_FORMAT": "xml"},
-         "--log-format takes one of text, json, not 'xml'"),
+         "HARNESS_LOG_FORMAT takes one of text, json, not 'xml'"),
         (["--app", "tests.apps.cli_app:assistant", "--log-level", "loud"], {}, "unknown log level 'loud'"),
         ([], {}, "no harness to run: give --app module:attribute (or set HARNESS_APPS)"),
         (["--app", "tests.apps.cli_app"], {}, "--app takes module:attribute"),
@@ -197,7 +197,7 @@ async def test_sqlite_lease_wait_takeover_and_fencing_are_logged_once(tmp_path: 
         (["--app", "tests.apps.cli_app:assistant", "--cpu-policy", "fast"], {},
          "--cpu-policy takes one of batch, normal, not 'fast'"),
         (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_CPU_POLICY": "realtime"},
-         "--cpu-policy takes one of batch, normal, not 'realtime'"),
+         "HARNESS_CPU_POLICY takes one of batch, normal, not 'realtime'"),
     ],
 )
 def test_worker_settings_errors_are_one_line(backend: Backend, tmp_path: Path, args: list[str],

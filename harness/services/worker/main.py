@@ -169,9 +169,9 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
         except argparse.ArgumentTypeError as exc:
             raise ConfigError(f"HARNESS_METRICS_PORT: {exc}", setting="HARNESS_METRICS_PORT") from None
     args.cpu_policy = _choice(args.cpu_policy or env.get("HARNESS_CPU_POLICY") or DEFAULT_CPU_POLICY,
-                              "--cpu-policy", CPU_POLICIES)
+                              "--cpu-policy" if args.cpu_policy else "HARNESS_CPU_POLICY", CPU_POLICIES)
     args.log_format = _choice(args.log_format or env.get("HARNESS_LOG_FORMAT") or "text",
-                              "--log-format", logs.LOG_FORMATS)
+                              "--log-format" if args.log_format else "HARNESS_LOG_FORMAT", logs.LOG_FORMATS)
     level = args.log_level or env.get("HARNESS_LOG_LEVEL") or "info"
     try:
         args.log_level = logs.parse_level(level)
