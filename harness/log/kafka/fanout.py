@@ -270,6 +270,8 @@ class _Tail:
                 sub.queue.append(item)
             else:  # reported when dispatched only if someone wanted it then (e.g. the first
                 self._report(msg.offset(), item)  # batch can come before the first subscriber)
+        if wanted:  # decoded for a subscriber all the same, only later than the batch came
+            self.fanout.stats.add(tail_decoded=len(wanted))
 
     def _report(self, offset: int, corrupt: CorruptRecord) -> None:
         """Report a poison record of this partition, once."""
