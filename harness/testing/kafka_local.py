@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -52,6 +53,8 @@ __all__ = [
 # Logged at INFO by kafka.server.KafkaRaftServer once BrokerServer.startup() returned,
 # which in KRaft mode happens only after the broker is registered and unfenced.
 _READY_LINE = "Kafka Server started"
+# Held (flock) by the process that runs a broker on a data dir; see LocalKafka._lock_data_dir.
+_DATA_DIR_LOCK = "harness-kafka-local.lock"
 _JVM_OPTS = (
     "-Xms256m",
     "-Xmx1g",
@@ -207,6 +210,7 @@ class LocalKafka:
         self.jvm_opts = (*gc, *(_QUICK_START_JVM_OPTS if quick_start else ()), *jvm_opts)
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
+        self._lock_fd: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -307,11 +311,41 @@ class LocalKafka:
         """
         if self.running:
             return self
-        libs = ensure_jars(self.cache_dir)
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="harness-kafka-"))
         data_dir = self.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir(data_dir)
+        try:
+            self._start_locked(data_dir)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _lock_data_dir(self, data_dir: Path) -> None:
+        """Hold an exclusive lock on the data dir before touching anything in it.
+
+        Kafka's own ``.lock`` is taken only after the broker has begun reading its
+        metadata log, so a second broker on the same dir used to read the first one's
+        log mid-write and die on a "corrupt record". The lock's descriptor is inherited by
+        the JVM, so it holds while either process lives.
+        """
+        if self._lock_fd is not None:
+            return
+        fd = os.open(data_dir / _DATA_DIR_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaLaunchError(
+                f"the data dir {data_dir} is locked ({_DATA_DIR_LOCK})",
+                summary=self._known_cause("Failed to acquire lock on file .lock"),
+            ) from None
+        self._lock_fd = fd
+
+    def _start_locked(self, data_dir: Path) -> None:
+        libs = ensure_jars(self.cache_dir)
         if self.port is None:
             self.port = _free_port()
         if self.controller_port is None:
@@ -355,13 +389,9 @@ class LocalKafka:
             cwd=data_dir,
             start_new_session=True,
             preexec_fn=_death_signal_preexec(),
+            pass_fds=(self._lock_fd,) if self._lock_fd is not None else (),
         )
-        try:
-            self._wait_ready(log_offset)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self._wait_ready(log_offset)
 
     def _log_since(self, offset: int) -> str:
         try:
@@ -462,6 +492,9 @@ class LocalKafka:
         if self._out is not None:
             self._out.close()
             self._out = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the JVM's inherited copy closed when it exited
+            self._lock_fd = None
 
     def kill(self) -> None:
         """SIGKILL the broker (crash); the data dir is kept for a later :meth:`start`."""
