@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -89,6 +90,18 @@ class SessionHost(Protocol):
         ...
 
 
+def _weakly(core: SessionCore) -> Callable[[BaseException], None]:
+    """``core.fail`` without keeping ``core`` alive (see ``SessionCore.__init__``)."""
+    ref = weakref.ref(core)
+
+    def on_lost(exc: BaseException) -> None:
+        alive = ref()
+        if alive is not None:
+            alive.fail(exc)
+
+    return on_lost
+
+
 def _payload(record: Record) -> tuple[Any, ...]:
     return input_payload(record.TYPE, record_data(record))
 
@@ -125,10 +138,15 @@ class SessionCore:
             lease=host.lease,
             clock=self.clock,
             renewals=host,
-            on_lost=self.fail,
+            on_lost=_weakly(self),
         )
         self.ask_models: dict[tuple[str, str], type[BaseModel]] = {}  # registered by running asks
-        self.driver = TurnDriver(self)
+        # The driver and the ownership point back at the core weakly: a core no longer
+        # referenced (a worker forgets ended sessions all the time) is freed at once by
+        # reference counting. With strong links each one was a cycle of ~34 objects left
+        # to the cyclic collector, whose middle-generation passes then took 0.3-0.5 s of
+        # the loop every ~25 s in bench/e2e.py (docs/architecture.md, "Garbage").
+        self.driver = TurnDriver(weakref.proxy(self))
         # Set and dropped at every change; made again by the next waiter (none: no cost).
         self._changed: asyncio.Event | None = None
         self._verdicts: asyncio.Event | None = None  # the same, for changes that may decide a result
