@@ -340,7 +340,7 @@ class LocalKafka:
             os.close(fd)
             raise KafkaLaunchError(
                 f"the data dir {data_dir} is locked ({_DATA_DIR_LOCK})",
-                summary=self._known_cause("Failed to acquire lock on file .lock"),
+                summary=self._dir_in_use(),
             ) from None
         self._lock_fd = fd
 
@@ -417,9 +417,12 @@ class LocalKafka:
         if "Address already in use" in text:
             return f"port {self.port} is in use (another broker?): give another --port, or none for a free one"
         if "Failed to acquire lock on file .lock" in text:
-            return (f"the data dir {self.data_dir} is in use by another broker: stop that one, or give another "
-                    "--data-dir")
+            return self._dir_in_use()
         return None
+
+    def _dir_in_use(self) -> str:
+        return (f"the data dir {self.data_dir} is in use by another broker: stop that one, or give another "
+                "--data-dir")
 
     def _wait_ready(self, log_offset: int) -> None:
         assert self._proc is not None and self.port is not None

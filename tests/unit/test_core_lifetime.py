@@ -62,14 +62,15 @@ async def test_a_core_the_worker_forgets_is_freed_without_the_cyclic_collector(c
     rt = PartitionRuntime(host=host, harnesses={"w": _harness()})
     await rt.go_live()
     await rt.ingest([await log.submit(InputMessage("s", 0, "in-1", "go", "w"))])
-    for _ in range(1000):  # feed the runtime what the log committed, as a tail would
+    settled = False
+    for _ in range(10_000):  # feed the runtime what the log committed, as a tail would
         entries = [e for e in await log.read_all() if e.seq > rt.position]
         await rt.ingest(entries)
-        if any(isinstance(e.record, InputSettled) for e in entries):
+        settled = settled or any(isinstance(e.record, InputSettled) for e in entries)
+        if settled and not rt.sessions["s"].busy:
             break
-        await asyncio.sleep(0.001)
-    while rt.sessions["s"].busy:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0)  # (one loop step: the driver runs)
+    assert settled and not rt.sessions["s"].busy
     core = weakref.ref(rt.sessions["s"])
     assert rt.forget_idle() == 1
     await asyncio.sleep(0)  # (the loop lets go of the driver's finished task)
