@@ -21,6 +21,7 @@ lazily, when installed, to confirm readiness with a metadata request.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import fcntl
@@ -314,7 +315,13 @@ class LocalKafka:
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="harness-kafka-"))
         data_dir = self.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            reason = "not a directory" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror or str(exc)
+            raise KafkaLaunchError(f"cannot make the data dir {data_dir}: {exc}",
+                                   summary=f"cannot use {data_dir} as the data dir ({reason}): give "
+                                   "another --data-dir") from None
         self._lock_data_dir(data_dir)
         try:
             self._start_locked(data_dir)
@@ -522,6 +529,17 @@ class LocalKafka:
 # --------------------------------------------------------------------------- CLI
 
 
+def _port(text: str) -> int:
+    """``--port``: a TCP port a broker can listen on."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: give a number from 1 to 65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: give a number from 1 to 65535")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``harness kafka-local`` until SIGTERM/SIGINT.
 
@@ -540,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         example="  harness kafka-local --port 9092 --data-dir ~/.cache/harness/broker",
     )
     parser.add_argument(
-        "--port", type=int, default=None, help="PLAINTEXT port (default: free)"
+        "--port", type=_port, default=None, help="PLAINTEXT port, 1-65535 (default: free)"
     )
     parser.add_argument(
         "--data-dir",

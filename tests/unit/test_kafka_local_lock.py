@@ -58,3 +58,20 @@ def test_the_lock_is_held_while_started_and_released_on_stop(tmp_path: Path) -> 
     broker.stop()
     other._lock_data_dir(tmp_path)
     other.stop()
+
+
+def test_a_data_dir_that_cannot_be_one_and_a_port_out_of_range_each_get_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kafka_local, "ensure_jars", lambda *args, **kwargs: tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert kafka_local.main(["--data-dir", str(a_file)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"kafka-local: cannot use {a_file} as the data dir (not a directory): give another --data-dir"
+    for port in ["-5", "0", "70000", "abc"]:
+        with pytest.raises(SystemExit) as exit_:
+            kafka_local.main(["--port", port])
+        assert exit_.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "give a number from 1 to 65535" in line, line
