@@ -16,7 +16,8 @@ next step and a call in an ask or a sleep counts as stopped (``quiet``); see
 docs/architecture.md, "Hand-over drain".
 
 Fewer sequential commits per turn (docs/architecture.md, "Fewer commits per turn"):
-the first model call of a turn overlaps its ``harness.turn.started`` append; a model
+the first model call of a turn runs beside its ``harness.turn.started``, which rides in
+the answer's append when the answer comes within ``turn_start.RIDE_S``; a model
 response with tool calls is logged with their ``harness.tool.started`` records in one
 append (``first_runs``) and the batch runs right after it; a final answer is logged
 with ``harness.turn.finished`` and its input's ``harness.input.settled``.
@@ -64,6 +65,7 @@ from harness.replay import (
 from harness.runtime.execute import apply_after_hook, error_outcome, run_tool_call
 from harness.runtime.model_call import call_model
 from harness.runtime.turn_lines import TurnLines
+from harness.runtime.turn_start import TurnStart
 from harness.secrets import SecretScrubber
 from harness.step import CallScope, DurableStep
 
@@ -179,23 +181,25 @@ class TurnDriver:
                 await self._do(action)
 
     async def _start_turn(self, input_id: str, n: int) -> None:
-        """Start turn ``n`` for the message ``input_id``: its first model call runs while
-        its ``harness.turn.started`` is appended (what the planner answers for a turn just
-        started is that call: ``CallModel(n, 0)``). The answer waits for that append
-        before anything else is logged, so the log never holds a response of a turn it
-        does not hold; a crash during the call once the start committed is a takeover
-        that counts (SPEC 7.5)."""
+        """Start turn ``n`` for the message ``input_id``: its first model call runs beside
+        its ``harness.turn.started`` (what the planner answers for a turn just started is
+        that call: ``CallModel(n, 0)``). An answer within ``RIDE_S`` is appended with the
+        start; a later one waits for the start's own append. So the log never holds a
+        response of a turn it does not hold; a crash during the call once the start
+        committed is a takeover that counts (SPEC 7.5)."""
         core = self.core
         now = core.now_ms()
         self._own_turns.add(n)
         logs.bind(input_id=input_id)
-        started = asyncio.ensure_future(core.commit([TurnStarted(core.session_id, now, input_id, n)]))
+        start = TurnStart([TurnStarted(core.session_id, now, input_id, n)], core.commit)
+        started = start.done
         started.add_done_callback(lambda done: self._turn_started(done, n, input_id))
         try:
-            await self._stoppable(now, self._call_model(CallModel(n, 0), starting=(input_id, started)))
+            await self._stoppable(now, self._call_model(CallModel(n, 0), starting=(input_id, start)))
         finally:
-            if not started.done():  # stopped early: go on only once the start is settled,
-                await asyncio.wait([started])  # so a turn is never started twice
+            if not started.done():  # stopped early: go on only once the start is settled
+                start.alone()  # (in the log), so a turn is never started twice
+                await asyncio.wait([started])
         started.result()  # its failure, if the call did not raise it already
 
     def _turn_started(self, done: asyncio.Future[None], n: int, input_id: str) -> None:
@@ -304,12 +308,12 @@ class TurnDriver:
             always=outcome != "completed",  # (what did not complete is always told)
         )
 
-    async def _call_model(self, action: CallModel, starting: tuple[str, asyncio.Future[None]] | None = None) -> None:
+    async def _call_model(self, action: CallModel, starting: tuple[str, TurnStart] | None = None) -> None:
         """One try of the model call, logged (streaming, retries, usage, the argument
         rule: ``runtime/model_call.py``), with what rides along in its append: the
         batch's ``harness.tool.started`` records (then the batch runs at once), or the
         end of the turn after a final answer. ``starting``: the turn's input id and its
-        ``harness.turn.started`` append, in flight (see ``_start_turn``)."""
+        ``harness.turn.started``, not in the log yet (see ``_start_turn``)."""
         core = self.core
         if starting is None:
             turn = core.state.active_turn
@@ -344,7 +348,7 @@ class TurnDriver:
                 secrets=core.secrets, scrubber=core.scrubber, clock=core.clock,
                 commit=core.commit, fail=fail, publish=core.publish_live, check_name=core.check_name,
                 starting=starting[0] if starting is not None else None,
-                started=starting[1] if starting is not None else None,
+                start=starting[1] if starting is not None else None,
                 along=along,
             )
         except RecordTooLarge as exc:

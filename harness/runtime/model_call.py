@@ -21,9 +21,11 @@ planner again. So a first run and a run after a crash take the same path:
 Text deltas of a streamed answer go to ``publish`` as :class:`~harness.live.LiveEvent`
 objects, never to the log.
 
-The first model call of a turn overlaps the turn's ``harness.turn.started`` append
-(``started``): that append is awaited as soon as the model answered (or failed), before
-anything is logged or checked, and its failure cancels the call at once.
+The first model call of a turn runs beside the turn's ``harness.turn.started``
+(``start``, :mod:`harness.runtime.turn_start`): an answer within ``RIDE_S`` is logged in
+one append with it; otherwise the start is appended alone and awaited as soon as the
+model answered (or failed), before anything is logged or checked, and its failure
+cancels the call at once.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation
 from harness.runtime.arguments import refuse_secret_arguments
+from harness.runtime.turn_start import RIDE_S, TurnStart
 from harness.secrets import SecretScrubber
 
 __all__ = ["ErrorVerdict", "ModelRetrier", "backoff_seconds", "call_model", "classify_error", "model_messages"]
@@ -111,14 +114,20 @@ def model_messages(harness: Harness, state: SessionState, *, starting: str | Non
     return messages
 
 
-async def _beside(answer: Coroutine[Any, Any, ModelResponse], started: asyncio.Future[Any]) -> asyncio.Future[ModelResponse]:
-    """Run the model call ``answer`` while ``started`` (the turn's start) is appended.
+async def _beside(answer: Coroutine[Any, Any, ModelResponse], start: TurnStart) -> asyncio.Future[ModelResponse]:
+    """Run the model call ``answer`` beside the turn's ``start``.
 
-    Returns the call's future, done, once the append is done too. The append's failure
-    raises here and cancels the call (whose outcome then matters to nobody).
+    Returns the call's future, done, once the start is in the log: with the answer when
+    the call succeeded within ``RIDE_S`` (the caller then appends both at once), else on
+    its own, appended alone and awaited. The start's failure raises here and cancels
+    the call (whose outcome then matters to nobody).
     """
     task = asyncio.ensure_future(answer)
     try:
+        await asyncio.wait([task], timeout=RIDE_S)
+        if task.done() and not task.cancelled() and task.exception() is None:
+            return task  # rides: the caller appends the start with the answer
+        started: asyncio.Future[Any] = start.alone()
         await asyncio.wait([task, started], return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
             await asyncio.wait([started])  # the answer waits until its turn is in the log
@@ -260,7 +269,7 @@ async def call_model(
     check_name: CheckName | None = None,
     rng: random.Random | None = None,
     starting: str | None = None,
-    started: asyncio.Future[Any] | None = None,
+    start: TurnStart | None = None,
     along: Along | None = None,
 ) -> None:
     """Make one try of the model call ``action`` names and log its outcome (see the module doc).
@@ -271,7 +280,8 @@ async def call_model(
     Args:
         starting: the input id of the message whose turn this call starts, when its
             ``harness.turn.started`` is not folded yet (its user message is sent).
-        started: that append, in flight: awaited before anything is logged.
+        start: that turn's start, not in the log yet: it rides with a quick answer,
+            else it is appended alone and awaited before anything is logged.
         along: more records for the append of a successful answer.
     """
     if action.not_before is not None:
@@ -284,8 +294,8 @@ async def call_model(
         harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
     )
     try:
-        if started is not None:
-            response = (await _beside(answer, started)).result()
+        if start is not None:
+            response = (await _beside(answer, start)).result()
         else:
             response = await answer
         records = _response_records(
@@ -293,8 +303,12 @@ async def call_model(
         )
         sink.flush()
     except Exception as exc:  # a model failure is retried or fails the turn, never the owner
-        if started is not None and (not started.done() or started.cancelled() or started.exception() is not None):
-            raise  # the turn's start failed: the log's error, not the model's
+        if start is not None:
+            started = start.alone()  # (an answer the log cannot hold: its start goes alone)
+            if not started.done():
+                await asyncio.wait([started])
+            if started.cancelled() or started.exception() is not None:
+                raise  # the turn's start failed: the log's error, not the model's
         metrics.model_call(harness.name, time.perf_counter() - began)
         await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
         return
@@ -306,7 +320,10 @@ async def call_model(
     )
     if along is not None:
         records.extend(along(records))
-    await commit(records)
+    if start is not None and not start.issued:
+        await start.with_answer(records)  # [turn.started, the answer's records] in one append
+    else:
+        await commit(records)
 
 
 async def _failed(

@@ -2,8 +2,9 @@
 
 The test simulates the owner's loop of ``harness/runtime/driver.py`` (``drive``,
 ``_start_turn``, ``_call_model``, ``_run_batch``, ``_run_call``, ``step.do``) on top of
-the REAL fold and planner, with its appends: the first model call of a turn made while
-``turn.started`` is appended, a response logged with its batch's ``tool.started``
+the REAL fold and planner, with its appends: the first model call of a turn made before
+``turn.started`` lands (the answer in the start's append, or the start alone first), a
+response logged with its batch's ``tool.started``
 records (``first_runs``), a final answer with the turn's end. Every append is atomic;
 a crash loses the append in flight (and whatever the process did since its last
 commit, e.g. a step whose value was not committed yet, or a model answer) and the next
@@ -208,11 +209,16 @@ class Life:
                     return
                 n = len(self.state.turns) + 1
                 self.own_turns.add(n)
-                # The first model call runs while turn.started is appended: a crash in
-                # that append loses the answer too.
+                # The first model call runs beside turn.started: a quick answer rides in
+                # its append, else the start is appended alone first. A crash in that
+                # append loses the answer too.
                 answer = self._call_model(CallModel(n, 0), starting=nxt.input_id)
-                yield [TurnStarted(S, 0, nxt.input_id, n)]
-                yield from self._logged(answer)
+                start = TurnStarted(S, 0, nxt.input_id, n)
+                if self.world.rng.random() < 0.5:
+                    yield from self._logged(answer, nxt.input_id, head=[start])
+                else:
+                    yield [start]
+                    yield from self._logged(answer, nxt.input_id)
                 continue
             if turn.turn not in self.own_turns:
                 self.own_turns.add(turn.turn)
@@ -236,24 +242,28 @@ class Life:
                 InputSettled(S, 0, turn.input_id, "failed", action.code, action.error),
             ]
         elif isinstance(action, CallModel):
-            yield from self._logged(self._call_model(action))
+            yield from self._logged(self._call_model(action), turn.input_id)
         else:
             assert isinstance(action, RunBatch)
             yield from self._run_batch(action)
 
-    def _logged(self, response: ModelResponseRecord) -> Iterator[list[Record]]:
-        """The answer's append: with the turn's end (a final answer) or its batch's
-        tool.started records, then the batch runs at once."""
-        turn = self.state.turns[response.turn - 1]
+    def _logged(
+        self, response: ModelResponseRecord, input_id: str, head: list[Record] | None = None
+    ) -> Iterator[list[Record]]:
+        """The answer's append (after ``head``, its turn's start when it rides along):
+        with the turn's end (a final answer) or its batch's tool.started records, then
+        the batch runs at once."""
+        head = head or []
         if not response.tool_calls:
             yield [
+                *head,
                 response,
-                TurnFinished(S, 0, turn.input_id, turn.turn, "completed", response.text),
-                InputSettled(S, 0, turn.input_id, "completed"),
+                TurnFinished(S, 0, input_id, response.turn, "completed", response.text),
+                InputSettled(S, 0, input_id, "completed"),
             ]
             return
         starts = first_runs(response)
-        yield [response, *(ToolStarted(S, 0, d.tool_call_id, d.name, d.attempt) for d in starts)]
+        yield [*head, response, *(ToolStarted(S, 0, d.tool_call_id, d.name, d.attempt) for d in starts)]
         yield from self._run_calls([d.tool_call_id for d in starts])
 
     def _call_model(self, action: CallModel, starting: str | None = None) -> ModelResponseRecord:

@@ -1,8 +1,9 @@
 """Fewer sequential commits per turn (issue 12; docs/architecture.md "Fewer commits per turn").
 
-A turn of one tool call of three steps is seven appends: turn.started (overlapped with
-the first model call), the response with its batch's tool.started, the three steps,
-the tool's result, the final answer with the turn's end and the input's settlement.
+A turn of one tool call of three steps is six appends: turn.started with the response
+and its batch's tool.started (a model that answers within ``RIDE_S``; a slower one gets
+the start appended alone, beside its call), the three steps, the tool's result, the
+final answer with the turn's end and the input's settlement.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import LogUnavailable
+from harness.errors import LogUnavailable, RecordTooLarge
 from harness.log.base import SessionLog
 from harness.models import ModelResponse
 from harness.records import LogEntry, Record
@@ -83,7 +84,7 @@ def three_steps() -> Any:
     return define_harness(name="test/commits", model=script([call("c1", "work")], "done"), tools=[t])
 
 
-async def test_a_turn_of_one_tool_call_of_three_steps_is_seven_appends(hosts, log):
+async def test_a_turn_of_one_tool_call_of_three_steps_is_six_appends(hosts, log):
     recording = RecordingLog(log)
     session = await hosts(log_=recording).open(three_steps(), session_id=SID)
     stats = getattr(log, "stats", None)
@@ -91,8 +92,7 @@ async def test_a_turn_of_one_tool_call_of_three_steps_is_seven_appends(hosts, lo
     result = await session.send("go", input_id="in-1")
     assert result.outcome == "completed" and result.text == "done"
     assert recording.appends == [
-        ["harness.turn.started"],
-        ["harness.model.response", "harness.tool.started"],
+        ["harness.turn.started", "harness.model.response", "harness.tool.started"],
         ["harness.step.result"],
         ["harness.step.result"],
         ["harness.step.result"],
@@ -100,7 +100,7 @@ async def test_a_turn_of_one_tool_call_of_three_steps_is_seven_appends(hosts, lo
         ["harness.model.response", "harness.turn.finished", "harness.input.settled"],
     ]
     if stats is not None:  # SQLite counts every append and submit it commits
-        assert stats.appends - before == 1 + 7
+        assert stats.appends - before == 1 + 6
 
 
 async def test_s5_7_the_response_and_its_batch_start_land_together_before_any_call_runs(hosts, log):
@@ -138,15 +138,27 @@ class SlowModel:
         return ModelResponse(text="done")
 
 
-async def test_the_first_model_call_runs_while_turn_started_is_appended(hosts, log):
+async def test_a_quick_first_answer_rides_in_its_turn_start_append(hosts, log):
     recording = RecordingLog(log)
     model = SlowModel()
-    model.go.set()  # answers at once: the answer must wait for its turn's start
+    model.go.set()  # answers at once
+    session = await hosts(log_=recording).open(define_harness(name="test/commits", model=model), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed" and result.text == "done"
+    assert recording.appends == [
+        ["harness.turn.started", "harness.model.response", "harness.turn.finished", "harness.input.settled"],
+    ]
+
+
+async def test_a_slow_first_answer_waits_for_its_turn_start_appended_alone(hosts, log):
+    recording = RecordingLog(log)
+    model = SlowModel()  # answers when told: well after RIDE_S
     held = recording.hold("harness.turn.started")
     session = await hosts(log_=recording).open(define_harness(name="test/commits", model=model), session_id=SID)
     sending = asyncio.create_task(session.send("go", input_id="in-1"))
-    await held.wait()
-    await eventually(lambda: model.called.is_set())  # called while turn.started is in flight
+    await held.wait()  # the start goes alone while the call runs
+    assert model.called.is_set()
+    model.go.set()  # the answer comes while the start is in flight: it must wait for it
     for _ in range(20):
         await asyncio.sleep(0)
     assert recording.appends == []  # nothing logged before the turn's start
@@ -164,6 +176,51 @@ async def test_the_first_model_call_runs_while_turn_started_is_appended(hosts, l
         "harness.turn.finished",
         "harness.input.settled",
     ]
+
+
+async def test_a_quick_answer_too_large_for_the_log_fails_a_turn_that_is_in_the_log(hosts, log):
+    recording = RecordingLog(log)
+    model = SlowModel()
+    model.go.set()
+    held = recording.hold("harness.model.response", fail=_too_large)
+    session = await hosts(log_=recording).open(define_harness(name="test/commits", model=model), session_id=SID)
+    sending = asyncio.create_task(session.send("go", input_id="in-1"))
+    await held.wait()
+    recording.release.set()
+    result = await sending
+    assert result.outcome == "failed" and result.code == "record_too_large"
+    assert recording.appends == [
+        ["harness.turn.started"],  # alone, once the answer's append with it was refused
+        ["harness.turn.finished", "harness.input.settled"],
+    ]
+    assert [e.type for e in await log.read(SID)] == [
+        "harness.input.message",
+        "harness.turn.started",
+        "harness.turn.finished",
+        "harness.input.settled",
+    ]
+
+
+def _too_large(message: str) -> RecordTooLarge:
+    return RecordTooLarge(message, session_id=SID, size=2_000_000)
+
+
+async def test_a_quick_answer_the_log_cannot_hold_fails_a_turn_that_is_in_the_log(hosts, log):
+    recording = RecordingLog(log)
+    replies = iter([ModelResponse(text="bad \ud800 text"), ModelResponse(text="done")])
+
+    class Model:
+        async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+            return next(replies)
+
+    session = await hosts(log_=recording).open(define_harness(name="test/commits", model=Model()), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert recording.appends[0] == ["harness.turn.started"]  # alone: its answer was refused
+    types = [e.type for e in await log.read(SID)]
+    assert types[:2] == ["harness.input.message", "harness.turn.started"]
+    assert types.count("harness.turn.started") == 1
+    assert "harness.model.response" not in types  # the refused answer is not logged
+    assert result.outcome == "failed" and result.code == "model_error"
 
 
 async def test_a_failed_turn_start_cancels_the_model_call_and_logs_nothing_more(hosts, log):
