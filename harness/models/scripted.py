@@ -9,9 +9,13 @@ from typing import Any
 
 from harness.models.base import ModelResponse, ToolSpec
 
-__all__ = ["ScriptedModel"]
+__all__ = ["KEEP_REQUESTS", "ScriptedModel"]
 
 Script = Sequence[ModelResponse] | Callable[[list[dict[str, Any]]], Any]
+
+
+KEEP_REQUESTS = 1000
+"""How many of its latest requests a scripted model keeps by default."""
 
 
 class ScriptedModel:
@@ -20,17 +24,30 @@ class ScriptedModel:
     Counting assistant messages (not calls) makes the script resumable: a session
     resumed in a new process continues where the log says it was. With a
     function, it is called with the messages (sync or async) and returns a
-    ``ModelResponse``. ``requests`` keeps a copy of the messages of every call.
+    ``ModelResponse``.
+
+    ``requests`` keeps a copy of the messages of every call, oldest first: of the last
+    ``keep_requests`` calls (1000 by default; ``None``: all). A worker or a demo that
+    runs a scripted model for hours would otherwise hold a copy of every request it
+    ever answered.
     """
 
-    def __init__(self, responses: Script) -> None:
+    def __init__(self, responses: Script, *, keep_requests: int | None = KEEP_REQUESTS) -> None:
+        if keep_requests is not None and (isinstance(keep_requests, bool) or not isinstance(keep_requests, int)
+                                          or keep_requests < 0):
+            raise ValueError(f"keep_requests must be a number of requests (0 or more) or None, not {keep_requests!r}")
         self._responses = responses
+        self._keep = keep_requests
         self.requests: list[list[dict[str, Any]]] = []
 
     async def complete(
         self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec] = ()
     ) -> ModelResponse:
-        self.requests.append(copy.deepcopy(messages))
+        keep = self._keep
+        if keep is None or keep > 0:
+            self.requests.append(copy.deepcopy(messages))
+            if keep is not None and len(self.requests) > keep:
+                del self.requests[0]  # (a move of at most ``keep`` pointers)
         if callable(self._responses):
             out = self._responses(messages)
             if inspect.isawaitable(out):

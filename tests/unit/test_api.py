@@ -23,6 +23,7 @@ from harness import (
 )
 from harness.errors import DefinitionError, HarnessError
 from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.models.scripted import KEEP_REQUESTS
 
 from .conftest import Args, call, script
 
@@ -345,3 +346,25 @@ def test_s1_tool_spec_is_the_pydantic_schema():
     assert (spec.name, spec.description) == ("search", "Search")
     assert spec.parameters == Q.model_json_schema()
     assert ToolCall(id="1", name="search").arguments == {}
+
+
+async def test_s1_scripted_model_keeps_its_latest_requests_only():
+    """A scripted model in a long-running worker must not hold every request it answered."""
+    model = ScriptedModel(lambda messages: ModelResponse(text="ok"), keep_requests=3)
+    for n in range(10):
+        await model.complete([{"role": "user", "content": str(n)}], [])
+    assert model.requests == [[{"role": "user", "content": str(n)}] for n in (7, 8, 9)]
+    default = ScriptedModel(lambda messages: ModelResponse(text="ok"))
+    for n in range(KEEP_REQUESTS + 5):
+        await default.complete([{"role": "user", "content": str(n)}], [])
+    assert len(default.requests) == KEEP_REQUESTS
+    assert default.requests[-1] == [{"role": "user", "content": str(KEEP_REQUESTS + 4)}]
+    everything = ScriptedModel(lambda messages: ModelResponse(text="ok"), keep_requests=None)
+    none = ScriptedModel(lambda messages: ModelResponse(text="ok"), keep_requests=0)
+    for n in range(5):
+        await everything.complete([{"role": "user", "content": str(n)}], [])
+        await none.complete([{"role": "user", "content": str(n)}], [])
+    assert len(everything.requests) == 5 and none.requests == []
+    for bad in (-1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match="keep_requests"):
+            ScriptedModel([], keep_requests=bad)  # type: ignore[arg-type]
