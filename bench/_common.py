@@ -420,6 +420,59 @@ def _cpu_jiffies() -> list[int]:
     return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
+_PROBE_CODE = """
+import sys, time
+def unit():
+    d = {}
+    for i in range(25000):
+        d[i %% 1000] = d.get(i %% 1000, 0) + i
+while True:
+    c0 = time.process_time(); unit(); c1 = time.process_time()
+    print(f"{time.monotonic():.3f} {(c1 - c0) * 1000:.3f}", flush=True)
+    time.sleep(%r)
+"""
+
+
+class SpeedProbe:
+    """How fast this machine runs Python while a bench runs, to compare two runs.
+
+    A shared machine's speed moves under a bench (on this project's CI kind, a fixed
+    piece of work takes from 1x to 2x its fastest time, idle or loaded, in spells of
+    a second to a minute; steal stays at 0). A child process does the same piece of
+    pure-Python work (~2 ms) every ``period`` seconds and keeps the CPU time it took:
+    CPU time, not wall time, so a busy machine's queueing does not count, only how
+    fast the CPU ran it. :meth:`mean_ms` over a bench's window is that window's speed
+    (higher: slower); two runs' throughputs compare only beside it. It costs ~2% of
+    one core.
+    """
+
+    def __init__(self, period: float = 0.1) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _PROBE_CODE % period], stdout=subprocess.PIPE, text=True)
+        self._samples: list[tuple[float, float]] = []
+        self._reader = threading.Thread(target=self._read, name="speed-probe", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            at, ms = line.split()
+            self._samples.append((float(at), float(ms)))
+
+    def mean_ms(self, start: float, end: float) -> float:
+        """Mean CPU ms of the work unit between two ``time.monotonic()`` readings."""
+        window = [ms for at, ms in list(self._samples) if start <= at <= end]
+        return sum(window) / len(window) if window else float("nan")
+
+    def fastest_ms(self) -> float:
+        """The unit's 5th percentile CPU ms over the probe's whole life (the machine at speed)."""
+        samples = sorted(ms for _at, ms in list(self._samples))
+        return samples[len(samples) // 20] if samples else float("nan")
+
+    def close(self) -> None:
+        self._proc.terminate()
+        self._proc.wait()
+
+
 def print_profile(path: Path, top: int, title: str) -> None:
     import pstats
 

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import (
     HARNESS_NAME,
+    SpeedProbe,
     WorkerProc,
     add_bootstrap_option,
     broker,
@@ -153,7 +154,7 @@ async def closed_loop(turn: Callable[[str], Awaitable[None]], clients: int, seco
 # --- (a) deployed ----------------------------------------------------------------------------
 
 
-async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dict[str, Any]:
+async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace, probe: SpeedProbe) -> dict[str, Any]:
     from harness.client import HarnessClient
     from harness.log.kafka.log import KafkaLog
 
@@ -218,7 +219,9 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace) -> dic
         stolen0 = machine_stolen()
         broker0 = process_cpu_seconds(broker_pid) if broker_pid else float("nan")
         ends0 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
+        loop_start = time.monotonic()
         rate, lat = await closed_loop(turn, args.clients, args.seconds, "loop")
+        out["probe_ms"] = probe.mean_ms(loop_start, time.monotonic())
         cpu1, own1, busy1 = worker.cpu_seconds(), time.process_time(), machine_busy()
         stolen1 = machine_stolen()
         ends1 = await asyncio.to_thread(partition_ends, bootstrap, f"{prefix}.sessions", args.partitions)
@@ -308,14 +311,19 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
     prefix = args.prefix or new_prefix("e2e")
     print(f"topics: {prefix}.* (deployed), {prefix}h.* (in-process); {os.cpu_count()} cores; "
           f"a turn = 1 tool call of {args.steps} steps; {args.partitions} partitions", flush=True)
-    a = await deployed(bootstrap, prefix, args)
-    print("(a) done", flush=True)
-    b = await in_process(log_url(bootstrap, f"{prefix}h", args.partitions), args, first_vs_later=True)
-    print("(b) done", flush=True)
-    sq: dict[str, Any] = {}
-    if args.sqlite:
-        with tempfile.TemporaryDirectory() as tmp:
-            sq = await in_process(f"sqlite:///{tmp}/e2e.db", args, first_vs_later=False)
+    probe = SpeedProbe()
+    try:
+        a = await deployed(bootstrap, prefix, args, probe)
+        print("(a) done", flush=True)
+        b = await in_process(log_url(bootstrap, f"{prefix}h", args.partitions), args, first_vs_later=True)
+        print("(b) done", flush=True)
+        sq: dict[str, Any] = {}
+        if args.sqlite:
+            with tempfile.TemporaryDirectory() as tmp:
+                sq = await in_process(f"sqlite:///{tmp}/e2e.db", args, first_vs_later=False)
+        fastest_ms = probe.fastest_ms()
+    finally:
+        probe.close()
     bare_p50 = pct(a["bare"], 0.5) * 1000
     floor = a["commits"] * bare_p50
     a50, a99 = stats(a["seq"])
@@ -345,6 +353,8 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         *((f"(a) closed loop: CPU ms per turn, {who}", ms) for who, ms in a["cpu_per_turn"].items()),
         ("(a) closed loop: machine busy (share of all cores)", a["machine_busy"]),
         ("(a) closed loop: of it, taken by the host (steal: another guest ran)", a["stolen"]),
+        ("(a) closed loop: machine speed: CPU ms of a fixed piece of work (mean; SpeedProbe)", a["probe_ms"]),
+        ("the same piece of work at this run's fastest (5th percentile over the run)", fastest_ms),
     ]))
     print()
     first50, later50 = pct(b["first"], 0.5) * 1000, pct(b["later"], 0.5) * 1000
@@ -354,7 +364,8 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
     ]))
     print(f"first_turn_ratio={first50 / later50:.2f}")
     print(f"prefix={prefix}")
-    print(f"e2e_p50_ms={a50:.1f} turns_per_s={a['rate']:.0f} floor_ratio={a50 / floor:.2f}")
+    print(f"e2e_p50_ms={a50:.1f} turns_per_s={a['rate']:.0f} floor_ratio={a50 / floor:.2f} "
+          f"probe_ms={a['probe_ms']:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
