@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -218,3 +219,50 @@ def test_live_deltas_from_the_kafka_live_topic_reach_the_stream(
             assert tails.tails_opened == 1 and tails.consumers == 1
     finally:
         worker.stop()
+
+
+@pytest.mark.kafka
+def test_a_kafka_gateway_takes_a_posted_message_back_from_its_shared_tail(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    """A POST reads the session once (its input may repeat an earlier one), then takes its
+    own input back from the partition's shared tail (the stream a console holds open keeps
+    it live), not with a read of its own; the stream from the input's position then starts
+    at once. Each read is a watermark query, an assignment and fetches on the broker: the
+    gateway path read 3 times a message before."""
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2"
+    worker = start_process(["worker", "--log", url, "--app", APP], ready="worker ready")
+    try:
+        with ServerThread(open_settings(url)) as server:
+            assert server.state is not None
+            posts_read_once(url, server.url, server.state.log)
+    finally:
+        worker.stop()
+
+
+def posts_read_once(url: str, base: str, log: Any) -> None:
+    with httpx.Client(base_url=base, timeout=60) as http:
+        held = {log.partition_for(sid): sid for sid in (f"held-{k}" for k in range(20))}
+        assert len(held) == 2
+        streams = []
+        for sid in held.values():  # a console holds a stream open on each partition
+            http.post(f"/v1/sessions/{sid}/messages", json={"text": "hi", "harness": HARNESS, "input_id": "h"})
+            stream = http.stream("GET", f"/v1/sessions/{sid}/events")
+            lines = stream.__enter__().iter_lines()
+            read_events_from(lines, until=lambda evs: settled(evs, "h"))
+            streams.append(stream)
+        try:
+            for k in range(6):
+                sid = f"new-{k}"
+                reads = log.stats.snapshot()["reads"]
+                receipt = http.post(f"/v1/sessions/{sid}/messages",
+                                    json={"text": "hi", "harness": HARNESS, "input_id": "m"}).json()
+                assert receipt["status"] == "accepted" and receipt["position"] == log_positions(url, sid)[0]
+                with http.stream("GET", f"/v1/sessions/{sid}/events",
+                                 params={"after": receipt["position"] - 1}) as response:
+                    events = read_events_from(response.iter_lines(), until=lambda evs: settled(evs, "m"))
+                assert events[1].id == receipt["position"]  # (after the hello) the input first
+                assert log.stats.snapshot()["reads"] - reads == 1  # the POST's first look only
+        finally:
+            for stream in streams:
+                stream.__exit__(None, None, None)

@@ -4,9 +4,11 @@ of the log give; least recently used sessions go first when it is full."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from harness.log import open_log
+from harness.log.follow import subscribe
 from harness.records import InputMessage, LogEntry
 from harness.replay.state import fold
 from harness.runtime.catalog import read_session
@@ -64,3 +66,92 @@ async def test_least_recently_used_sessions_are_evicted_first() -> None:
     await sessions.get("b")
     assert sessions.full_reads == reads + 1  # b was evicted: read whole again
     await log.close()
+
+
+class CountingFollower:
+    """``subscribe`` on a log, counting the calls (``after`` of each)."""
+
+    def __init__(self, log: Any, *, silent: bool = False) -> None:
+        self.log = log
+        self.silent = silent
+        self.calls: list[int | None] = []
+
+    def __call__(self, session_id: str, *, after: int | None = None) -> Any:
+        self.calls.append(after)
+        if self.silent:
+            return self._never()
+        return subscribe(self.log, session_id, after=after)
+
+    @staticmethod
+    async def _never() -> Any:
+        await asyncio.Event().wait()
+        yield  # (an async generator that yields nothing)
+
+
+async def test_get_through_takes_the_live_records_and_reads_nothing() -> None:
+    """A POST's read-back of its own input: from the live subscription (on Kafka the shared
+    tail), not a read of its own; the view is the same prefix a read and fold give."""
+    log = open_log("memory:")
+    reader, follower = CountingReader(log), CountingFollower(log)
+    sessions = Sessions(reader, follow=follower)
+    for i in range(3):
+        await log.submit(InputMessage("s", i, f"m{i}", "hi", "h"))
+        await log.submit(InputMessage("other", i, f"o{i}", "hi", "h"))
+    view = await sessions.get_through("s", 5)
+    assert [e.seq for e in view.entries] == [1, 3, 5] and sessions.kept == (1, 3)
+    assert reader.calls == [] and follower.calls == [None]  # a session not kept: its whole history
+    await log.submit(InputMessage("other", 9, "o9", "hi", "h"))
+    written = await log.submit(InputMessage("s", 9, "m9", "hi", "h"))
+    again = await sessions.get_through("s", written.seq)
+    assert again is view and [e.seq for e in view.entries] == [1, 3, 5, 8]
+    assert follower.calls == [None, 5] and reader.calls == []  # on from the position it knew
+    assert await sessions.get_through("s", 3) is view and follower.calls == [None, 5]  # known already
+    fresh = fold("s", await log.read("s"))
+    assert view.state.inputs.keys() == fresh.inputs.keys() and view.state.last_seq == fresh.last_seq == 8
+    await log.close()
+
+
+async def test_get_through_reads_when_the_live_records_do_not_come_or_there_is_no_follower() -> None:
+    log = open_log("memory:")
+    written = await log.submit(InputMessage("s", 0, "m0", "hi", "h"))
+    reader = CountingReader(log)
+    sessions = Sessions(reader, follow=CountingFollower(log, silent=True), follow_timeout=0.05)
+    view = await sessions.get_through("s", written.seq)
+    assert [e.seq for e in view.entries] == [1] and reader.calls == [("s", None)]
+    plain_reader = CountingReader(log)
+    plain = await Sessions(plain_reader).get_through("s", written.seq)
+    assert [e.seq for e in plain.entries] == [1] and plain_reader.calls == [("s", None)]
+    await log.close()
+
+
+def test_an_event_stream_from_a_known_position_reads_nothing_first() -> None:
+    """``GET .../events?after=`` within what the gateway read already (a client streaming
+    the answer to the message it just posted) starts on the shared subscription at once;
+    a cursor past what it knows, or an unknown session, is read first (404, clamping)."""
+    from fastapi.testclient import TestClient
+
+    from harness.log.memory import MemoryLog
+    from harness.services.gateway.app import create_app
+    from harness.services.gateway.settings import GatewaySettings
+
+    app = create_app(GatewaySettings(log="memory:", open_access=True), log=MemoryLog())
+    with TestClient(app) as http:
+        gateway = app.state.gateway
+        reads: list[int | None] = []
+        read = gateway.sessions._read
+
+        async def counting(session_id: str, *, after: int | None = None) -> list[LogEntry]:
+            reads.append(after)
+            return list(await read(session_id, after=after))
+
+        gateway.sessions._read = counting
+        posted = http.post("/v1/sessions/s/messages", json={"text": "hi", "harness": "h", "input_id": "m1"}).json()
+        position = posted["position"]
+        before = len(reads)
+        with http.stream("GET", "/v1/sessions/s/events", params={"after": position - 1}) as events:
+            for line in events.iter_lines():
+                if line == f"id: {position}":
+                    break
+        assert len(reads) == before  # nothing read: the stream starts after the cursor at once
+        assert http.get("/v1/sessions/nobody/events").status_code == 404
+        assert len(reads) == before + 1  # an unknown session is read (and refused)

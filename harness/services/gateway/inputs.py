@@ -81,7 +81,7 @@ class Inputs:
             raise
         except (HarnessError, ValueError, UnicodeError, OverflowError) as exc:
             return rejected(input_id, "invalid_input", f"the input cannot be stored: {exc}")
-        view = await self.sessions.get(record.session_id)  # caught up: the input is in it
+        view = await self.sessions.get_through(record.session_id, written.seq)  # the input is in it
         found = receipt_for(view.entries, input_id, record)
         return found if found is not None else Receipt(input_id, "accepted", position=written.seq)
 

@@ -403,7 +403,13 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
-        view = await existing(who, session_id)
+        view = gw.sessions.known(gw.log_id(who, session_id))
+        if view is None or not view.entries or (cursor is not None and cursor > view.position):
+            # Read only when it can change the answer: an unknown session may not exist,
+            # and a cursor past what is known may be past the session's end. A cursor
+            # within what was read (a client resuming, or streaming the answer to the
+            # message it just posted) needs no read: the stream starts right after it.
+            view = await existing(who, session_id)
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.

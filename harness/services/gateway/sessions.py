@@ -17,24 +17,35 @@ costs one small read, and probing ids fills nothing).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
+from harness.errors import LogError
 from harness.records import LogEntry
 from harness.replay.state import SessionState, fold
 
-__all__ = ["MAX_ENTRIES", "SessionReader", "SessionView", "Sessions"]
+__all__ = ["FOLLOW_TIMEOUT_S", "MAX_ENTRIES", "SessionFollower", "SessionReader", "SessionView", "Sessions"]
 
 MAX_ENTRIES = 200_000
 """Records kept in memory across sessions (a few hundred MB at most)."""
+FOLLOW_TIMEOUT_S = 5.0
+"""How long :meth:`Sessions.get_through` waits on the live records before it reads instead."""
 
 
 class SessionReader(Protocol):
     """A session's committed records with seq > ``after`` (all if None), read-only."""
 
     def __call__(self, session_id: str, *, after: int | None = None) -> Awaitable[list[LogEntry]]: ...
+
+
+class SessionFollower(Protocol):
+    """A session's committed records with seq > ``after`` (all if None), live (never ends)."""
+
+    def __call__(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]: ...
 
 
 @dataclass(slots=True)
@@ -70,10 +81,22 @@ class Sessions:
     Args:
         read: how a session's records are read (``harness.runtime.catalog.read_session``).
         max_entries: records kept across sessions before the least recently used go.
+        follow: the log's live records of a session (``harness.log.follow.subscribe``),
+            for :meth:`get_through`; None: it reads.
+        follow_timeout: how long :meth:`get_through` waits on ``follow`` before it reads.
     """
 
-    def __init__(self, read: SessionReader, *, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        read: SessionReader,
+        *,
+        max_entries: int = MAX_ENTRIES,
+        follow: SessionFollower | None = None,
+        follow_timeout: float = FOLLOW_TIMEOUT_S,
+    ) -> None:
         self._read = read
+        self._follow = follow
+        self._follow_timeout = follow_timeout
         self._max = max_entries
         self._views: OrderedDict[str, SessionView] = OrderedDict()
         self._kept = 0
@@ -100,6 +123,50 @@ class Sessions:
             self._views.move_to_end(session_id)
             self._evict()
         return view
+
+    async def get_through(self, session_id: str, seq: int) -> SessionView:
+        """The session with every record up to position ``seq`` at least, where the caller
+        knows a committed record of it is (its own input, just written).
+
+        With ``follow`` the records come from the log's live subscription (on Kafka the
+        process's shared tail of the partition: no read of its own, which costs the
+        broker a watermark query, an assignment and fetches); the view stays a prefix of
+        the session, in log order. Without it, or if the records do not come within
+        ``follow_timeout`` (or the subscription fails), it is :meth:`get`.
+        """
+        base = self._views.get(session_id)
+        if base is not None and base.position >= seq:
+            return base
+        if self._follow is None:
+            return await self.get(session_id)
+        entries: list[LogEntry] = []
+        try:
+            async with asyncio.timeout(self._follow_timeout):
+                stream = self._follow(session_id, after=base.position if base is not None else None)
+                async with contextlib.aclosing(stream) as live:  # type: ignore[type-var]
+                    async for entry in live:
+                        entries.append(entry)
+                        if entry.seq >= seq:
+                            break
+        except (TimeoutError, LogError):
+            return await self.get(session_id)
+        view = base if base is not None else self._views.get(session_id)  # (another request's meanwhile)
+        if view is None:
+            view = SessionView(session_id, [], fold(session_id, []))
+            view._take(entries)
+            if view.entries:
+                self._keep(view)
+            return view
+        taken = view._take(entries)
+        if self._views.get(session_id) is view:  # (not evicted meanwhile)
+            self._kept += taken
+            self._views.move_to_end(session_id)
+            self._evict()
+        return view
+
+    def known(self, session_id: str) -> SessionView | None:
+        """The session as far as it was read already, without reading (None: not kept)."""
+        return self._views.get(session_id)
 
     def _keep(self, view: SessionView) -> None:
         self._views[view.session_id] = view

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -15,6 +15,7 @@ from harness.errors import LogError, LogUnavailable
 from harness.ids import split_tenant_session_id, tenant_session_id
 from harness.live import LiveSource
 from harness.log.base import SessionLog
+from harness.log.follow import subscribe
 from harness.records import LogEntry
 from harness.runtime.catalog import KafkaSessionIndex, SessionIndex, read_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
@@ -65,7 +66,9 @@ class GatewayState:
         self.metrics = metrics
         self.now_ms = now_ms
         self.breaker = LogBreaker(self._probe, timeout=settings.read_timeout_s)
-        self.sessions = Sessions(self.read)
+        # On Kafka a POST's read-back of its own input comes from the shared tail.
+        self.sessions = Sessions(self.read, follow=self.follow if hasattr(log, "subscribe") else None,
+                                 follow_timeout=settings.read_timeout_s)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
         # A listing reads only what was appended since the previous one (on Kafka: per
@@ -80,6 +83,10 @@ class GatewayState:
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """The session's committed records after ``after`` (all if None), read-only."""
         return await self.breaker.call(lambda: read_session(self.log, session_id, after=after))
+
+    def follow(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
+        """The session's committed records after ``after`` (all if None), live, read-only."""
+        return subscribe(self.log, session_id, after=after, dead_letter=False)
 
     async def list_sessions(self) -> list[SessionSummary]:
         """Every session of the log (every tenant's), most recently active first."""
