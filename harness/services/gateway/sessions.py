@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,7 +45,7 @@ class SessionReader(Protocol):
 class SessionFollower(Protocol):
     """A session's committed records with seq > ``after`` (all if None), live (never ends)."""
 
-    def __call__(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]: ...
+    def __call__(self, session_id: str, *, after: int | None = None) -> AsyncGenerator[LogEntry, None]: ...
 
 
 @dataclass(slots=True)
@@ -143,7 +143,7 @@ class Sessions:
         try:
             async with asyncio.timeout(self._follow_timeout):
                 stream = self._follow(session_id, after=base.position if base is not None else None)
-                async with contextlib.aclosing(stream) as live:  # type: ignore[type-var]
+                async with contextlib.aclosing(stream) as live:
                     async for entry in live:
                         entries.append(entry)
                         if entry.seq >= seq:

@@ -34,6 +34,8 @@ from harness.records import LogEntry
 __all__ = ["entry_json", "event_frame", "session_stream"]
 
 RETRY_MS = 1000
+MAX_FRAMES_PER_WRITE = 64
+"""Events queued for a stream that go out in one write at most."""
 
 
 def event_frame(event: str, data: Any, *, id: int | None = None,  # noqa: A002 - the SSE field name
@@ -122,22 +124,31 @@ async def session_stream(
         yield event_frame("hello", {"session_id": public_session_id, "after": after, "heartbeat_s": heartbeat_s})
         while True:
             try:
-                kind, item = await asyncio.wait_for(queue.get(), heartbeat_s)
+                first = await asyncio.wait_for(queue.get(), heartbeat_s)
             except TimeoutError:
                 yield b": heartbeat\n\n"
                 continue
-            if kind == "entry":
-                yield record_frame(item, public_session_id)
-            elif kind == "live":
-                data = item.to_json() if hasattr(item, "to_json") else dict(item)
-                data["session_id"] = public_session_id
-                yield event_frame(str(data.get("type", "live")), data)
-            elif kind == "error":
-                yield event_frame("error", {"error": type(item).__name__, "message": str(item),
-                                            "resume": "reconnect with Last-Event-ID"})
-                return
-            else:  # end, or the server is closing
-                return
+            # What queued meanwhile goes out in the same write (a turn's records come in
+            # bursts): one send through the server and one read for the client, not one each.
+            batch = [first]
+            while len(batch) < MAX_FRAMES_PER_WRITE and not queue.empty():
+                batch.append(queue.get_nowait())
+            frames: list[bytes] = []
+            for kind, item in batch:
+                if kind == "entry":
+                    frames.append(record_frame(item, public_session_id))
+                elif kind == "live":
+                    data = item.to_json() if hasattr(item, "to_json") else dict(item)
+                    data["session_id"] = public_session_id
+                    frames.append(event_frame(str(data.get("type", "live")), data))
+                else:  # an error, the end, or the server is closing: what came before it goes first
+                    if kind == "error":
+                        frames.append(event_frame("error", {"error": type(item).__name__, "message": str(item),
+                                                            "resume": "reconnect with Last-Event-ID"}))
+                    if frames:
+                        yield b"".join(frames)
+                    return
+            yield b"".join(frames)
     finally:
         unregister()
         deltas.close()

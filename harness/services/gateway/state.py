@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -84,7 +84,7 @@ class GatewayState:
         """The session's committed records after ``after`` (all if None), read-only."""
         return await self.breaker.call(lambda: read_session(self.log, session_id, after=after))
 
-    def follow(self, session_id: str, *, after: int | None = None) -> AsyncIterator[LogEntry]:
+    def follow(self, session_id: str, *, after: int | None = None) -> AsyncGenerator[LogEntry, None]:
         """The session's committed records after ``after`` (all if None), live, read-only."""
         return subscribe(self.log, session_id, after=after, dead_letter=False)
 
