@@ -234,8 +234,11 @@ def test_a_kafka_gateway_takes_a_posted_message_back_from_its_shared_tail(
     worker = start_process(["worker", "--log", url, "--app", APP], ready="worker ready")
     try:
         with ServerThread(open_settings(url)) as server:
-            assert server.state is not None
-            posts_read_once(url, server.url, server.state.log)
+            state = server.state
+            assert state is not None
+            # (the first listing of the sessions, started with the gateway, reads too)
+            wait_for(lambda: state.warming is not None and state.warming.done(), timeout=60, what="the first listing")
+            posts_read_once(url, server.url, state.log)
     finally:
         worker.stop()
 
