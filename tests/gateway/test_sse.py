@@ -239,6 +239,7 @@ def test_a_kafka_gateway_takes_a_posted_message_back_from_its_shared_tail(
             # (the first listing of the sessions, started with the gateway, reads too)
             wait_for(lambda: state.warming is not None and state.warming.done(), timeout=60, what="the first listing")
             posts_read_once(url, server.url, state.log)
+            concurrent_resends_get_the_first_position(url, server.url)
     finally:
         worker.stop()
 
@@ -269,3 +270,23 @@ def posts_read_once(url: str, base: str, log: Any) -> None:
         finally:
             for stream in streams:
                 stream.__exit__(None, None, None)
+
+
+def concurrent_resends_get_the_first_position(url: str, base: str) -> None:
+    """Four POSTs of one input id at once to a new session: each read-back finds the copy
+    that landed first, so every receipt names its position; another text is a conflict."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def post(sid: str, text: str) -> dict[str, Any]:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            body = {"text": text, "harness": HARNESS, "input_id": "same"}
+            reply: dict[str, Any] = http.post(f"/v1/sessions/{sid}/messages", json=body).json()
+            return reply
+
+    with ThreadPoolExecutor(4) as pool:
+        for k in range(3):
+            sid = f"resent-{k}"
+            receipts = list(pool.map(post, [sid] * 4, ["hi"] * 4))
+            first = log_positions(url, sid)[0]
+            assert [(r["status"], r["position"]) for r in receipts] == [("accepted", first)] * 4, receipts
+            assert post(sid, "other")["code"] == "input_conflict"
