@@ -8,10 +8,12 @@ durable ``step.do``, then answers (``bench.apps:bench``, ``steps=3``); every tur
 new session. Measured side by side in one run:
 
 (a) deployed: one ``harness worker`` process on a ``--partitions`` (6) partition log;
-    ``HarnessClient.send`` + ``wait_settled`` from this process: after ``--warmup`` (20)
-    seconds of untimed load (a broker that runs for long has compiled its hot code),
-    ``--turns`` (200) sequential turns (p50 / p99), then ``--clients`` (32) closed-loop
-    clients for ``--seconds`` (15) (turns/s).
+    ``HarnessClient.send`` + ``wait_settled`` from this process: after at least ``--warmup``
+    (20) seconds of untimed load, and on a local broker until its JIT has compiled the hot
+    code (a broker that runs for long has; a new one spends ~35 s of this load in its JIT,
+    read with ``jstat``, at most ``--warmup-max`` (120) s), ``--turns`` (200) sequential
+    turns (p50 / p99), then ``--clients`` (32) closed-loop clients for ``--seconds`` (15)
+    (turns/s).
 (b) the same turns in-process: ``HarnessHost`` on Kafka (its own topics, ``<prefix>h``,
     no worker), sequential then closed loop.
 (c) the floor: the turn's sequential commits, counted from the log (runs of consecutive
@@ -59,6 +61,7 @@ from bench._common import (
     process_cpu_seconds,
     table,
     wait_settled_group,
+    warm_broker,
 )
 
 BLOCK = 20
@@ -166,7 +169,7 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace, probe:
     await client.log.start()  # type: ignore[attr-defined]
     worker = WorkerProc(url, "w0", profile=args.profile / "worker.prof" if args.profile else None)
     text = f"steps={args.steps}"
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"warm": {"seconds": 0.0, "jit_share": None}}
     closing: list[Callable[[], None]] = []
     try:
         await asyncio.to_thread(wait_settled_group, [worker], args.partitions, timeout=90)
@@ -178,8 +181,13 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace, probe:
 
         for k in range(10):  # warm up: producers, consumers, the worker's first sessions
             await turn(f"warm-{k}-{uuid.uuid4().hex[:6]}")
+        broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
         if args.warmup > 0:  # and the broker's JIT under load, as a broker that runs for long is
-            await closed_loop(turn, args.clients, args.warmup, "warm")
+
+            async def load(seconds: float) -> None:
+                await closed_loop(turn, args.clients, seconds, "warm")
+
+            out["warm"] = await warm_broker(load, broker_pid, least=args.warmup, most=args.warmup_max)
         bare, close_bare = await asyncio.to_thread(bare_transaction, bootstrap, f"{prefix}.raw")
         closing.append(close_bare)
         for _ in range(BLOCK):
@@ -214,7 +222,6 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace, probe:
         out["commits"] = int(statistics.median(commits))
         out["seq"] = seq_lat
         out["bare"] = base
-        broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
         cpu0, own0, busy0 = worker.cpu_seconds(), time.process_time(), machine_busy()
         stolen0 = machine_stolen()
         broker0 = process_cpu_seconds(broker_pid) if broker_pid else float("nan")
@@ -353,6 +360,9 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         *((f"(a) closed loop: CPU ms per turn, {who}", ms) for who, ms in a["cpu_per_turn"].items()),
         ("(a) closed loop: machine busy (share of all cores)", a["machine_busy"]),
         ("(a) closed loop: of it, taken by the host (steal: another guest ran)", a["stolen"]),
+        ("(a) warm-up s (until a local broker's JIT took < 5% of its CPU in 5 s)", a["warm"]["seconds"]),
+        ("(a) warm-up: the JIT's share of the broker's CPU in its last 5 s (nan: unknown)",
+         float("nan") if a["warm"]["jit_share"] is None else a["warm"]["jit_share"]),
         ("(a) closed loop: machine speed: CPU ms of a fixed piece of work (mean; SpeedProbe)", a["probe_ms"]),
         ("the same piece of work at this run's fastest (5th percentile over the run)", fastest_ms),
     ]))
@@ -379,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="closed-loop time per path")
     parser.add_argument("--pairs", type=int, default=50, help="first/second turn pairs (in-process Kafka)")
     parser.add_argument("--warmup", type=float, default=20.0,
-                        help="seconds of untimed closed loop before (a) is measured (the broker's JIT)")
+                        help="least seconds of untimed closed loop before (a) is measured; it goes on while "
+                             "a local broker's JIT still compiles (jstat), up to --warmup-max")
+    parser.add_argument("--warmup-max", type=float, default=120.0, help="most seconds of that warm-up")
     parser.add_argument("--no-sqlite", dest="sqlite", action="store_false", help="skip the SQLite reference")
     parser.add_argument("--profile", type=Path, help="cProfile the worker into this directory")
     args = parser.parse_args(argv)

@@ -43,6 +43,7 @@ from bench._common import (
     start_harness,
     table,
     wait_settled_group,
+    warm_broker,
 )
 from bench.e2e import closed_loop
 
@@ -89,9 +90,14 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
                 assert settled.outcome == "completed", settled
 
             paths = {"HTTP gateway": http_turn, "HarnessClient": direct_turn}
-            for turn in paths.values():  # warm up both paths, and the broker's JIT
-                await closed_loop(turn, args.clients, args.warmup / 2, "warm")
             broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
+
+            async def load(seconds: float) -> None:  # warm up both paths, and the broker's JIT
+                for turn in paths.values():
+                    await closed_loop(turn, args.clients, seconds / 2, "warm")
+
+            warm = await warm_broker(load, broker_pid, least=args.warmup, most=args.warmup_max)
+            print(f"  warmed up in {warm['seconds']:.0f} s", flush=True)
             results: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
             for _ in range(args.rounds):
                 for name, turn in paths.items():
@@ -130,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--window", type=float, default=10.0, help="seconds per window")
     parser.add_argument("--rounds", type=int, default=3, help="windows of each path")
-    parser.add_argument("--warmup", type=float, default=20.0, help="seconds of untimed load first (both paths)")
+    parser.add_argument("--warmup", type=float, default=20.0,
+                        help="least seconds of untimed load first (both paths); it goes on while a local "
+                             "broker's JIT still compiles (jstat), up to --warmup-max")
+    parser.add_argument("--warmup-max", type=float, default=120.0, help="most seconds of that warm-up")
     parser.add_argument("--port", type=int, default=18431, help="the gateway's HTTP port")
     args = parser.parse_args(argv)
     with broker(args.bootstrap) as bootstrap:

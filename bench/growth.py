@@ -42,6 +42,7 @@ from bench._common import (
     process_cpu_seconds,
     table,
     wait_settled_group,
+    warm_broker,
 )
 from bench.e2e import closed_loop
 
@@ -174,6 +175,13 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
         bytes0 = {d.prefix: await asyncio.to_thread(snapshot_bytes, bootstrap, d.prefix, args.partitions)
                   for d in (fresh, grown)}
         broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
+
+        async def load(seconds: float) -> None:  # untimed: both logs, and the broker's JIT
+            for d in (fresh, grown):
+                await closed_loop(d.turn, args.clients, seconds / 2, "warm")
+
+        warm = await warm_broker(load, broker_pid, least=args.warmup, most=args.warmup_max)
+        print(f"warmed up in {warm['seconds']:.0f} s", flush=True)
         rates: dict[str, list[float]] = {fresh.prefix: [], grown.prefix: []}
         for r in range(args.rounds):
             for d in ((fresh, grown) if r % 2 == 0 else (grown, fresh)):
@@ -208,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--window", type=float, default=10.0, help="seconds of one closed-loop window")
     parser.add_argument("--rounds", type=int, default=3, help="windows per log")
+    parser.add_argument("--warmup", type=float, default=10.0,
+                        help="least seconds of untimed load first (both logs); it goes on while a local "
+                             "broker's JIT still compiles (jstat), up to --warmup-max")
+    parser.add_argument("--warmup-max", type=float, default=120.0, help="most seconds of that warm-up")
     args = parser.parse_args(argv)
     with broker(args.bootstrap) as bootstrap:
         asyncio.run(run(bootstrap, args))
