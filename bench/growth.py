@@ -9,7 +9,9 @@ sessions, which the partition's owner keeps and checkpoints). One ``harness work
 log. The same turns as ``bench/e2e.py`` (a): ``HarnessClient.send`` + ``wait_settled``,
 a new session per turn, one tool call of 3 no-op steps, ``--clients`` (32) closed-loop
 clients, in alternating windows of ``--window`` (10) seconds: fresh, grown, fresh, grown
-... (``--rounds`` (3) of each), so the machine's drift hits both logs alike.
+... (``--rounds`` (3) of each), so the machine's drift hits both logs alike. First an
+untimed load on both, at least ``--warmup`` (10) s and on while a local broker's JIT still
+compiles (``bench._common.warm_broker``).
 
 Prints, per log: turns/s, CPU ms per turn of its worker and of the broker, and the
 bytes its worker wrote to the snapshots topic per turn (checkpoints). Last line:
