@@ -318,6 +318,37 @@ async def test_whole_history_reads_start_at_the_checkpoint_not_at_offset_zero(ma
     await sub.aclose()
 
 
+async def test_a_tail_teaches_the_index_every_new_session_so_reading_one_fetches_nothing(make_log, kafka_bootstrap):
+    writer_log = make_log()
+    await write(writer_log, "before", 1, 2)
+    log = make_log()
+    assert await log.read("before")  # the partition's index is loaded (and taught up to here)
+    watch = log.subscribe("watched", after=None)  # a follower: the partition's shared tail opens
+    waiting = asyncio.ensure_future(take(watch, 1))
+    while log.fanout.subscribers(0) < 1:
+        await asyncio.sleep(0.01)
+    new = await write(writer_log, "new", 1, 3)
+    other = await write(writer_log, "other", 1, 1)
+    watched = await write(writer_log, "watched", 1, 1)
+    assert await waiting == watched  # the tail has read past them
+    consumer = ck.Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "end", "isolation.level": "read_committed"})
+    try:
+        end = consumer.get_watermark_offsets(ck.TopicPartition(log.settings.sessions_topic, 0), timeout=10, cached=False)[1]
+    finally:
+        consumer.close()
+    async with asyncio.timeout(10):  # the end event after the last commit marker comes just after its records
+        while (await log.history("nobody"))[1] < end:
+            await asyncio.sleep(0.01)
+    # No read taught it these: the tail did. A new session starts at the end (nothing to fetch),
+    # and a session that began since the last read is read from its first record.
+    assert (await log.history("nobody"))[1] == end
+    assert (await log.history("new"))[1] == new[0].seq - 1
+    assert (await log.history("other"))[1] == other[0].seq - 1
+    assert await log.read("nobody") == []
+    assert await log.read("new") == new
+    await watch.aclose()
+
+
 # --- receipts ---------------------------------------------------------------------------------------
 
 

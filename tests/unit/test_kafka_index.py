@@ -58,3 +58,22 @@ def test_an_older_checkpoint_changes_nothing_a_newer_one_moves_on():
     assert index.history("y") == ([], 249)
     assert index.history("ended") == ([], 6)
     assert index.position == 300
+
+
+def test_a_tail_that_read_on_from_what_is_known_teaches_every_session_after_it():
+    index = PartitionIndex(CHECKPOINT, loaded_at=0)  # knows everything below 100
+    ring = [(b"old", 98), (b"new", 100), (b"other", 102), (b"new", 103)]  # oldest first
+    index.follow(110, 90, reversed(ring))  # read up to 110 (a commit marker or two after 103)
+    assert index.position == 110
+    assert index.history("new") == ([], 100)
+    assert index.history("other") == ([], 102)
+    assert index.history("nobody") == ([], 110)  # nothing of it below 110: nothing to read
+    index.follow(110, 90, reversed(ring))  # nothing new: nothing changes
+    assert index.position == 110
+
+
+def test_a_tail_whose_ring_does_not_reach_back_to_what_is_known_teaches_nothing():
+    index = PartitionIndex(CHECKPOINT, loaded_at=0)
+    index.follow(200, 120, [(b"late", 150)])  # offsets 100..119 are not in its ring
+    assert index.position == 100
+    assert index.history("late") == ([], 100)

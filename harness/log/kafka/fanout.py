@@ -59,7 +59,7 @@ from harness.log.kafka.stats import KafkaLogStats
 from harness.log.kafka.tail_consumer import TailConsumer
 from harness.records import Record
 
-__all__ = ["CatchUp", "Fanout"]
+__all__ = ["CatchUp", "Covered", "Fanout"]
 
 log = logging.getLogger("harness.log.kafka")
 
@@ -68,6 +68,11 @@ CatchUp = Callable[[int, int, int, bytes | None, int], Awaitable[tuple[list[LogE
 ``key`` (every key if None) with ``start <= offset < end``, at most ``limit`` of them
 (corrupt ones skipped), and the offset the read covered up to (``end`` unless cut by
 ``limit``)."""
+
+Covered = Callable[[int, int, int, "collections.deque[Any]"], None]
+"""``(partition, covered, ring_start, ring)``: every committed record of ``partition``
+below ``covered`` went by this process's tail; those from ``ring_start`` on are the raw
+messages in ``ring`` (oldest first). Called on the loop, after each batch and end event."""
 
 LINGER_S = 30.0
 """A tail without subscribers stays open this long, so a burst of short waits reuses it."""
@@ -122,6 +127,10 @@ class _Tail:
         self.partition = partition
         self.loop = reader.loop
         self.position = 0  # offset: every committed record below it was dispatched
+        # offset >= position: every committed record below it was dispatched, and only
+        # transaction markers (or aborted records) lie between ``position`` and it
+        self.covered = 0
+        self._end_at_start = 0  # the partition's end when the tail started
         self.live = False  # position set and the partition assigned: batches are taken
         self.ring: collections.deque[Any] = collections.deque(maxlen=RING)  # recent raw messages
         self.ring_start = 0  # every committed record from this offset to ``position`` is in ``ring``
@@ -140,9 +149,10 @@ class _Tail:
     async def start(self, hint: int) -> None:
         """Find the start, set the position, then join the consumer's assignment."""
         try:
-            start = await self.reader.op(self.reader.start_offset, self.partition, hint)
+            start, end = await self.reader.op(self.reader.start_offset, self.partition, hint)
             if self.error is None:
-                self.position = self.ring_start = start
+                self.position = self.ring_start = self.covered = start
+                self._end_at_start = end
                 self.live = True
                 await self.reader.op(self.reader.assign, self.partition, start)
         except BaseException as exc:  # noqa: BLE001 - reported to the subscribers
@@ -217,6 +227,21 @@ class _Tail:
                     own.popitem(last=False)
         if decoded or reused:
             self.fanout.stats.add(tail_decoded=decoded, tail_own=reused)
+        self._cover(self.position)
+
+    def reached(self, offset: int) -> None:
+        """The consumer reached the partition's end at ``offset``. An end event of an
+        earlier assignment of the partition (librdkafka drops those, as it drops their
+        records) could only name an offset up to the end this tail started at: one past
+        that end is believed, and any once the tail has passed it (then such an event
+        tells nothing new)."""
+        if offset > self._end_at_start or self.position >= self._end_at_start:
+            self._cover(offset)
+
+    def _cover(self, offset: int) -> None:
+        if offset > self.covered:
+            self.covered = offset
+            self.fanout.covered(self)
 
     def _wanted(self, wants: frozenset[str], msg: Any) -> bool:
         """Whether ``msg`` may be of a type in ``wants`` (its type read from its framing;
@@ -311,6 +336,8 @@ class Fanout:
         peek: the codec's ``framed_type`` (a record's type from its framing, None when that
             does not tell), so records that no subscriber wants are not decoded (see
             ``types`` of :meth:`subscribe`).
+        on_covered: told how far each tail has read (:data:`Covered`): the log's index of
+            where sessions start learns every new session from it, without a read.
     """
 
     def __init__(
@@ -322,10 +349,12 @@ class Fanout:
         on_corrupt: Callable[[CorruptRecord], None],
         stats: KafkaLogStats,
         peek: Callable[[bytes], str | None] | None = None,
+        on_covered: Covered | None = None,
     ) -> None:
         self.settings = settings
         self.decode = decode
         self.peek = peek
+        self._on_covered = on_covered
         self._catch_up = catch_up
         self._on_corrupt = on_corrupt
         self.stats = stats
@@ -362,6 +391,11 @@ class Fanout:
     def idle_polls(self) -> int:
         """Blocking waits of the shared consumer that ended with nothing (for tests)."""
         return self._reader.idle_polls if self._reader is not None else 0
+
+    def covered(self, tail: _Tail) -> None:
+        """A tail read further (see ``on_covered``)."""
+        if self._on_covered is not None:
+            self._on_covered(tail.partition, tail.covered, tail.ring_start, tail.ring)
 
     def own(self, partition: int, records: list[tuple[int, Record]]) -> None:
         """Records this process committed to ``partition`` (offset, record), from any thread:

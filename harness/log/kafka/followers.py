@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from harness.errors import CorruptRecord
 from harness.log.base import LogEntry
 from harness.log.kafka.config import KafkaSettings
-from harness.log.kafka.fanout import CatchUp, Fanout
+from harness.log.kafka.fanout import CatchUp, Covered, Fanout
 from harness.log.kafka.reader import ReadResult, result_seq
 from harness.log.kafka.stats import KafkaLogStats
 from harness.records import Record
@@ -44,6 +44,7 @@ class Followers:
         skip_corrupt: drops the poison records of a read (dead-lettering them).
         dead_letter: copies one poison record to the dead-letter topic (blocking).
         check_open: raises once the log is closed.
+        on_covered: told how far each tail read (``Fanout``'s ``on_covered``).
     """
 
     def __init__(
@@ -57,7 +58,9 @@ class Followers:
         skip_corrupt: Callable[[Sequence[ReadResult]], Awaitable[list[LogEntry]]],
         dead_letter: Callable[[CorruptRecord], None],
         check_open: Callable[[], None],
+        on_covered: Covered | None = None,
     ) -> None:
+        self._on_covered = on_covered
         self._settings = settings
         self._decode = decode
         self._peek = peek
@@ -149,6 +152,7 @@ class Followers:
             on_corrupt=on_corrupt,
             stats=self._stats,
             peek=self._peek,
+            on_covered=self._on_covered,
         )
 
     async def _catch_up(

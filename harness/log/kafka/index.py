@@ -7,7 +7,10 @@ session with all its records, an ended one with the position of its first record
 :class:`PartitionIndex` starts from the latest checkpoint and grows with every read of the
 partition that starts inside what it accounts for: such a read sees every record's key
 (reads filter by key on the client), so the first offset of each new session is learned
-for free, and the index then accounts for everything up to where the read stopped.
+for free, and the index then accounts for everything up to where the read stopped. A
+shared tail of the process that follows the partition teaches it the same way as it
+reads (``follow``): a session it has not seen then starts where the tail is, at the
+partition's end, so a read of a new session fetches nothing.
 
 ``history(session_id)`` answers ``(records, start)``: the session's records held by the
 checkpoint and the offset to read the rest from. A session it has never seen has no
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from harness.log.base import Checkpoint, LogEntry
 
@@ -93,6 +96,21 @@ class PartitionIndex:
             return list(live), self.covers
         first = self.first.get(session_id)
         return [], self.position if first is None else first
+
+    def follow(self, covered: int, complete_from: int, newest_first: Iterable[tuple[bytes | None, int]]) -> None:
+        """Learn from a tail that saw every committed record below ``covered``: the keys and
+        offsets of those from ``complete_from`` on, newest first (a tail's ring of recent
+        records). A tail whose ring no longer reaches back to ``position`` teaches nothing."""
+        if covered <= self.position or self.position < complete_from:
+            return
+        observed = KeyObserver(self.position)
+        for key, offset in newest_first:
+            if offset < observed.start:
+                break
+            if key is not None:
+                observed.first[key] = offset  # newest first: the last one written is the first
+        observed.stop = covered
+        self.observe(observed)
 
     def observe(self, observed: KeyObserver) -> None:
         """Learn from a read of ``[observed.start, observed.stop)``; a read that starts

@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Self
@@ -176,6 +177,7 @@ class KafkaLog:
             skip_corrupt=self._skip_corrupt,
             dead_letter=self._dead_letter,
             check_open=self._check_open,
+            on_covered=self._tail_covered,
         )
         self._owners = Owners(lambda: self.settings, self.stats, on_records=self._followers.own)
         self._inputs: InputProducer | None = None
@@ -266,6 +268,14 @@ class KafkaLog:
         """
         index = await self._indexes.get(self.partition_for(session_id))
         return index.history(session_id)
+
+    def _tail_covered(self, partition: int, covered: int, ring_start: int, ring: deque[Any]) -> None:
+        """A shared tail of this process read ``partition`` up to ``covered``: the index of
+        where its sessions start learns the sessions that began since (from the tail's ring
+        of recent records), so a read of a session it has not seen starts at ``covered``."""
+        index = self._indexes.known(partition)
+        if index is not None:
+            index.follow(covered, ring_start, ((msg.key(), msg.offset()) for msg in reversed(ring)))
 
     async def _latest_checkpoint(self, partition: int, have: frozenset[str] = frozenset()) -> Checkpoint | None:
         await self.start()

@@ -54,6 +54,11 @@ class Followed(Protocol):
         """Records read from its partition, in offset order."""
         ...
 
+    def reached(self, offset: int) -> None:
+        """The consumer reached the partition's end at ``offset`` (its last stable offset):
+        every committed record below it was in the batches dispatched before."""
+        ...
+
     def failed(self, exc: BaseException) -> None:
         """Its partition (or the whole consumer) failed."""
         ...
@@ -108,11 +113,12 @@ class TailConsumer:
         """``fn(*args)`` on the reader's thread, in order; nobody waits for it."""
         self._ops.put((fn, args, concurrent.futures.Future()))
 
-    def start_offset(self, partition: int, hint: int) -> int:
-        """Where a new tail of ``partition`` starts: ``hint`` if close to the end, else the end."""
+    def start_offset(self, partition: int, hint: int) -> tuple[int, int]:
+        """Where a new tail of ``partition`` starts (``hint`` if close to the end, else the
+        end), and the end (last stable offset) now."""
         tp = TopicPartition(self.topic, partition)
         low, end = _watermarks(self.consumer, tp, READ_TIMEOUT_S)
-        return hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end
+        return (hint if low <= hint <= end and end - hint <= JOIN_WINDOW else end), end
 
     def assign(self, partition: int, start: int) -> None:
         self.consumer.incremental_assign([TopicPartition(self.topic, partition, start)])
@@ -147,6 +153,7 @@ class TailConsumer:
                 if not self._assigned:
                     continue
                 batches: dict[int, list[Any]] = {}
+                reached: dict[int, int] = {}
                 messages = _next_messages(self.consumer, WAIT_S)
                 if not messages:
                     self.idle_polls += 1
@@ -159,7 +166,7 @@ class TailConsumer:
                         else:
                             batch.append(msg)
                     elif error.code() == KafkaError._PARTITION_EOF:
-                        self.ends[msg.partition()] = msg.offset()
+                        self.ends[msg.partition()] = reached[msg.partition()] = msg.offset()
                     elif (
                         error.fatal() or not (error.retriable() or error.code() in _TRANSIENT)
                     ):
@@ -167,11 +174,11 @@ class TailConsumer:
                         if error.fatal() or msg.partition() is None or msg.partition() < 0:
                             raise failure
                         self._call(self._tail_failed, msg.partition(), failure)  # that partition only
-                if batches:
+                if batches or reached:
                     while not self._in_flight.acquire(timeout=POLL_S):
                         if self._stop.is_set():
                             return
-                    self._call(self._dispatch, batches)
+                    self._call(self._dispatch, batches, reached)
         except BaseException as exc:  # noqa: BLE001 - reported to every subscriber
             self._call(self._failed, exc)
         finally:
@@ -201,12 +208,17 @@ class TailConsumer:
 
     # -- on the loop ------------------------------------------------------------------------
 
-    def _dispatch(self, batches: dict[int, list[Any]]) -> None:
+    def _dispatch(self, batches: dict[int, list[Any]], reached: dict[int, int]) -> None:
         self._in_flight.release()
         for partition, batch in batches.items():
             tail = self.tails.get(partition)
             if tail is not None and tail.live:  # else: fetched for a tail that closed since
                 tail.dispatch(batch)
+        # (librdkafka drops an end event of an earlier assignment as it drops its records)
+        for partition, offset in reached.items():
+            tail = self.tails.get(partition)
+            if tail is not None and tail.live:
+                tail.reached(offset)
 
     def _tail_failed(self, partition: int, exc: LogUnavailable) -> None:
         tail = self.tails.get(partition)
