@@ -344,8 +344,16 @@ async def test_a_tail_teaches_the_index_every_new_session_so_reading_one_fetches
     assert (await log.history("nobody"))[1] == end
     assert (await log.history("new"))[1] == new[0].seq - 1
     assert (await log.history("other"))[1] == other[0].seq - 1
+    reads = log.stats.reads
     assert await log.read("nobody") == []
+    assert log.stats.reads == reads and log.stats.reads_from_tail == 1  # asked for the end, fetched nothing
     assert await log.read("new") == new
+    # A session committed (its marker written) just before a read is in it: the read asks
+    # the broker for the partition's end and waits for the tail to get there.
+    for i in range(5):
+        written = await write(writer_log, f"fresh-{i}", 1, 1)
+        assert await log.read(f"fresh-{i}") == written
+    assert await log.read("nobody-2") == []
     await watch.aclose()
 
 

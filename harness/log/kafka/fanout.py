@@ -230,12 +230,14 @@ class _Tail:
         self._cover(self.position)
 
     def reached(self, offset: int) -> None:
-        """The consumer reached the partition's end at ``offset``. An end event of an
-        earlier assignment of the partition (librdkafka drops those, as it drops their
-        records) could only name an offset up to the end this tail started at: one past
-        that end is believed, and any once the tail has passed it (then such an event
-        tells nothing new)."""
-        if offset > self._end_at_start or self.position >= self._end_at_start:
+        """The consumer reached the partition's end at ``offset``: the records before it
+        came first (a partition's messages and events come in order).
+
+        librdkafka drops the events of an earlier assignment of the partition as it drops
+        its records (both carry the fetch's version); should one still come, it names an
+        offset up to the end this tail started at, and one below that end is not believed
+        until the tail has passed it."""
+        if offset >= self._end_at_start or self.position >= self._end_at_start:
             self._cover(offset)
 
     def _cover(self, offset: int) -> None:

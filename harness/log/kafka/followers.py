@@ -129,6 +129,12 @@ class Followers:
         fanout = self.fanout if dead_letter else self.quiet_fanout
         return fanout.subscribe(partition, after=after, session_id=session_id, types=types)
 
+    def following(self, partition: int) -> bool:
+        """Whether a shared tail of this process follows ``partition`` now."""
+        with self._lock:
+            fanouts = [f for f in (self._fanout, self._quiet_fanout) if f is not None]
+        return any(f.read_upto(partition) is not None for f in fanouts)
+
     def own(self, partition: int, records: list[tuple[int, Record]]) -> None:
         """Records this process just committed (writer thread): the partition's shared
         tail hands them to its followers as they are, without decoding their bytes."""

@@ -64,7 +64,7 @@ from harness.log.kafka.inputs import (
 )
 from harness.log.kafka.owners import Owners
 from harness.log.kafka.partitioner import partition_for
-from harness.log.kafka.reader import ConsumerPool, ReadResult, read_range, result_seq
+from harness.log.kafka.reader import ConsumerPool, ReadResult, partition_end, read_range, result_seq
 from harness.log.kafka.session_writer import KafkaSessionWriter
 from harness.log.kafka.snapshots import SnapshotStore
 from harness.log.kafka.stats import KafkaLogStats
@@ -85,6 +85,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("harness.log.kafka")
+
+TAIL_CATCH_UP_S = 0.5
+"""How long a whole-history read waits for this process's shared tail of the partition to
+reach the partition's end before it reads the log itself."""
 
 
 
@@ -185,6 +189,8 @@ class KafkaLog:
         self._pool = ConsumerPool(self.settings)
         self._snapshots: SnapshotStore | None = None
         self._indexes = Indexes(self._latest_checkpoint)
+        # partition -> reads waiting for a shared tail to reach an end: (end, waiter)
+        self._tail_waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
         self._reads = BlockingReads()
 
     @property
@@ -256,7 +262,45 @@ class KafkaLog:
         if after is not None and after > 0:
             return [], await self._scan_partition(partition, after, key=key)
         held, start = await self.history(session_id)
+        end = await self._tail_reached_end(partition)
+        if end is not None:  # every session with a record below ``end`` is known: read no more
+            held, start = await self.history(session_id)
+            if start >= end:
+                self.stats.add(reads_from_tail=1)
+                return held, []
         return held, await self._scan_partition(partition, start, key=key)
+
+    async def _tail_reached_end(self, partition: int) -> int | None:
+        """The partition's end now, once a shared tail of this process has read up to it
+        (the partition's index then knows every session with a record below it).
+
+        None when no tail follows the partition here, its index is not loaded, or the tail
+        did not get there within ``TAIL_CATCH_UP_S``: a read of the log does instead. The
+        end is asked of the broker (a read must see every commit made before it began);
+        waiting for the tail, a few milliseconds behind, costs less than fetching the same
+        records again with a consumer of their own.
+        """
+        index = self._indexes.known(partition)
+        if index is None or not self._followers.following(partition):
+            return None
+        end = await self._reads.run(
+            partition_end, self._pool, topic=self.settings.sessions_topic, partition=partition
+        )
+        end = max(end, self._owners.committed(partition))
+        if index.position >= end:
+            return end
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._tail_waiters.setdefault(partition, []).append((end, waiter))
+        try:
+            async with asyncio.timeout(TAIL_CATCH_UP_S):
+                await waiter
+        except TimeoutError:
+            return None
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._tail_waiters.get(partition, []).remove((end, waiter))
+        return end
 
     async def history(self, session_id: str) -> tuple[list[LogEntry], int]:
         """Where the whole history of ``session_id`` starts: ``(records, offset)``.
@@ -274,8 +318,14 @@ class KafkaLog:
         where its sessions start learns the sessions that began since (from the tail's ring
         of recent records), so a read of a session it has not seen starts at ``covered``."""
         index = self._indexes.known(partition)
-        if index is not None:
-            index.follow(covered, ring_start, ((msg.key(), msg.offset()) for msg in reversed(ring)))
+        if index is None:
+            return
+        index.follow(covered, ring_start, ((msg.key(), msg.offset()) for msg in reversed(ring)))
+        with self._lock:
+            waiters = self._tail_waiters.get(partition)
+            ready = [w for w in waiters if w[0] <= index.position] if waiters else []
+        for _, waiter in ready:
+            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     async def _latest_checkpoint(self, partition: int, have: frozenset[str] = frozenset()) -> Checkpoint | None:
         await self.start()
@@ -673,6 +723,11 @@ async def _on_own_thread(fn: Callable[..., None], *args: Any) -> None:
 
     threading.Thread(target=run, name="harness-kafka-probe", daemon=True).start()
     await done
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _shared(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:

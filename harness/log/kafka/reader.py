@@ -274,16 +274,32 @@ def read_range(
         finally:
             consumer.unassign()
     except KafkaException as exc:
-        error = exc.args[0]
-        if error.retriable() or error.code() in _TRANSIENT:  # retried until the deadline
-            # (``Unknown partition`` too: a client that never reached a broker knows no partition)
-            raise LogUnavailable(
-                f"read of {topic}[{partition}] got no answer from the Kafka cluster within {timeout:g} s "
-                f"({error.str()})"
-            ) from exc
-        raise LogUnavailable(f"read of {topic}[{partition}] failed: {error.str()}") from exc
+        raise _unavailable(exc, topic, partition, timeout) from exc
     finally:
         pool.give(consumer)
+
+
+def partition_end(pool: ConsumerPool, *, topic: str, partition: int, timeout: float = READ_TIMEOUT_S) -> int:
+    """The partition's end now (its last stable offset: every committed record is below
+    it), asked of the broker (blocking)."""
+    consumer = pool.take()
+    try:
+        return _watermarks(consumer, TopicPartition(topic, partition), timeout)[1]
+    except KafkaException as exc:
+        raise _unavailable(exc, topic, partition, timeout) from exc
+    finally:
+        pool.give(consumer)
+
+
+def _unavailable(exc: KafkaException, topic: str, partition: int, timeout: float) -> LogUnavailable:
+    error = exc.args[0]
+    if error.retriable() or error.code() in _TRANSIENT:  # retried until the deadline
+        # (``Unknown partition`` too: a client that never reached a broker knows no partition)
+        return LogUnavailable(
+            f"read of {topic}[{partition}] got no answer from the Kafka cluster within {timeout:g} s "
+            f"({error.str()})"
+        )
+    return LogUnavailable(f"read of {topic}[{partition}] failed: {error.str()}")
 
 
 def _watermarks(consumer: Any, tp: TopicPartition, timeout: float) -> tuple[int, int]:

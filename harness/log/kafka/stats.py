@@ -28,6 +28,7 @@ class KafkaLogStats:
     dead_lettered: int = 0  # poison records copied to the dead-letter topic (once each)
     producers_started: int = 0  # owner producers started (each ran init_transactions)
     reads: int = 0  # bounded reads of a partition (read, read_partition, scan, catch-up)
+    reads_from_tail: int = 0  # whole-history reads answered by the index a shared tail taught (no fetch)
     tails_opened: int = 0  # shared tailing consumers the fan-out opened (one per partition followed)
     catch_up_reads: int = 0  # bounded reads of subscribers that started behind the shared tail
     tail_decoded: int = 0  # records a shared tail decoded for its subscribers
