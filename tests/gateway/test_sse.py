@@ -15,6 +15,7 @@ import pytest
 from harness.ids import tenant_session_id
 from harness.live.kafka import KafkaLiveTails
 from harness.log import open_log
+from harness.log.kafka import log as kafka_log_module
 from harness.testing.model_server import ModelServer, Reply
 from tests.apps.approvals import approvals
 from tests.gateway.helpers import (
@@ -223,7 +224,7 @@ def test_live_deltas_from_the_kafka_live_topic_reach_the_stream(
 
 @pytest.mark.kafka
 def test_a_kafka_gateway_takes_a_posted_message_back_from_its_shared_tail(
-    kafka_bootstrap: str, unique_prefix: str
+    kafka_bootstrap: str, unique_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A POST looks the session up once (its input may repeat an earlier one), then takes
     its own input back from the partition's shared tail (the stream a console holds open
@@ -233,6 +234,9 @@ def test_a_kafka_gateway_takes_a_posted_message_back_from_its_shared_tail(
     waits for the tail to be there. A read is a watermark query, an assignment and fetches
     on the broker: the gateway path read 3 times a message before, then once."""
     url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2"
+    # A stalled machine must not turn the wait for the tail into a read: what is tested is
+    # that none is needed (0.5 s, then a read, is the policy's; tested in the log's tests).
+    monkeypatch.setattr(kafka_log_module, "TAIL_CATCH_UP_S", 30.0)
     worker = start_process(["worker", "--log", url, "--app", APP], ready="worker ready")
     try:
         with ServerThread(open_settings(url)) as server:

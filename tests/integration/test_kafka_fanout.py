@@ -22,6 +22,7 @@ from harness.ids import RECORD_TYPE_HEADER, message_key
 from harness.log.base import Checkpoint, LogEntry
 from harness.log.kafka import KafkaLog, tail_consumer
 from harness.log.kafka import fanout as fanout_module
+from harness.log.kafka import log as kafka_log_module
 from harness.records import InputMessage, InputSettled, StepResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.asyncio]
@@ -318,7 +319,10 @@ async def test_whole_history_reads_start_at_the_checkpoint_not_at_offset_zero(ma
     await sub.aclose()
 
 
-async def test_a_tail_teaches_the_index_every_new_session_so_reading_one_fetches_nothing(make_log, kafka_bootstrap):
+async def test_a_tail_teaches_the_index_every_new_session_so_reading_one_fetches_nothing(
+    make_log, kafka_bootstrap, monkeypatch
+):
+    monkeypatch.setattr(kafka_log_module, "TAIL_CATCH_UP_S", 30.0)  # a stalled machine: still no read
     writer_log = make_log()
     await write(writer_log, "before", 1, 2)
     log = make_log()
@@ -355,6 +359,19 @@ async def test_a_tail_teaches_the_index_every_new_session_so_reading_one_fetches
         assert await log.read(f"fresh-{i}") == written
     assert await log.read("nobody-2") == []
     await watch.aclose()
+
+
+async def test_a_read_whose_tail_does_not_reach_the_end_in_time_reads_the_log(make_log, monkeypatch):
+    monkeypatch.setattr(kafka_log_module, "TAIL_CATCH_UP_S", 0.05)
+    writer_log = make_log()
+    await write(writer_log, "before", 1, 1)
+    log = make_log()
+    assert await log.read("before")  # the index is loaded
+    monkeypatch.setattr(log._followers, "following", lambda partition: True)  # a tail that never moves
+    late = await write(writer_log, "late", 1, 2)
+    reads = log.stats.reads
+    assert await log.read("late") == late  # waited for the tail, then read
+    assert log.stats.reads == reads + 1 and log.stats.reads_from_tail == 0
 
 
 # --- receipts ---------------------------------------------------------------------------------------
