@@ -261,13 +261,12 @@ class KafkaLog:
         key = message_key(session_id)
         if after is not None and after > 0:
             return [], await self._scan_partition(partition, after, key=key)
-        held, start = await self.history(session_id)
+        index = await self._indexes.get(partition)
         end = await self._tail_reached_end(partition)
-        if end is not None:  # every session with a record below ``end`` is known: read no more
-            held, start = await self.history(session_id)
-            if start >= end:
-                self.stats.add(reads_from_tail=1)
-                return held, []
+        held, start = index.history(session_id)  # (after the wait: what the tail taught it)
+        if end is not None and start >= end:  # every session with a record below ``end`` is known
+            self.stats.add(reads_from_tail=1)
+            return held, []
         return held, await self._scan_partition(partition, start, key=key)
 
     async def _tail_reached_end(self, partition: int) -> int | None:
