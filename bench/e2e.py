@@ -24,7 +24,11 @@ new session. Measured side by side in one run:
 
 Also: a new session's first turn against its second turn on the in-process Kafka host,
 and (for reference) the in-process host on SQLite. Last line:
-``e2e_p50_ms=<(a) p50> turns_per_s=<(a) closed loop> floor_ratio=<(a) p50 / (c)>``.
+``e2e_p50_ms=<(a) p50> turns_per_s=<(a) closed loop> floor_ratio=<(a) p50 / (c)>
+probe_ms=<the machine's speed> turn_cost=<(worker + broker CPU a turn) / client CPU a turn>``.
+Run twice on the same topics (``--prefix``), turns/s moves with the machine's speed;
+``turn_cost`` divides it out (see :func:`turn_cost`), so it shows whether a turn costs
+more on a grown topic.
 """
 
 from __future__ import annotations
@@ -260,6 +264,17 @@ async def deployed(bootstrap: str, prefix: str, args: argparse.Namespace, probe:
     return out
 
 
+def turn_cost(a: dict[str, Any]) -> float:
+    """The worker's and the broker's CPU ms of a closed-loop turn over this bench's own
+    (the client's) CPU ms of it. The client's work a turn does not depend on the topic
+    (it sends, then reads from the input's position), so it is a control for the
+    machine's speed, which moves every process's CPU a turn alike (measured: +-20% between
+    two runs minutes apart). Two runs on the same topics compare by this figure when
+    turns/s moved with the machine: a turn that cost more on a grown topic raises it."""
+    cpu = a["cpu_per_turn"]
+    return (cpu["worker process"] + cpu["broker"]) / cpu["client process (this one)"]
+
+
 # --- (b) in-process ---------------------------------------------------------------------------
 
 
@@ -365,6 +380,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
          float("nan") if a["warm"]["jit_share"] is None else a["warm"]["jit_share"]),
         ("(a) closed loop: machine speed: CPU ms of a fixed piece of work (mean; SpeedProbe)", a["probe_ms"]),
         ("the same piece of work at this run's fastest (5th percentile over the run)", fastest_ms),
+        ("(a) closed loop: worker + broker CPU a turn / client CPU a turn (turn_cost)", turn_cost(a)),
     ]))
     print()
     first50, later50 = pct(b["first"], 0.5) * 1000, pct(b["later"], 0.5) * 1000
@@ -375,7 +391,7 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
     print(f"first_turn_ratio={first50 / later50:.2f}")
     print(f"prefix={prefix}")
     print(f"e2e_p50_ms={a50:.1f} turns_per_s={a['rate']:.0f} floor_ratio={a50 / floor:.2f} "
-          f"probe_ms={a['probe_ms']:.2f}")
+          f"probe_ms={a['probe_ms']:.2f} turn_cost={turn_cost(a):.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
