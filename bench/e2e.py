@@ -270,9 +270,10 @@ def turn_cost(a: dict[str, Any]) -> float:
     (it sends, then reads from the input's position), so it is a control for the
     machine's speed, which moves every process's CPU a turn alike (measured: +-20% between
     two runs minutes apart). Two runs on the same topics compare by this figure when
-    turns/s moved with the machine: a turn that cost more on a grown topic raises it."""
+    turns/s moved with the machine: a turn that cost more on a grown topic raises it. nan
+    when the broker is not a process of this machine (its CPU is unknown)."""
     cpu = a["cpu_per_turn"]
-    return (cpu["worker process"] + cpu["broker"]) / cpu["client process (this one)"]
+    return float((cpu["worker process"] + cpu["broker"]) / cpu["client process (this one)"])
 
 
 # --- (b) in-process ---------------------------------------------------------------------------

@@ -46,17 +46,3 @@ def test_the_warm_up_runs_windows_until_the_broker_stops_compiling(monkeypatch: 
     assert report["seconds"] == 15
     assert report["jit_share"] == pytest.approx(0.02)
 
-
-def test_a_turns_cost_divides_out_a_machine_that_runs_every_process_slower() -> None:
-    from bench.e2e import turn_cost
-
-    def run(scale: float, server_growth: float = 1.0) -> dict[str, object]:
-        return {"cpu_per_turn": {
-            "worker process": 2.5 * scale * server_growth,
-            "client process (this one)": 0.9 * scale,
-            "broker": 1.8 * scale * server_growth,
-        }}
-
-    first = turn_cost(run(1.0))
-    assert turn_cost(run(1.25)) == pytest.approx(first)  # a 25% slower machine: the same cost
-    assert turn_cost(run(1.25, server_growth=1.2)) == pytest.approx(first * 1.2)  # a turn that costs more shows
