@@ -78,10 +78,28 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 # --- a broker ----------------------------------------------------------------------------
 
 
+def require_broker(bootstrap: str, *, timeout: float = 5.0) -> None:
+    """Return once a Kafka broker answers at ``bootstrap``; else stop the run with one line."""
+    from harness.errors import LogUnavailable
+    from harness.log.kafka.config import KafkaSettings
+    from harness.log.kafka.topics import probe
+
+    try:
+        probe(KafkaSettings(bootstrap), timeout=timeout)
+    except LogUnavailable:
+        raise SystemExit(
+            f"{Path(sys.argv[0]).name}: no Kafka broker answered at {bootstrap} within {timeout:g} s: "
+            "check the address (--bootstrap, HARNESS_KAFKA_BOOTSTRAP or --log), or leave --bootstrap out "
+            "to start a local broker"
+        ) from None
+
+
 @contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    """``bootstrap`` as is, or a LocalKafka started (and warmed up) for the run."""
+def broker(bootstrap: str | None, *, timeout: float = 5.0) -> Iterator[str]:
+    """``bootstrap`` once a broker answers there (:func:`require_broker`), or a LocalKafka
+    started (and warmed up) for the run."""
     if bootstrap:
+        require_broker(bootstrap, timeout=timeout)
         yield bootstrap
         return
     from harness.testing.kafka_local import LocalKafka

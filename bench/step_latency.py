@@ -38,6 +38,9 @@ from urllib.parse import parse_qs, urlparse
 
 from pydantic import BaseModel
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._common import require_broker
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.codec import default_codec
 from harness.models import ModelResponse, ScriptedModel, ToolCall
@@ -221,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SQLite log, value {args.size} B, record {len(record_bytes(args.size))} B, {os.cpu_count()} cores")
     elif url.scheme == "kafka":
         bootstrap = url.netloc
+        require_broker(bootstrap)
         prefix = parse_qs(url.query).get("topic_prefix", [f"bench{uuid.uuid4().hex[:6]}"])[0]
         log_url = f"kafka://{bootstrap}?topic_prefix={prefix}&partitions={args.partitions}"
         baseline = kafka_baseline(bootstrap, f"{prefix}.raw", args.size)
