@@ -3,8 +3,11 @@
 Layout::
 
     meta(key PRIMARY KEY, value)               namespace (random, made with the file), schema
-    records(seq INTEGER PRIMARY KEY AUTOINCREMENT, session_id, type, value BLOB)
+    records(seq INTEGER PRIMARY KEY, session_id, type, value BLOB, prev, crc)
     owners(session_id PRIMARY KEY, owner, epoch, lease_until)
+    heads(session_id PRIMARY KEY, last_seq, crc) WITHOUT ROWID
+
+(checksums, chains and the upgrade of older files: :mod:`harness.log.sqlite_schema`)
 
 Durability: WAL with ``synchronous=FULL``; every write is part of one ``BEGIN
 IMMEDIATE`` ... ``COMMIT`` transaction, so it is fsync'd when ``append`` returns
