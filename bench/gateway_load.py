@@ -10,12 +10,15 @@ paths alike:
 
 * HTTP: ``POST /v1/sessions/{id}/messages``, then the session's SSE stream from the
   input's position until its ``harness.input.settled`` (httpx, from this process);
+* HTTP wait: one ``POST /v1/sessions/{id}/messages?wait=60`` that answers with the
+  turn's settlement (no event stream);
 * direct: ``HarnessClient.send`` + ``wait_settled`` from its receipt (this process).
 
 Prints per path: turns/s, p50 per turn, and the CPU ms per turn of the gateway, the
 worker, the broker and this process (the load: httpx for HTTP, the client for direct);
 everything shares the machine's cores. Last line:
-``ratio=<HTTP turns/s / direct turns/s> http_turns_per_s=... direct_turns_per_s=...``.
+``ratio=<HTTP turns/s / direct turns/s> http_turns_per_s=... direct_turns_per_s=...
+wait_ratio=<HTTP wait turns/s / direct turns/s> http_wait_turns_per_s=...``.
 """
 
 from __future__ import annotations
@@ -84,12 +87,19 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
                             assert '"outcome":"completed"' in line, line
                             return
 
+            async def http_wait_turn(sid: str) -> None:
+                response = await http.post(f"/v1/sessions/{sid}/messages", params={"wait": 60},
+                                           json={"text": TEXT, "harness": HARNESS_NAME, "input_id": f"in-{sid}"})
+                response.raise_for_status()
+                settlement = response.json()["settlement"]
+                assert settlement["outcome"] == "completed", settlement
+
             async def direct_turn(sid: str) -> None:
                 receipt = await client.send(sid, TEXT, harness=HARNESS_NAME, input_id=f"in-{sid}")
                 settled = await client.wait_settled(sid, receipt, timeout=60)
                 assert settled.outcome == "completed", settled
 
-            paths = {"HTTP gateway": http_turn, "HarnessClient": direct_turn}
+            paths = {"HTTP gateway": http_turn, "HTTP gateway, ?wait": http_wait_turn, "HarnessClient": direct_turn}
             broker_pid = listening_pid(int(bootstrap.rsplit(":", 1)[1]))
 
             async def load(seconds: float) -> None:  # warm up both paths, and the broker's JIT
@@ -126,7 +136,9 @@ async def run(bootstrap: str, args: argparse.Namespace) -> None:
                 [(name, mean(name, "rate"), mean(name, "p50"), mean(name, "gateway"), mean(name, "worker"),
                   mean(name, "broker"), mean(name, "load")) for name in results]))
     http_rate, direct_rate = mean("HTTP gateway", "rate"), mean("HarnessClient", "rate")
-    print(f"ratio={http_rate / direct_rate:.3f} http_turns_per_s={http_rate:.0f} direct_turns_per_s={direct_rate:.0f}")
+    wait_rate = mean("HTTP gateway, ?wait", "rate")
+    print(f"ratio={http_rate / direct_rate:.3f} http_turns_per_s={http_rate:.0f} direct_turns_per_s={direct_rate:.0f} "
+          f"wait_ratio={wait_rate / direct_rate:.3f} http_wait_turns_per_s={wait_rate:.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:

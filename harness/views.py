@@ -54,6 +54,7 @@ __all__ = [
     "TimelineItem",
     "Usage",
     "classify",
+    "input_waits_for_person",
     "last_record_ts",
     "open_asks",
     "preview",
@@ -187,6 +188,15 @@ def _sleep_until(call: CallState, now_ms: int) -> int | None:
     """The wake time of the call's sleep that is not due yet, if any."""
     later = [w for w in call.sleeps.values() if w > now_ms]
     return min(later) if later else None
+
+
+def input_waits_for_person(state: SessionState, input_id: str, *, now_ms: int) -> bool:
+    """Whether ``input_id``'s turn is the active one and waits for a person's answer."""
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.turn is None or active is None or active.turn != inp.turn:
+        return False
+    return classify(state, now_ms=now_ms)[0] == "waiting"
 
 
 def classify(state: SessionState, *, now_ms: int) -> tuple[SessionStateName, int | None]:

@@ -26,7 +26,7 @@ from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
-from harness.views import classify, open_asks, timeline
+from harness.views import classify, input_waits_for_person, open_asks, timeline
 
 __all__ = ["EXIT_WAITING", "main_answer", "main_send"]
 
@@ -114,14 +114,6 @@ def _our_turn_sleeps_until(state: SessionState, input_id: str, now: int) -> int 
     return until if name == "sleeping" else None
 
 
-def _our_turn_waits(state: SessionState, input_id: str, now: int) -> bool:
-    inp = state.inputs.get(input_id)
-    active = state.active_turn
-    if inp is None or inp.turn is None or active is None or active.turn != inp.turn:
-        return False
-    return classify(state, now_ms=now)[0] == "waiting"
-
-
 async def _watch(
     log: Any, session_id: str, input_id: str, state: SessionState, entries: list[LogEntry], after: int,
     status: StatusLine, *, stop_when_waiting: bool,
@@ -132,7 +124,7 @@ async def _watch(
         inp = state.inputs.get(input_id)
         if inp is not None and inp.settled is not None:
             return inp.settled
-        if stop_when_waiting and _our_turn_waits(state, input_id, _now_ms()):
+        if stop_when_waiting and input_waits_for_person(state, input_id, now_ms=_now_ms()):
             return None
         return False
 

@@ -173,6 +173,10 @@ def test_kafka_gateway_replicas_and_a_worker(kafka_bootstrap: str, unique_prefix
             assert two.get("/v1/sessions/k-1", headers=globex).status_code == 404
             assert [s["session_id"] for s in two.get("/v1/sessions", headers=acme).json()["sessions"]] == ["k-1"]
             assert two.get("/v1/sessions", headers=globex).json()["sessions"] == []
+            # One request that waits for its turn: the answer comes from the partition's shared tail.
+            waited = two.post("/v1/sessions/k-3/messages", headers=globex, params={"wait": 60},
+                              json={"text": "hello", "harness": HARNESS}).json()
+            assert waited["settlement"] == {"outcome": "completed", "text": "echo: hello"}, waited
             unknown = two.post("/v1/sessions/k-2/messages", headers=globex,
                                json={"text": "hi", "harness": "no/such"}).json()
             assert unknown["code"] == "unknown_harness"

@@ -47,6 +47,9 @@ def test_no_server_error_on_any_request(live: ServerThread) -> None:
                 @given(case=strategy)
                 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
                 def check(case: Any) -> None:
+                    wait = (case.query or {}).get("wait")
+                    if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0.2:
+                        case.query["wait"] = 0.2  # a message's ?wait holds the request; a long one proves nothing more
                     response = case.call(timeout=20)
                     statuses[response.status_code] += 1
                     if response.status_code >= 500:

@@ -8,6 +8,8 @@ cancel of an unknown input), so a bad request is refused at once with a reason.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -20,6 +22,7 @@ from harness.records import InputAnswer, InputMessage, InputRecords, Record
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.services.gateway.receipts import Receipt, receipt_for, rejected
 from harness.services.gateway.sessions import Sessions, SessionView
+from harness.services.gateway.settlement import RUNNING, Settlement, settlement_of
 
 __all__ = ["CANCEL_SUPPORTED", "Inputs", "cancel_input_id", "make_cancel"]
 
@@ -102,6 +105,20 @@ class Inputs:
             return rejected(input_id, "unknown_harness",
                             f"no harness named {name!r} runs here; known: {', '.join(sorted(self.harness_names))}")
         return await self._send(view, record, input_id)
+
+    async def wait(self, session_id: str, input_id: str, seconds: float) -> Settlement:
+        """How ``input_id`` ended, or that its turn waits for a person, once either is in the
+        log; ``RUNNING`` if neither is within ``seconds`` (the turn goes on all the same)."""
+        try:
+            async with asyncio.timeout(seconds):
+                async with contextlib.aclosing(self.sessions.changes(session_id)) as views:
+                    async for view in views:
+                        found = settlement_of(view.state, input_id, now_ms=self.now_ms())
+                        if found is not None:
+                            return found
+        except TimeoutError:
+            pass
+        return RUNNING
 
     async def answer(self, view: SessionView, tool_call_id: str, name: str, value: Any, input_id: str) -> Receipt:
         try:

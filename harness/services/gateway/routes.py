@@ -34,6 +34,9 @@ InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
 NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
+MAX_WAIT_S = 600.0
+"""The longest a message POST waits for its turn (``?wait=``); many proxies cut idle
+requests sooner, so clients that wait long stream the events instead."""
 
 
 # --- request and response bodies ------------------------------------------------------------------
@@ -65,20 +68,34 @@ class CancelIn(_Body):
     input_id: InputIdField
 
 
-class ReceiptOut(BaseModel):
-    input_id: str
-    status: Literal["accepted", "queued", "rejected"]
-    code: str | None = None
-    reason: str | None = None
-    position: int | None = Field(None, description="the input's log position (resume events after position - 1)")
-
-
 class OpenAskOut(BaseModel):
     tool_call_id: str
     name: str
     message: str
     schema_: JsonValue = Field(alias="schema", description="the JSON schema an answer must match")
     expires_at: float | None = Field(None, description="seconds since the epoch (harness.views.OpenAsk)")
+
+
+class SettlementOut(BaseModel):
+    outcome: Literal["completed", "failed", "aborted", "rejected", "waiting", "running"] = Field(
+        description="the input's settlement; 'waiting': its turn waits for a person (see asks); "
+        "'running': neither within the wait (the turn goes on: stream the events after position - 1)"
+    )
+    code: str | None = None
+    reason: str | None = None
+    text: str | None = Field(None, description="the turn's answer")
+    asks: list[OpenAskOut] | None = Field(None, description="the open asks, when 'waiting'")
+
+
+class ReceiptOut(BaseModel):
+    input_id: str
+    status: Literal["accepted", "queued", "rejected"]
+    code: str | None = None
+    reason: str | None = None
+    position: int | None = Field(None, description="the input's log position (resume events after position - 1)")
+    settlement: SettlementOut | None = Field(
+        None, description="with ?wait=: how the input ended, that its turn waits for a person, or 'running'"
+    )
 
 
 class UsageOut(BaseModel):
@@ -303,10 +320,24 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
-    async def send_message(session_id: SessionId, body: MessageIn, who: Caller) -> dict[str, Any]:
-        """Send a user message (starts a turn, or waits behind the running one)."""
+    async def send_message(
+        session_id: SessionId,
+        body: MessageIn,
+        who: Caller,
+        wait: Annotated[
+            float | None,
+            Query(gt=0, le=MAX_WAIT_S, description="seconds to wait for the turn to settle or to wait for a person"),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Send a user message (starts a turn, or waits behind the running one). With
+        ``?wait=SECONDS`` the answer also says how the turn ended (``settlement``)."""
         input_id = body.input_id or f"in-{uuid.uuid4().hex}"
-        return receipt(await gw.inputs.message(gw.log_id(who, session_id), body.text, body.harness, input_id))
+        log_id = gw.log_id(who, session_id)
+        sent = await gw.inputs.message(log_id, body.text, body.harness, input_id)
+        out = receipt(sent)
+        if wait is not None and sent.status != "rejected":
+            out["settlement"] = (await gw.inputs.wait(log_id, input_id, wait)).to_json()
+        return out
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)

@@ -84,6 +84,7 @@ class Sessions:
         follow: the log's live records of a session (``harness.log.follow.subscribe``),
             for :meth:`get_through`; None: it reads.
         follow_timeout: how long :meth:`get_through` waits on ``follow`` before it reads.
+        watch: the log's live records of a session on any log, for :meth:`changes`.
     """
 
     def __init__(
@@ -93,9 +94,11 @@ class Sessions:
         max_entries: int = MAX_ENTRIES,
         follow: SessionFollower | None = None,
         follow_timeout: float = FOLLOW_TIMEOUT_S,
+        watch: SessionFollower | None = None,
     ) -> None:
         self._read = read
         self._follow = follow
+        self._watch = watch
         self._follow_timeout = follow_timeout
         self._max = max_entries
         self._views: OrderedDict[str, SessionView] = OrderedDict()
@@ -163,6 +166,30 @@ class Sessions:
             self._views.move_to_end(session_id)
             self._evict()
         return view
+
+    async def changes(self, session_id: str) -> AsyncGenerator[SessionView, None]:
+        """The session now, then again each time a record of it is committed, live: never
+        ends (close it to stop). The view is the kept one when it is kept (other requests
+        see the records too), else this watch's own.
+
+        Raises:
+            RuntimeError: no ``watch`` was given.
+        """
+        if self._watch is None:
+            raise RuntimeError("Sessions.changes needs watch= (the log's live records of a session)")
+        view = await self.get(session_id)
+        yield view
+        stream = self._watch(session_id, after=view.position)
+        async with contextlib.aclosing(stream) as live:
+            async for entry in live:
+                kept = self._views.get(session_id)
+                if kept is not None and kept is not view and kept.position >= view.position:
+                    view = kept  # read anew by another request (this one was evicted meanwhile)
+                taken = view._take([entry])
+                if taken and self._views.get(session_id) is view:
+                    self._kept += taken
+                    self._evict()
+                yield view
 
     def known(self, session_id: str) -> SessionView | None:
         """The session as far as it was read already, without reading (None: not kept)."""

@@ -68,7 +68,7 @@ class GatewayState:
         self.breaker = LogBreaker(self._probe, timeout=settings.read_timeout_s)
         # On Kafka a POST's read-back of its own input comes from the shared tail.
         self.sessions = Sessions(self.read, follow=self.follow if hasattr(log, "subscribe") else None,
-                                 follow_timeout=settings.read_timeout_s)
+                                 follow_timeout=settings.read_timeout_s, watch=self.follow)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
         # A listing reads only what was appended since the previous one (on Kafka: per

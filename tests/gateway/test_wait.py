@@ -1,0 +1,84 @@
+"""``POST /v1/sessions/{id}/messages?wait=SECONDS``: one request that answers how the turn
+ended (or that it waits for a person, or that it still runs), over real HTTP, gateway +
+worker on SQLite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from harness.replay.state import fold
+from harness.services.gateway.settlement import RUNNING, Settlement, settlement_of
+from tests.gateway.helpers import HARNESS
+
+
+def send(http: httpx.Client, sid: str, text: str, wait: Any, **kw: Any) -> dict[str, Any]:
+    r = http.post(f"/v1/sessions/{sid}/messages", params={"wait": wait}, json={"text": text, "harness": HARNESS, **kw})
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def test_a_message_that_waits_gets_the_turns_answer(http: httpx.Client) -> None:
+    out = send(http, "w-1", "hello", 20, input_id="in-1")
+    assert out["status"] == "accepted" and out["position"] > 0
+    assert out["settlement"] == {"outcome": "completed", "text": "echo: hello"}
+    # The same input again: no second turn, the same answer at once.
+    assert send(http, "w-1", "hello", 20, input_id="in-1")["settlement"] == out["settlement"]
+    # Without wait the receipt is as before: no settlement.
+    plain = http.post("/v1/sessions/w-1/messages", json={"text": "again"}).json()
+    assert plain["status"] in ("accepted", "queued") and "settlement" not in plain
+
+
+def test_a_turn_that_asks_a_person_answers_waiting_with_the_ask(http: httpx.Client) -> None:
+    out = send(http, "w-2", "please approve the refund", 20, input_id="a")
+    settlement = out["settlement"]
+    assert settlement["outcome"] == "waiting"
+    (ask,) = settlement["asks"]
+    assert ask["name"] == "approval" and ask["schema"]["properties"]["approved"]["type"] == "boolean"
+    # A message behind the waiting turn cannot start: after its wait it is still running.
+    queued = send(http, "w-2", "and then hello", 0.5, input_id="b")
+    assert queued["status"] == "queued" and queued["settlement"] == {"outcome": "running"}
+    body = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": True, "note": "ok"}}
+    assert http.post("/v1/sessions/w-2/answers", json=body).json()["status"] == "accepted"
+    # Both turns end; asking again with wait gives each its own answer.
+    assert send(http, "w-2", "please approve the refund", 20, input_id="a")["settlement"] == {
+        "outcome": "completed",
+        "text": 'done: {"approved":true,"note":"ok"}',
+    }
+    assert send(http, "w-2", "and then hello", 20, input_id="b")["settlement"] == {
+        "outcome": "completed",
+        "text": "echo: and then hello",
+    }
+
+
+def test_a_turn_longer_than_the_wait_is_running_and_goes_on(http: httpx.Client) -> None:
+    out = send(http, "w-3", "take a nap", 0.5, input_id="n")
+    assert out["status"] == "accepted" and out["settlement"] == {"outcome": "running"}
+    d = http.get("/v1/sessions/w-3").json()
+    assert d["summary"]["state"] in ("running", "sleeping")  # the turn goes on without the request
+
+
+def test_a_refused_message_does_not_wait_and_a_bad_wait_is_422(http: httpx.Client) -> None:
+    r = http.post("/v1/sessions/w-4/messages", params={"wait": 20}, json={"text": "hi", "harness": "no/such"}).json()
+    assert r["status"] == "rejected" and r["code"] == "unknown_harness" and "settlement" not in r
+    for bad in ("0", "-1", "601", "soon"):
+        r2 = http.post("/v1/sessions/w-4/messages", params={"wait": bad}, json={"text": "hi", "harness": HARNESS})
+        assert r2.status_code == 422, (bad, r2.text)
+        assert "wait" in r2.text
+    assert http.get("/v1/sessions/w-4").status_code == 404  # nothing was written
+
+
+def test_the_openapi_document_names_the_wait_and_the_settlement(http: httpx.Client) -> None:
+    doc = http.get("/openapi.json").json()
+    params = doc["paths"]["/v1/sessions/{session_id}/messages"]["post"]["parameters"]
+    assert any(p["name"] == "wait" and p["in"] == "query" for p in params)
+    outcomes = doc["components"]["schemas"]["SettlementOut"]["properties"]["outcome"]["enum"]
+    assert set(outcomes) == {"completed", "failed", "aborted", "rejected", "waiting", "running"}
+
+
+def test_settlement_of_an_unknown_or_untaken_input_is_none() -> None:
+    state = fold("s", [])
+    assert settlement_of(state, "in-1", now_ms=0) is None
+    assert Settlement("running") == RUNNING and RUNNING.to_json() == {"outcome": "running"}
