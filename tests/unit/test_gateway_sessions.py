@@ -5,7 +5,10 @@ of the log give; least recently used sessions go first when it is full."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
+
+import pytest
 
 from harness.log import open_log
 from harness.log.follow import subscribe
@@ -121,6 +124,27 @@ async def test_get_through_reads_when_the_live_records_do_not_come_or_there_is_n
     plain_reader = CountingReader(log)
     plain = await Sessions(plain_reader).get_through("s", written.seq)
     assert [e.seq for e in plain.entries] == [1] and plain_reader.calls == [("s", None)]
+    await log.close()
+
+
+async def test_changes_yield_the_kept_view_at_each_new_record_of_the_session() -> None:
+    """What a POST with ?wait= follows: the view now, then the same kept view caught up on
+    the live records (other requests see them too), from the position it knew."""
+    log = open_log("memory:")
+    await log.submit(InputMessage("s", 0, "m0", "hi", "h"))
+    reader, watcher = CountingReader(log), CountingFollower(log)
+    sessions = Sessions(reader, watch=watcher)
+    async with contextlib.aclosing(sessions.changes("s")) as views:
+        first = await anext(views)
+        assert [e.seq for e in first.entries] == [1] and watcher.calls == []
+        await log.submit(InputMessage("other", 1, "o1", "hi", "h"))
+        await log.submit(InputMessage("s", 2, "m2", "hi", "h"))
+        second = await asyncio.wait_for(anext(views), 5)
+        assert second is first and [e.seq for e in second.entries] == [1, 3]
+        assert watcher.calls == [1] and reader.calls == [("s", None)]  # on from position 1, no read
+        assert sessions.known("s") is second and sessions.kept == (1, 2)
+    with pytest.raises(RuntimeError, match="watch="):
+        await anext(Sessions(reader).changes("s"))
     await log.close()
 
 
