@@ -143,6 +143,9 @@ async def test_changes_yield_the_kept_view_at_each_new_record_of_the_session() -
         assert second is first and [e.seq for e in second.entries] == [1, 3]
         assert watcher.calls == [1] and reader.calls == [("s", None)]  # on from position 1, no read
         assert sessions.known("s") is second and sessions.kept == (1, 2)
+    async with contextlib.aclosing(sessions.changes("s")) as views:  # kept: no read, on from where it is
+        kept = await anext(views)
+        assert kept is second and reader.calls == [("s", None)]
     with pytest.raises(RuntimeError, match="watch="):
         await anext(Sessions(reader).changes("s"))
     await log.close()

@@ -170,14 +170,16 @@ class Sessions:
     async def changes(self, session_id: str) -> AsyncGenerator[SessionView, None]:
         """The session now, then again each time a record of it is committed, live: never
         ends (close it to stop). The view is the kept one when it is kept (other requests
-        see the records too), else this watch's own.
+        see the records too), else this watch's own. A kept view is not read first: the
+        live records after its position catch it up (on Kafka a read would cost the
+        broker a consumer's fetches; the shared tail has the records already).
 
         Raises:
             RuntimeError: no ``watch`` was given.
         """
         if self._watch is None:
             raise RuntimeError("Sessions.changes needs watch= (the log's live records of a session)")
-        view = await self.get(session_id)
+        view = self._views.get(session_id) or await self.get(session_id)
         yield view
         stream = self._watch(session_id, after=view.position)
         async with contextlib.aclosing(stream) as live:
