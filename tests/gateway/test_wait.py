@@ -8,8 +8,9 @@ from typing import Any
 
 import httpx
 
+from harness.records import InputAnswer, InputSettled, LogEntry
 from harness.replay.state import fold
-from harness.services.gateway.settlement import RUNNING, Settlement, settlement_of
+from harness.services.gateway.settlement import RUNNING, Settlement, answer_settlement_of, settlement_of
 from tests.gateway.helpers import HARNESS
 
 
@@ -40,8 +41,17 @@ def test_a_turn_that_asks_a_person_answers_waiting_with_the_ask(http: httpx.Clie
     # A message behind the waiting turn cannot start: after its wait it is still running.
     queued = send(http, "w-2", "and then hello", 0.5, input_id="b")
     assert queued["status"] == "queued" and queued["settlement"] == {"outcome": "running"}
+    # An answer the gateway refuses (off the ask's schema) is written nowhere and waits for nothing.
+    bad = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": "maybe"}}
+    refused = http.post("/v1/sessions/w-2/answers", params={"wait": 20}, json=bad).json()
+    assert refused["status"] == "rejected" and refused["code"] == "invalid_answer" and "settlement" not in refused
+    # An answer that waits gets how the turn it resumed ended.
     body = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": True, "note": "ok"}}
-    assert http.post("/v1/sessions/w-2/answers", json=body).json()["status"] == "accepted"
+    answered = http.post("/v1/sessions/w-2/answers", params={"wait": 20}, json=body).json()
+    assert answered["status"] == "accepted"
+    assert answered["settlement"] == {"outcome": "completed", "text": 'done: {"approved":true,"note":"ok"}'}
+    again = http.post("/v1/sessions/w-2/answers", params={"wait": 20}, json=body).json()
+    assert again == answered  # the same answer again: the same receipt and settlement
     # Both turns end; asking again with wait gives each its own answer.
     assert send(http, "w-2", "please approve the refund", 20, input_id="a")["settlement"] == {
         "outcome": "completed",
@@ -72,8 +82,9 @@ def test_a_refused_message_does_not_wait_and_a_bad_wait_is_422(http: httpx.Clien
 
 def test_the_openapi_document_names_the_wait_and_the_settlement(http: httpx.Client) -> None:
     doc = http.get("/openapi.json").json()
-    params = doc["paths"]["/v1/sessions/{session_id}/messages"]["post"]["parameters"]
-    assert any(p["name"] == "wait" and p["in"] == "query" for p in params)
+    for route in ("messages", "answers"):
+        params = doc["paths"][f"/v1/sessions/{{session_id}}/{route}"]["post"]["parameters"]
+        assert any(p["name"] == "wait" and p["in"] == "query" for p in params), route
     outcomes = doc["components"]["schemas"]["SettlementOut"]["properties"]["outcome"]["enum"]
     assert set(outcomes) == {"completed", "failed", "aborted", "rejected", "waiting", "running"}
 
@@ -81,4 +92,13 @@ def test_the_openapi_document_names_the_wait_and_the_settlement(http: httpx.Clie
 def test_settlement_of_an_unknown_or_untaken_input_is_none() -> None:
     state = fold("s", [])
     assert settlement_of(state, "in-1", now_ms=0) is None
+    assert answer_settlement_of(state, "in-1", now_ms=0) is None
     assert Settlement("running") == RUNNING and RUNNING.to_json() == {"outcome": "running"}
+
+
+def test_an_answer_the_owner_refused_settles_rejected_and_one_not_taken_yet_is_none() -> None:
+    taken = [LogEntry(1, InputAnswer("s", 0, "a1", "c1", "approval", {"approved": True}))]
+    assert answer_settlement_of(fold("s", taken), "a1", now_ms=0) is None  # not taken yet
+    refused = [*taken, LogEntry(2, InputSettled("s", 0, "a1", "rejected", "ask_expired", "too late"))]
+    assert answer_settlement_of(fold("s", refused), "a1", now_ms=0) == Settlement("rejected", "ask_expired", "too late")
+    assert settlement_of(fold("s", refused), "a1", now_ms=0) == Settlement("rejected", "ask_expired", "too late")

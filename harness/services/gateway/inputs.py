@@ -22,7 +22,7 @@ from harness.records import InputAnswer, InputMessage, InputRecords, Record
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.services.gateway.receipts import Receipt, receipt_for, rejected
 from harness.services.gateway.sessions import Sessions, SessionView
-from harness.services.gateway.settlement import RUNNING, Settlement, settlement_of
+from harness.services.gateway.settlement import RUNNING, Settlement, answer_settlement_of, settlement_of
 
 __all__ = ["CANCEL_SUPPORTED", "Inputs", "cancel_input_id", "make_cancel"]
 
@@ -106,14 +106,16 @@ class Inputs:
                             f"no harness named {name!r} runs here; known: {', '.join(sorted(self.harness_names))}")
         return await self._send(view, record, input_id)
 
-    async def wait(self, session_id: str, input_id: str, seconds: float) -> Settlement:
-        """How ``input_id`` ended, or that its turn waits for a person, once either is in the
-        log; ``RUNNING`` if neither is within ``seconds`` (the turn goes on all the same)."""
+    async def wait(self, session_id: str, input_id: str, seconds: float, *, answer: bool = False) -> Settlement:
+        """How ``input_id``'s turn ended, or that it waits for a person, once either is in the
+        log; ``RUNNING`` if neither is within ``seconds`` (the turn goes on all the same).
+        ``answer``: ``input_id`` is an answer: its refusal, or the turn it resumed."""
+        judge = answer_settlement_of if answer else settlement_of
         try:
             async with asyncio.timeout(seconds):
                 async with contextlib.aclosing(self.sessions.changes(session_id)) as views:
                     async for view in views:
-                        found = settlement_of(view.state, input_id, now_ms=self.now_ms())
+                        found = judge(view.state, input_id, now_ms=self.now_ms())
                         if found is not None:
                             return found
         except TimeoutError:

@@ -35,8 +35,12 @@ NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
 MAX_WAIT_S = 600.0
-"""The longest a message POST waits for its turn (``?wait=``); many proxies cut idle
-requests sooner, so clients that wait long stream the events instead."""
+"""The longest a message or answer POST waits for its turn (``?wait=``); many proxies cut
+idle requests sooner, so clients that wait long stream the events instead."""
+WaitQuery = Annotated[
+    float | None,
+    Query(gt=0, le=MAX_WAIT_S, description="seconds to wait for the turn to settle or to wait for a person"),
+]
 
 
 # --- request and response bodies ------------------------------------------------------------------
@@ -324,10 +328,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         session_id: SessionId,
         body: MessageIn,
         who: Caller,
-        wait: Annotated[
-            float | None,
-            Query(gt=0, le=MAX_WAIT_S, description="seconds to wait for the turn to settle or to wait for a person"),
-        ] = None,
+        wait: WaitQuery = None,
     ) -> dict[str, Any]:
         """Send a user message (starts a turn, or waits behind the running one). With
         ``?wait=SECONDS`` the answer also says how the turn ended (``settlement``)."""
@@ -341,11 +342,17 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
-    async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller) -> dict[str, Any]:
-        """Answer an open ask; the answer is checked against the ask's schema first."""
+    async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller, wait: WaitQuery = None) -> dict[str, Any]:
+        """Answer an open ask; the answer is checked against the ask's schema first. With
+        ``?wait=SECONDS`` the answer also says how the turn it resumed ended (``settlement``;
+        ``rejected`` if the session's owner refused the answer)."""
         view = await existing(who, session_id)
         input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
-        return receipt(await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id))
+        sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
+        out = receipt(sent)
+        if wait is not None and sent.status != "rejected":
+            out["settlement"] = (await gw.inputs.wait(view.session_id, input_id, wait, answer=True)).to_json()
+        return out
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)

@@ -1,15 +1,16 @@
-"""What a message POST that waits (``?wait=SECONDS``) answers: how its input ended, or that
-its turn waits for a person, read from the session's folded state (pure: no I/O)."""
+"""What a message or answer POST that waits (``?wait=SECONDS``) answers: how its turn ended,
+or that it waits for a person, read from the session's folded state (pure: no I/O)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from harness.records import InputAnswer
 from harness.replay.state import SessionState
 from harness.views import OpenAsk, input_waits_for_person, open_asks
 
-__all__ = ["RUNNING", "Settlement", "settlement_of"]
+__all__ = ["RUNNING", "Settlement", "answer_settlement_of", "settlement_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +54,19 @@ def settlement_of(state: SessionState, input_id: str, *, now_ms: int) -> Settlem
     if input_waits_for_person(state, input_id, now_ms=now_ms):
         return Settlement("waiting", asks=open_asks(state, now_ms=now_ms))
     return None
+
+
+def answer_settlement_of(state: SessionState, input_id: str, *, now_ms: int) -> Settlement | None:
+    """For the answer ``input_id``: its refusal once the owner refused it, else, once the
+    owner took it, how the turn it resumed ended (or that it waits for a person again);
+    None: neither yet."""
+    inp = state.inputs.get(input_id)
+    if inp is None or inp.settled is None or not isinstance(inp.record, InputAnswer):
+        return None
+    settled = inp.settled
+    if settled.outcome != "completed":
+        return Settlement(settled.outcome, settled.code, settled.reason)
+    call = state.calls.get(inp.record.tool_call_id)
+    if call is None or not 0 < call.turn <= len(state.turns):
+        return None
+    return settlement_of(state, state.turns[call.turn - 1].input_id, now_ms=now_ms)
