@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.codec import default_codec
-from harness.errors import LogUnavailable
+from harness.errors import CorruptRecord, LogUnavailable
 from harness.log.sqlite import SqliteLog
 from harness.log.sqlite_schema import head_crc, namespace_crc, row_crc
 from harness.records import InputMessage, StepResult
@@ -106,3 +106,25 @@ async def test_a_file_of_a_newer_harness_is_refused_with_what_to_do(tmp_path):
         SqliteLog(path).namespace  # noqa: B018 (opening is what is tested)
     message = str(caught.value)
     assert "newer harness" in message and "upgrade harness" in message and "\n" not in message
+
+
+async def test_a_file_whose_last_rows_are_gone_never_gives_a_head_position_again(tmp_path):
+    """Positions are MAX(seq) + 1 (no AUTOINCREMENT): if the last rows went missing from a
+    damaged file, the next record still goes after the session's head, and the read says
+    that a record is missing instead of chaining onto a reused position."""
+    path = tmp_path / "cut.db"
+    log = SqliteLog(path)
+    for i in range(3):
+        await log.submit(InputMessage("A", i, f"in-{i}", "hi"))
+    await log.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("DELETE FROM records WHERE seq = 3")
+    log = SqliteLog(path)
+    try:
+        entry = await log.submit(InputMessage("A", 9, "in-9", "again"))
+        assert entry.seq == 4
+        with pytest.raises(CorruptRecord) as caught:
+            await log.read("A")
+        assert "seq=3" in str(caught.value)
+    finally:
+        await log.close()

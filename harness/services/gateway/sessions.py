@@ -120,11 +120,7 @@ class Sessions:
                 return view
         else:
             entries = await self._read(session_id, after=view.position)
-        taken = view._take(entries)
-        if self._views.get(session_id) is view:  # (not evicted meanwhile)
-            self._kept += taken
-            self._views.move_to_end(session_id)
-            self._evict()
+        self._catch_up(view, entries)
         return view
 
     async def get_through(self, session_id: str, seq: int) -> SessionView:
@@ -160,11 +156,7 @@ class Sessions:
             if view.entries:
                 self._keep(view)
             return view
-        taken = view._take(entries)
-        if self._views.get(session_id) is view:  # (not evicted meanwhile)
-            self._kept += taken
-            self._views.move_to_end(session_id)
-            self._evict()
+        self._catch_up(view, entries)
         return view
 
     async def changes(self, session_id: str) -> AsyncGenerator[SessionView, None]:
@@ -187,15 +179,20 @@ class Sessions:
                 kept = self._views.get(session_id)
                 if kept is not None and kept is not view and kept.position >= view.position:
                     view = kept  # read anew by another request (this one was evicted meanwhile)
-                taken = view._take([entry])
-                if taken and self._views.get(session_id) is view:
-                    self._kept += taken
-                    self._evict()
+                self._catch_up(view, [entry])
                 yield view
 
     def known(self, session_id: str) -> SessionView | None:
         """The session as far as it was read already, without reading (None: not kept)."""
         return self._views.get(session_id)
+
+    def _catch_up(self, view: SessionView, entries: list[LogEntry]) -> None:
+        """Fold ``entries`` on into ``view``; a kept view counts them and is the most recently used."""
+        taken = view._take(entries)
+        if self._views.get(view.session_id) is view:  # (not evicted meanwhile)
+            self._kept += taken
+            self._views.move_to_end(view.session_id)
+            self._evict()
 
     def _keep(self, view: SessionView) -> None:
         self._views[view.session_id] = view
