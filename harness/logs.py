@@ -116,7 +116,7 @@ SECRETS = SecretRegistry()
 
 
 class SecretFilter(logging.Filter):
-    """Scrubs registered secret values from a record's message and traceback.
+    """Scrubs registered secret values from a record's message, context fields and traceback.
 
     The message is rendered (``msg % args``) and scrubbed once, here, so no handler
     or formatter ever sees a secret.
@@ -131,6 +131,10 @@ class SecretFilter(logging.Filter):
             return True
         record.msg = self._registry.scrub(record.getMessage())
         record.args = None
+        for name, _ in _FIELDS:  # the context too: an id that holds a secret is refused, not hidden, but
+            value = getattr(record, name, None)  # its refusal is logged with it
+            if isinstance(value, str):
+                setattr(record, name, self._registry.scrub(value))
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

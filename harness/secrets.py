@@ -45,7 +45,7 @@ from harness.errors import SecretInName
 from harness.jsonvalues import json_path
 from harness.records import Record
 
-__all__ = ["MIN_SUBSTRING_SECRET", "SecretScrubber", "redact_record", "secret_forms", "secret_values"]
+__all__ = ["IDENTITY_FIELDS", "MIN_SUBSTRING_SECRET", "SecretScrubber", "redact_record", "secret_forms", "secret_values"]
 
 MIN_SUBSTRING_SECRET = 8
 """Secrets at least this long are found inside other text; shorter ones only as a whole string."""
@@ -202,13 +202,23 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
                 yield from _strings(item, path)
 
 
+IDENTITY_FIELDS = frozenset({"session_id", "input_id", "target_input_id", "tool_call_id", "name", "record_type"})
+"""Record fields that name or identify something: never rewritten. The log matches records
+by them (a settlement to its input, a result to its call, a stored step to its name), so a
+rewritten one would never match again (an input settled under another id is taken anew
+forever). One holding a secret is refused before it is written, or, when it came into the
+log from elsewhere (a gateway that does not know the worker's secrets), its input settles
+``rejected`` / ``secret_in_name`` as it is (``runtime.answers.secret_refusals``)."""
+
+
 def redact_record(record: Record, scrubber: SecretScrubber) -> Record:
-    """A copy of ``record`` with every secret value replaced in its text and JSON fields."""
+    """A copy of ``record`` with every secret value replaced in its text and JSON fields
+    (not in its :data:`IDENTITY_FIELDS`)."""
     if not scrubber:
         return record
     changes: dict[str, Any] = {}
     for f in dataclasses.fields(record):
-        if f.name == "session_id":
+        if f.name in IDENTITY_FIELDS:
             continue
         value = getattr(record, f.name)
         if isinstance(value, (str, list, dict, tuple)):

@@ -21,8 +21,9 @@ from harness.errors import HarnessError
 from harness.jsonvalues import storable_text
 from harness.records import AskAnswered, InputAnswer, InputCancel, InputRecords, InputSettled, Record
 from harness.replay.state import InputState, SessionState
+from harness.secrets import SecretScrubber
 
-__all__ = ["AnswerVerdict", "judge_answer", "settle_conflict", "settle_input", "waiting_answers"]
+__all__ = ["AnswerVerdict", "judge_answer", "secret_refusal", "settle_conflict", "settle_input", "waiting_answers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,25 @@ def settle_conflict(state: SessionState, conflict: InputState, now_ms: int) -> I
         f"input id {conflict.input_id!r} was already used with another payload",
         conflict.seq,
     )
+
+
+def secret_refusal(session_id: str, inp: InputState, scrubber: SecretScrubber, now_ms: int) -> InputSettled | None:
+    """The refusal of an input whose session id or own id holds one of the session's
+    secrets, else None.
+
+    In-process senders are refused before they write (``SecretInName``); this is for an
+    input another process wrote without knowing the secrets (a gateway, a client). Its id
+    stays as it is in the settlement (ids are never rewritten: a settlement under another
+    id would never settle it), which writes nothing the input did not already hold.
+    """
+    found = scrubber.find_in_name(session_id)
+    if found is not None:
+        reason = f"the session id holds the session secret {found!r}: use a session id without it"
+    elif (found := scrubber.find_in_name(inp.input_id)) is not None:
+        reason = f"the input id holds the session secret {found!r}: send it again with an id without it"
+    else:
+        return None
+    return InputSettled(session_id, now_ms, inp.input_id, "rejected", "secret_in_name", reason)
 
 
 def settle_input(

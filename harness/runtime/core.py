@@ -51,7 +51,7 @@ from harness.records import (
 )
 from harness.replay import SessionState
 from harness.replay.payload import input_payload
-from harness.runtime.answers import settle_conflict, settle_input
+from harness.runtime.answers import secret_refusal, settle_conflict, settle_input
 from harness.runtime.driver import TurnDriver
 from harness.runtime.ownership import Ownership
 from harness.runtime.results import TurnResult, settled_result, waiting_in_log, waiting_live
@@ -494,8 +494,15 @@ class SessionCore:
     # -- inputs from the log -----------------------------------------------------------------------
 
     async def take_inputs(self) -> None:
-        """Settle answers, app records, cancels and conflicting resends found in the log."""
-        pending = [i for i in self.state.pending_inputs() if i.kind != "message"]
+        """Settle answers, app records, cancels and conflicting resends found in the log, and
+        refuse any input whose id (or session id) holds a session secret (``secret_in_name``)."""
+        now = self.now_ms()
+        refused = {
+            i.input_id: refusal
+            for i in self.state.pending_inputs()
+            if (refusal := secret_refusal(self.session_id, i, self.scrubber, now)) is not None
+        }
+        pending = [i for i in self.state.pending_inputs() if i.kind != "message" or i.input_id in refused]
         conflicts = self.state.pending_conflicts()
         if not pending and not conflicts:
             return
@@ -506,7 +513,8 @@ class SessionCore:
                     await self.commit([settle_conflict(self.state, conflict, self.now_ms())])
             for inp in pending:
                 if self.state.inputs[inp.input_id].settled is None:
-                    records = settle_input(
+                    refusal = refused.get(inp.input_id)
+                    records = [refusal] if refusal is not None else settle_input(
                         self.state, inp, self.now_ms(), self.ask_models
                     )
                     if records:

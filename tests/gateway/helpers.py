@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -61,8 +61,10 @@ class ServerThread:
         harnesses: Sequence[Harness] = (),
         worker: bool = False,
         log: SessionLog | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        self.secrets = dict(secrets or {})  # the worker's, for every session (as --secrets-dir)
         self.harnesses = list(harnesses)
         self.worker = worker
         self.given_log = log
@@ -91,7 +93,8 @@ class ServerThread:
                 from harness.runtime.worker import Worker
 
                 w = Worker(log=state.log, harnesses=self.harnesses, lease=timedelta(seconds=30),
-                           poll_interval=timedelta(milliseconds=20))
+                           poll_interval=timedelta(milliseconds=20),
+                           secrets_for=(lambda sid, name: self.secrets) if self.secrets else None)
                 if isinstance(live, LiveRouter):
                     w.host.live = live
                 task.append(asyncio.create_task(w.run(stop)))

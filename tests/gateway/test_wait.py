@@ -102,3 +102,40 @@ def test_an_answer_the_owner_refused_settles_rejected_and_one_not_taken_yet_is_n
     refused = [*taken, LogEntry(2, InputSettled("s", 0, "a1", "rejected", "ask_expired", "too late"))]
     assert answer_settlement_of(fold("s", refused), "a1", now_ms=0) == Settlement("rejected", "ask_expired", "too late")
     assert settlement_of(fold("s", refused), "a1", now_ms=0) == Settlement("rejected", "ask_expired", "too late")
+
+
+def test_an_id_holding_a_worker_secret_is_refused_once_and_the_session_goes_on(tmp_path: Any) -> None:
+    """The gateway does not know the worker's secrets: it writes the input as it came, and
+    the worker refuses it (``secret_in_name``) once, with nothing rewritten and no loop."""
+    from tests.apps.approvals import approvals
+    from tests.gateway.helpers import ServerThread, open_settings
+
+    secret = "sk-SUPERSECRET-9876"
+    settings = open_settings(f"sqlite:///{tmp_path / 'h.db'}")
+    with ServerThread(settings, harnesses=[approvals], worker=True, secrets={"apikey": secret}) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
+        refused = send(http, "sec-1", "hello", 20, input_id=secret)["settlement"]
+        assert refused["outcome"] == "rejected" and refused["code"] == "secret_in_name"
+        assert "'apikey'" in refused["reason"] and secret not in refused["reason"]
+        assert send(http, "sec-1", "hello", 20, input_id="in-2")["settlement"] == {
+            "outcome": "completed", "text": "echo: hello"}
+        in_session_id = send(http, f"user-{secret}", "hi", 20)["settlement"]
+        assert in_session_id["outcome"] == "rejected" and in_session_id["code"] == "secret_in_name"
+        assert "session id holds" in in_session_id["reason"]
+    async def records() -> list[Any]:
+        from harness import open_log
+
+        log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+        try:
+            return [e.record for e in await log.read("sec-1")]
+        finally:
+            await log.close()
+
+    import asyncio
+
+    from harness.records import TurnStarted
+
+    found = asyncio.run(records())
+    assert [(r.input_id, r.outcome) for r in found if isinstance(r, InputSettled)] == [
+        (secret, "rejected"), ("in-2", "completed")]
+    assert [r.input_id for r in found if isinstance(r, TurnStarted)] == ["in-2"]  # no loop, no turn for the refused

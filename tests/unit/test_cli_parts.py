@@ -95,6 +95,22 @@ def test_secret_filter_scrubs_message_arguments_and_traceback() -> None:
     assert "calling with [secret:api_key]" in text and "ValueError: key [secret:api_key] refused" in text
 
 
+def test_secret_filter_scrubs_the_context_fields_of_a_line() -> None:
+    """A line about an input refused for holding a secret in its id names the input."""
+    logs.SECRETS.add({"api_key": "sk_live_abc"})
+    stream = io.StringIO()
+    handler = logs.configure(level="debug", fmt="text", stream=stream)
+    try:
+        logs.bind(session_id="user-sk_live_abc", input_id="sk_live_abc", tool_call_id=None)
+        logging.getLogger("harness.test").info("input refused")
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logs.bind(session_id=None, input_id=None)
+    line = stream.getvalue()
+    assert "sk_live" not in line
+    assert "[session=user-[secret:api_key] input=[secret:api_key]]" in line
+
+
 def test_json_lines_carry_the_context_of_the_current_task() -> None:
     stream = io.StringIO()
     handler = logs.configure(level="debug", fmt="json", stream=stream)

@@ -93,6 +93,31 @@ async def test_s2_12_ids_holding_a_secret_are_refused(hosts, log):
     assert await entries(log, "s-2", "harness.model.response") == []
 
 
+async def test_s2_12_an_input_another_process_wrote_with_a_secret_in_its_id_is_refused_once(host, log):
+    """A gateway that does not know the worker's secrets writes the input as it came; the
+    owner refuses it (``secret_in_name``) under its own id (a settlement under a rewritten
+    id never settled it: the owner took it anew, turn after turn, forever)."""
+    from harness.records import InputAnswer, InputMessage
+
+    secret = "sk_live_0123456789"
+    await log.submit(InputMessage(SID, 1, secret, "hello", "test/secrets"))
+    await log.submit(InputAnswer(SID, 2, f"answer-{secret}", "c9", "approval", {"ok": True}))
+    await log.submit(InputMessage(SID, 3, "in-2", "and then", "test/secrets"))
+    session = await host.open(harness_of(lambda a, c: "ok"), session_id=SID, secrets={"key": secret})
+    results = {r.input_id: r for r in await session.recover()}
+    assert (results[secret].outcome, results[secret].code) == ("rejected", "secret_in_name")
+    assert "input id holds the session secret 'key'" in (results[secret].error or "")
+    assert results["in-2"].outcome == "completed"  # the next input runs as usual
+    settled = await entries(log, SID, "harness.input.settled")
+    assert sorted((s["input_id"], s["outcome"], s.get("code")) for s in settled) == sorted([
+        (secret, "rejected", "secret_in_name"),
+        (f"answer-{secret}", "rejected", "secret_in_name"),
+        ("in-2", "completed", None),
+    ])
+    started = await entries(log, SID, "harness.turn.started")
+    assert [s["input_id"] for s in started] == ["in-2"]  # the refused message started no turn
+
+
 async def test_s2_12_default_input_ids_never_hold_a_short_secret(host, log):
     """A 3-digit CVV used to hit a random default input id ~1% of the time."""
     session = await host.open(harness_of(lambda a, c: "ok"), session_id=SID, secrets={"cvv": "7"})
