@@ -514,7 +514,7 @@ class SessionCore:
             for inp in pending:
                 if self.state.inputs[inp.input_id].settled is None:
                     refusal = refused.get(inp.input_id)
-                    records = [refusal] if refusal is not None else settle_input(
+                    records: list[Record] = [refusal] if refusal is not None else settle_input(
                         self.state, inp, self.now_ms(), self.ask_models
                     )
                     if records:
