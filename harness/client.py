@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.context import check_app_records
-from harness.ids import check_id
+from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log.base import SessionLog
@@ -143,7 +143,7 @@ class HarnessClient:
         """Send a user message; resending an ``input_id`` with the same text has no second
         effect; with another text it is settled ``rejected`` / ``input_conflict``."""
         check_text(text, what="the message text")
-        input_id = f"in-{uuid.uuid4().hex}" if input_id is None else input_id
+        input_id = f"in-{uuid.uuid4().hex}" if input_id is None else check_sent_input_id(input_id)
         return await self._submit(InputMessage(session_id, self._now(), input_id, text, harness), input_id)
 
     async def answer(
@@ -161,7 +161,7 @@ class HarnessClient:
     ) -> InputReceipt:
         """Append app records to a session (once per ``input_id``)."""
         checked = check_app_records(records)
-        input_id = f"rec-{uuid.uuid4().hex}" if input_id is None else input_id
+        input_id = f"rec-{uuid.uuid4().hex}" if input_id is None else check_sent_input_id(input_id)
         return await self._submit(InputRecords(session_id, self._now(), input_id, checked), input_id)
 
     async def cancel(self, session_id: str, input_id: str) -> InputReceipt:

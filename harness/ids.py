@@ -39,6 +39,30 @@ def check_id(value: Any, kind: str) -> str:
     return value
 
 
+RESERVED_INPUT_PREFIXES = ("answer:", "cancel:")
+"""The ids of answers (``answer:<call>:<name>``) and cancels (``cancel:<input>``) by default."""
+
+
+def check_sent_input_id(value: Any) -> str:
+    """``value`` if it can be the id of a message or of app records: an id (:func:`check_id`)
+    that does not start like an answer's or a cancel's default id.
+
+    A message sent as ``cancel:in-1`` would take the id of the cancel of ``in-1``: that
+    cancel would then be refused as a resend with another payload, for good.
+
+    Raises:
+        InvalidId: as :func:`check_id`, or the id starts with a reserved prefix.
+    """
+    checked = check_id(value, "input id")
+    if checked.startswith(RESERVED_INPUT_PREFIXES):
+        raise InvalidId(
+            f"input id {checked[:60]!r} starts with {checked.split(':', 1)[0] + ':'!r}, which is kept for the ids "
+            "of answers and cancels: use another input id",
+            kind="input id",
+        )
+    return checked
+
+
 def log_id(namespace: str, session_id: str) -> str:
     """The id of one session's log: ``<namespace>/<session id>``.
 

@@ -20,7 +20,7 @@ from harness.cli.common import EXIT_RUNTIME, CommandParser, add_log_option, open
 from harness.cli.render import ask_lines, clock, style_for
 from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
-from harness.ids import check_id
+from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
 from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, fold
@@ -244,7 +244,7 @@ async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
     if args.input_id is not None:
-        check_id(args.input_id, "input id")
+        check_sent_input_id(args.input_id)
     log = await open_log_for(args.log, role="client")
     status = StatusLine(sys.stderr)
     helpers: list[asyncio.Task[None]] = []

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.context import check_app_records
 from harness.errors import InvalidAnswer, InvalidRecord
-from harness.ids import check_id
+from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import check_text, json_copy
 from harness.records import (
     InputAnswer,
@@ -51,7 +51,7 @@ async def send(core: SessionCore, text: str, input_id: str | None) -> TurnResult
     if input_id is None:
         input_id = new_input_id(core, "in")
     else:
-        check_id(input_id, "input id")
+        check_sent_input_id(input_id)
         core.check_name("input id", input_id)
     record = InputMessage(core.session_id, core.now_ms(), input_id, text, core.harness.name)
     return await put_input(core, record)
@@ -136,7 +136,7 @@ async def append_records(core: SessionCore, records: list[dict[str, Any]], input
     checked = [core.scrubber.redact(r) for r in check_app_records(records)]
     if input_id is None:
         input_id = new_input_id(core, "rec")
-    check_id(input_id, "input id")
+    check_sent_input_id(input_id)
     core.check_name("input id", input_id)
     settled = await put_input(core, InputRecords(core.session_id, core.now_ms(), input_id, checked))
     if settled.outcome == "rejected":

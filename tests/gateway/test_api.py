@@ -162,13 +162,53 @@ def test_validation_errors_are_422_and_big_bodies_413(http: httpx.Client) -> Non
                      ).status_code == 404
 
 
+def test_a_users_mistakes_get_one_clear_message_each(http: httpx.Client) -> None:
+    """What a new user got wrong on the first try, and what they were told."""
+    # Not JSON: 415 names the header to send, not "a valid dictionary".
+    for headers, content in (({"content-type": "application/x-www-form-urlencoded"}, b"text=hi"),
+                             ({"content-type": "text/plain"}, b'{"text": "hi"}'), ({}, b'{"text": "hi"}')):
+        r = http.post("/v1/sessions/m-1/messages", content=content, headers=headers)
+        assert r.status_code == 415 and "Content-Type: application/json" in r.json()["detail"], r.text
+    # Broken JSON: where and why, in words.
+    r = http.post("/v1/sessions/m-1/messages", content=b'{"text": "hi",}', headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    [error] = r.json()["detail"]
+    assert error["msg"].startswith("the body is not valid JSON at character 14") and error["loc"] == ["body"]
+    # A refused body is not sent back: a text over the limit gets a short answer.
+    big = http.post("/v1/sessions/m-1/messages", json={"text": "x" * 300_000, "harness": HARNESS})
+    assert big.status_code == 422 and len(big.content) < 500 and "262144" in big.text
+    # A body streamed without a length is held to the same limit as one with it: 413, not 400.
+    chunks = (b"x" * 65536 for _ in range(32))
+    r = http.post("/v1/sessions/m-1/messages", content=chunks, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "request body over" in r.json()["detail"]
+    # A wait that is not a number of seconds.
+    r = http.post("/v1/sessions/m-1/messages", params={"wait": "NaN"}, json={"text": "hi", "harness": HARNESS})
+    assert r.status_code == 422 and "finite" in r.text
+    # A message may not take the id an answer or a cancel would have.
+    message(http, "m-1", "hello", input_id="n2")
+    for prefix in ("cancel:", "answer:"):
+        r = http.post("/v1/sessions/m-1/messages", json={"text": "hi", "input_id": f"{prefix}n2"})
+        assert r.status_code == 422 and "kept for the ids of answers and cancels" in r.text, r.text
+    r = http.post("/v1/sessions/m-1/records", json={"records": [{"type": "a.b"}], "input_id": "cancel:n2"})
+    assert r.status_code == 422
+    assert http.get("/v1/sessions/m-1").status_code == 200
+    # A second, different answer to an answered ask: already_answered (as the CLI says), not a conflict of ids.
+    message(http, "m-2", "please approve", input_id="p1")
+    ask = wait_state(http, "m-2", "waiting")["open_asks"][0]
+    first = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": True}}
+    assert http.post("/v1/sessions/m-2/answers", params={"wait": 20}, json=first).json()["status"] == "accepted"
+    other = {**first, "value": {"approved": False}}
+    second = http.post("/v1/sessions/m-2/answers", json=other).json()
+    assert second["status"] == "rejected" and second["code"] == "already_answered", second
+
+
 def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> None:
     message(http, "s-6", "please approve")
     d = wait_state(http, "s-6", "waiting")
     call = d["open_asks"][0]["tool_call_id"]
     raw = {"content-type": "application/json"}
     r = http.post("/v1/sessions/s-6/messages", content='{"text": "\\ud800", "harness": "tests/approvals"}', headers=raw)
-    assert r.status_code == 422 and "\\ud800" in r.text  # echoed escaped, never a broken response
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "text"]  # never a broken response
     r = http.post("/v1/sessions/s-6/answers", headers=raw,
                   content='{"tool_call_id": "' + call + '", "name": "approval", '
                           '"value": {"approved": true, "note": "\\udc00"}}')

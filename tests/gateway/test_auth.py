@@ -81,6 +81,8 @@ def test_missing_or_bad_credentials_are_401(secured: ServerThread) -> None:
             r = http.get("/v1/sessions", headers={"Authorization": header})
             assert r.status_code == 401, header
             assert SECRET not in r.text and "key-" not in r.text
+        unknown = http.get("/v1/sessions", headers=bearer("key-WRONG")).json()["detail"]
+        assert unknown == "unknown API key, and not a JWT"  # (not the JWT library's "Not enough segments")
         assert http.get("/v1/sessions", headers=bearer(hs_token())).status_code == 200
         assert http.get("/v1/sessions", headers=bearer("key-acme-1234")).status_code == 200
 

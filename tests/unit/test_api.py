@@ -278,6 +278,30 @@ async def test_s1_session_and_input_ids_must_be_printable_nonempty_text(bad):
         await host.close()
 
 
+async def test_s1_a_message_or_records_may_not_take_the_id_of_an_answer_or_a_cancel():
+    """A message sent as ``cancel:in-1`` took the id of the cancel of ``in-1``: that cancel
+    was then refused, for good, as a resend with another payload."""
+    from harness import HarnessClient
+    from harness.errors import InvalidId
+
+    host = HarnessHost(log="memory:")
+    try:
+        session = await host.open(define_harness(name="h", model=script("ok", "ok"), tools=[]), session_id="s-1")
+        client = HarnessClient(log=host.log)
+        for bad in ("cancel:in-1", "answer:c1:approval"):
+            for call in (session.send("hi", input_id=bad),
+                         session.append_records([{"type": "a.b"}], input_id=bad),
+                         client.send("s-1", "hi", harness="h", input_id=bad),
+                         client.append_records("s-1", [{"type": "a.b"}], input_id=bad)):
+                with pytest.raises(InvalidId, match="kept for the ids of answers and cancels"):
+                    await call
+        assert [e.type for e in await host.log.read("s-1")] == []
+        assert (await session.send("hi", input_id="in-1")).outcome == "completed"
+        assert (await session.send("hi", input_id="cancelled:1")).outcome == "completed"  # (only the prefix)
+    finally:
+        await host.close()
+
+
 @pytest.mark.parametrize("good", ["s-1", "a b", "t/acme/order-42", "équipe:7", "x" * 512])
 async def test_s1_ids_may_hold_spaces_inside_and_any_printable_character(good):
     host = HarnessHost(log="memory:")

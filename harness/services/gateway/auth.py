@@ -170,9 +170,10 @@ class Authenticator:
             for known, tenant in keys.api_keys.items():
                 if hmac.compare_digest(known, digest):
                     return Principal(tenant=tenant, method="api_key")
-        if keys.hs_secret or keys.rs_keys:
+        jwt_on = bool(keys.hs_secret or keys.rs_keys)
+        if jwt_on and (token.count(".") == 2 or not keys.api_keys):  # (a JWT is three dot-separated parts)
             return self._jwt(token, keys)
-        raise AuthError("unknown API key")
+        raise AuthError("unknown API key, and not a JWT" if jwt_on else "unknown API key")
 
     def _jwt(self, token: str, keys: _Keys) -> Principal:
         import jwt

@@ -129,15 +129,17 @@ class Inputs:
             return rejected(input_id, "invalid_answer", str(exc))
         record = InputAnswer(view.session_id, self.now_ms(), input_id, tool_call_id, name, value)
         known = receipt_for(view.entries, input_id, record)
-        if known is not None:
+        if known is not None and known.code != "input_conflict":
             return known
         verdict = judge_answer(view.state, tool_call_id, name, value, self.now_ms())
-        if not verdict.ok:
+        if not verdict.ok:  # (a second answer to an answered ask: already_answered, not a conflict of ids)
             return rejected(input_id, verdict.code or "invalid_answer", verdict.reason or "the answer was refused")
         waiting = waiting_answers(view.state).get((tool_call_id, name))
         if waiting is not None:
             return rejected(input_id, "answer_waiting", f"the answer {waiting} to this ask waits for the session's "
                             "worker to take it")
+        if known is not None:
+            return known
         return await self._send(view, record, input_id)
 
     async def records(self, view: SessionView, records: list[Any], input_id: str) -> Receipt:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import APIKeyHeader
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.errors import LogError, RecordTooLarge
+from harness.ids import check_sent_input_id
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.breaker import LogDown
@@ -31,6 +32,8 @@ INPUT_ID = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
 SessionId = Annotated[str, Path(pattern=SESSION_ID, description="the session's id (yours; tenant-scoped)")]
 InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
+SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_sent_input_id)]
+"""A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
 NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
@@ -39,7 +42,8 @@ MAX_WAIT_S = 600.0
 idle requests sooner, so clients that wait long stream the events instead."""
 WaitQuery = Annotated[
     float | None,
-    Query(gt=0, le=MAX_WAIT_S, description="seconds to wait for the turn to settle or to wait for a person"),
+    Query(gt=0, le=MAX_WAIT_S, allow_inf_nan=False,
+          description="seconds to wait for the turn to settle or to wait for a person"),
 ]
 
 
@@ -53,7 +57,7 @@ class _Body(BaseModel):
 class MessageIn(_Body):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     harness: NameField | None = None
-    input_id: InputIdField | None = None
+    input_id: SentInputIdField | None = None
 
 
 class AnswerIn(_Body):
@@ -65,7 +69,7 @@ class AnswerIn(_Body):
 
 class RecordsIn(_Body):
     records: list[dict[str, JsonValue]] = Field(min_length=1, max_length=MAX_LIST)
-    input_id: InputIdField | None = None
+    input_id: SentInputIdField | None = None
 
 
 class CancelIn(_Body):
@@ -165,6 +169,36 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+# --- errors ------------------------------------------------------------------------------------
+
+
+def _plain(error: Any) -> dict[str, Any]:
+    """One validation error as the API answers it: where, what, its type; never the input
+    (a refused 1 MB text came back whole) nor pydantic's links."""
+    loc, kind = list(error.get("loc", ())), error.get("type", "")
+    msg = str(error.get("msg", ""))
+    if kind == "json_invalid":
+        why = (error.get("ctx") or {}).get("error")
+        at = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
+        msg = f"the body is not valid JSON{at}" + (f": {why}" if why else "")
+        loc = loc[:1]
+    return {"loc": loc, "msg": msg, "type": kind}
+
+
+def validation_problem(request: Request, errors: Sequence[Any]) -> JSONResponse:
+    """422 with each error's place and message; 415 for a body that is not sent as JSON."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if request.method == "POST" and content_type != "application/json" and any(
+        tuple(e.get("loc", ())) == ("body",) for e in errors
+    ):
+        shown = content_type or "none"
+        return JSONResponse(
+            {"detail": f"the body must be JSON sent with 'Content-Type: application/json' (this one: {shown})"},
+            status_code=415,
+        )
+    return SafeJSONResponse({"detail": [_plain(e) for e in errors]}, status_code=422)
+
+
 # --- middleware --------------------------------------------------------------------------------
 
 
@@ -188,29 +222,38 @@ class BodyLimit:
                 if too_big:
                     await self._refuse(scope, receive, send)
                     return
+        # A body without a Content-Length (chunked) is counted as it streams in. Past the
+        # limit the route is told the body ended there and its answer is replaced by the 413
+        # (an exception raised here would reach the route's body parsing as a 400).
         seen = 0
+        too_big = False
+        refused = False
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, too_big
+            if too_big:
+                return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge()
+                    too_big = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
             return message
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
+        async def sending(message: Message) -> None:
+            nonlocal refused
+            if not too_big:
+                await send(message)
+            elif not refused:
+                refused = True
+                await self._refuse(scope, receive, send)
+
+        await self.app(scope, limited, sending)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413)
         await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
 
 
 class RequestMetrics:
@@ -266,7 +309,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return SafeJSONResponse({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+        return validation_problem(request, exc.errors())
 
     @app.exception_handler(AuthError)
     async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
