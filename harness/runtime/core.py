@@ -35,6 +35,7 @@ from harness.definition import Harness
 from harness.errors import (
     CorruptRecord,
     FencedError,
+    LogError,
     RecordTooLarge,
     SessionBusy,
     SessionClosed,
@@ -104,6 +105,11 @@ def _weakly(core: SessionCore) -> Callable[[BaseException], None]:
 
 def _payload(record: Record) -> tuple[Any, ...]:
     return input_payload(record.TYPE, record_data(record))
+
+
+LEASE_POLL_S = 0.25
+"""While another owner holds a session, how often a waiting core looks whether it was given
+up before its lease ran out (a closed host releases at once; the log tells no one)."""
 
 
 class SessionCore:
@@ -454,17 +460,32 @@ class SessionCore:
             self.notify()
 
     def _stand_by(self, busy: SessionBusy) -> None:
-        """Another live owner holds the session: try again once its lease runs out."""
-        until = busy.lease_until if busy.lease_until is not None else self.clock.now() + 0.05
+        """Another live owner holds the session: try again once it gives the session up or
+        its lease runs out. A wait of a second or more is a warning: a script that
+        configured no logging shows it (it would otherwise sit silent for a lease)."""
+        now = self.clock.now()
+        until = busy.lease_until if busy.lease_until is not None else now + 0.05
         if busy.owner != self._told_busy:  # once per holder, not at every retry
             self._told_busy = busy.owner
-            log.info(logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, self.clock.now()))
+            log.log(logging.WARNING if until - now >= 1 else logging.INFO,
+                    logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, now))
         self._busy_until = until
         if self._standby is None or self._standby.done():
             self._standby = asyncio.ensure_future(self._retry_at(until))
 
     async def _retry_at(self, when: float) -> None:
-        await self.clock.sleep_until(when + 0.001)
+        while not self.closed:
+            try:
+                await asyncio.wait_for(self.clock.sleep_until(when + 0.001), LEASE_POLL_S)
+                break  # the lease ran out
+            except TimeoutError:
+                pass
+            try:
+                info = await self.log.lease_info(self.session_id)
+            except LogError:
+                continue  # (the claim that follows the lease's end says what is wrong)
+            if info.owner is None or (info.lease_until is not None and info.lease_until <= self.clock.now()):
+                break  # given up before its lease ran out (its host closed the session)
         self._busy_until = 0.0
         if not self.closed:
             await self.refresh()

@@ -96,6 +96,32 @@ async def test_close_ends_calls_in_flight_with_session_closed(hosts, log):
     assert [e.seq for e in await log.read(SID)] == before  # stopped the recoverable way
 
 
+async def test_an_owner_waiting_for_a_lease_takes_the_session_once_the_holder_closes_it(hosts, log, other_log, caplog):
+    """A closed handle frees the session at once: another process waiting for it notices
+    (it looked only when the lease would have run out: a silent wait of up to a lease).
+    The fake clock never moves, so only the release can let the waiter in."""
+    asked: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        answer = await ctx.step.ask("ok", message="go on?", schema=Ok)
+        asked.append(ctx.tool_call_id)
+        return answer.ok
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), execute)
+    h = define_harness(name="test/handles", model=script([call("c1", "work")], "done", "again"), tools=[t])
+    holder = await hosts(owner_id="b").open(h, session_id=SID)
+    assert (await holder.send("go", input_id="in-1")).outcome == "waiting"  # parked on the ask: lease held
+    waiter = await hosts(other_log(), owner_id="a").open(h, session_id=SID)
+    with caplog.at_level("WARNING", logger="harness"):
+        queued = asyncio.ensure_future(waiter.send("and then", input_id="in-2"))
+        await eventually(lambda: "waiting for the lease of session s-1, held by b" in caplog.text)
+    assert not queued.done()
+    await holder.close()
+    assert (await queued).outcome == "waiting"  # the waiter now drives it: its turn waits on the ask
+    assert (await waiter.answer("c1", "ok", {"ok": True})).outcome == "completed"
+    assert asked == ["c1"]
+
+
 async def test_idle_sessions_hold_no_lease_and_no_task(hosts, log):
     host = hosts(owner_id="a")
     h = echo()
