@@ -22,7 +22,8 @@
     │   ├── SessionBusy            another live owner holds the session's lease
     │   ├── CorruptRecord          a stored record cannot be decoded
     │   └── LogUnavailable         the backend cannot be reached / configured
-    │       └── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
+    │       ├── TopicNotFound      a Kafka topic of the log does not exist (a client never creates it)
+    │       └── LogClosed          a call on a log object after its close()
     ├── CodecError                 encoding/decoding a record failed
     ├── SessionClosed              a call on a session handle after its close()
     ├── SecretInName               a name or id holding a session secret (never rewritten)
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidAnswer",
     "InvalidId",
     "InvalidRecord",
+    "LogClosed",
     "LogError",
     "LogUnavailable",
     "MissingExtra",
@@ -243,6 +245,11 @@ class CorruptRecord(LogError):
 
 class LogUnavailable(LogError):
     """The log backend cannot be reached or is misconfigured."""
+
+
+class LogClosed(LogUnavailable):
+    """A call on a log object after its ``close()`` (a process shutting down: what follows
+    the log stops quietly on it)."""
 
 
 class RecordTooLarge(LogError, ValueError):

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 from typing import Any, Protocol
 
-from harness.errors import CorruptRecord
+from harness.errors import CorruptRecord, LogClosed
 from harness.log.base import LogEntry
 
 __all__ = [
@@ -303,7 +303,9 @@ class LogFanout:
                 if len(items) < CHUNK:
                     await self._changes.wait(version)
         except Exception as exc:  # noqa: BLE001 - every subscriber raises it
-            log.warning("following the log failed: %s", exc)
+            # (a log closed under it: the process is stopping, nothing went wrong)
+            log.log(logging.DEBUG if isinstance(exc, LogClosed) else logging.WARNING,
+                    "following the log failed: %s", exc)
             self._failure = exc
             if not started.done():
                 started.set_exception(exc)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar, Self
 
-from harness.errors import CorruptRecord, FencedError, LogUnavailable, SessionBusy
+from harness.errors import CorruptRecord, FencedError, LogClosed, SessionBusy
 from harness.log import (
     _check_input,
     _Codec,
@@ -190,7 +190,7 @@ class MemoryLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogUnavailable("the memory log is closed")
+            raise LogClosed("the memory log is closed")
 
     def _store(self, session_id: str, encoded: Sequence[tuple[str, bytes]]) -> list[int]:
         seqs = []

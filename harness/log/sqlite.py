@@ -52,6 +52,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from harness.errors import (
     CorruptRecord,
     FencedError,
+    LogClosed,
     LogError,
     LogUnavailable,
     SessionBusy,
@@ -360,7 +361,7 @@ class SqliteLog:
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._commits.closed:
-            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._guard, fn, *args)
 
@@ -373,7 +374,7 @@ class SqliteLog:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
         return self._conn
 
     # Every read uses fetchall(): a statement left unfinished would keep its read

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from harness.errors import FencedError, LogUnavailable, SessionBusy
+from harness.errors import FencedError, LogClosed, LogUnavailable, SessionBusy
 from harness.observability import metrics
 
 __all__ = ["GroupCommit", "SqliteStats"]
@@ -162,7 +162,7 @@ class GroupCommit:
         after one loop step (see the module doc); any other waits for its group's flush.
         """
         if self.closed:
-            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
         loop = asyncio.get_running_loop()
         group = self._groups.get(loop)
         if (group is not None and (group.queue or group.scheduled or group.inflight is not None)) or (
@@ -190,7 +190,7 @@ class GroupCommit:
         """Run ``fn(db, *args)`` in a transaction of its own on the calling thread (not an
         event loop's: it waits for the write lock); its value, or its refusal raised."""
         if self.closed:
-            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
         [outcome] = self._commit([(fn, args, None, False)], wait=True)  # type: ignore[list-item]
         if isinstance(outcome, BaseException):
             raise outcome
@@ -199,7 +199,7 @@ class GroupCommit:
     def write(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> asyncio.Future[Any]:
         """Queue ``fn(db, *args)`` for the next group commit of the running loop."""
         if self.closed:
-            raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         group = self._groups.get(loop)
@@ -299,7 +299,7 @@ class GroupCommit:
         with self._wlock:
             db = self._wconn
             if db is None:
-                raise LogUnavailable(f"the SQLite log {self._path!r} is closed")
+                raise LogClosed(f"the SQLite log {self._path!r} is closed")
             try:
                 if wait:
                     db = self._thread_conn()

@@ -163,3 +163,22 @@ async def test_a_stalled_subscriber_holds_a_bounded_queue_and_reads_the_rest_bac
     got = await take(sub, 40)
     assert got == written[1:]  # read back from the log: no gap, no duplicate, in order
     await sub.aclose()
+
+
+async def test_a_log_closed_under_its_subscribers_ends_them_quietly(logs, caplog):
+    """A process stopping closes its log under the gateway's streams: they end with
+    ``LogClosed`` and the log says nothing at warning level (a clean SIGTERM logged
+    "following the log failed: ... is closed")."""
+    from harness.errors import LogClosed
+
+    followed, writer = logs
+    sub = subscribe(followed, "s", after=0)
+    first = asyncio.ensure_future(take(sub, 2))
+    await asyncio.sleep(0)
+    await write(writer, "s", 1, 1)
+    with caplog.at_level("DEBUG", logger="harness"):
+        await followed.close()
+        with pytest.raises(LogClosed):
+            await first
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert "following the log failed" in caplog.text  # (at debug level)

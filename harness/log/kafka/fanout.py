@@ -50,7 +50,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from harness.errors import CorruptRecord, LogUnavailable
+from harness.errors import CorruptRecord, LogClosed, LogUnavailable
 from harness.ids import message_key
 from harness.log.base import LogEntry
 from harness.log.kafka.config import KafkaSettings
@@ -437,7 +437,7 @@ class Fanout:
 
     async def _tail(self, partition: int, hint: int) -> _Tail:
         if self._closed:
-            raise LogUnavailable("the Kafka session log is closed")
+            raise LogClosed("the Kafka session log is closed")
         loop = asyncio.get_running_loop()
         tail = self._tails.get(partition)
         if tail is not None and tail.loop is not loop:
@@ -506,6 +506,6 @@ class Fanout:
         if reader is not None:
             reader.stop()
         for tail in tails:
-            tail.failed(LogUnavailable("the Kafka session log is closed"))
+            tail.failed(LogClosed("the Kafka session log is closed"))
         if reader is not None:
             await asyncio.to_thread(reader.join, CLOSE_WAIT_S)

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Self
 
 from confluent_kafka import KafkaError, KafkaException
 
-from harness.errors import CorruptRecord, FencedError, LogUnavailable
+from harness.errors import CorruptRecord, FencedError, LogClosed, LogUnavailable
 from harness.ids import message_key
 from harness.log import _check_input, _Codec, _default_codec, _encode_batch, _lease_seconds
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
@@ -671,7 +671,7 @@ class KafkaLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogUnavailable("the Kafka session log is closed")
+            raise LogClosed("the Kafka session log is closed")
 
     async def close(self) -> None:
         """Finish queued appends, close every producer and consumer. Idempotent."""

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.errors import FencedError, LogUnavailable
+from harness.errors import FencedError, LogClosed
 from harness.log.base import LeaseInfo
 from harness.log.kafka.config import KafkaSettings
 from harness.log.kafka.stats import KafkaLogStats
@@ -189,7 +189,7 @@ class Owners:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogUnavailable("the Kafka session log is closed")
+            raise LogClosed("the Kafka session log is closed")
 
     def _forget(self, writer: PartitionWriter) -> None:
         """Every session written through ``writer`` loses its owner (lock held)."""

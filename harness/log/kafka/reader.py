@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from harness.errors import CodecError, CorruptRecord, LogUnavailable
+from harness.errors import CodecError, CorruptRecord, LogClosed, LogUnavailable
 from harness.gcpause import collector_paused
 from harness.log.base import LogEntry
 from harness.log.kafka.checksum import crc_problem
@@ -70,7 +70,7 @@ class ConsumerPool:
     def take(self) -> Any:
         with self._lock:
             if self._closed:
-                raise LogUnavailable("the Kafka session log is closed")
+                raise LogClosed("the Kafka session log is closed")
             if self._idle:
                 return self._idle.pop()
         return Consumer(self._settings.reader_config())
