@@ -202,6 +202,26 @@ def test_a_users_mistakes_get_one_clear_message_each(http: httpx.Client) -> None
     assert second["status"] == "rejected" and second["code"] == "already_answered", second
 
 
+def test_a_long_sessions_page_can_be_limited_to_its_last_items(http: httpx.Client) -> None:
+    """A session of thousands of turns made a page of 30 MB that the console fetched again
+    at every event; ``timeline_limit`` keeps the last items (the console asks for 500)."""
+    for i in range(4):
+        message(http, "t-1", f"hello {i}", input_id=f"in-{i}")
+        wait_for(lambda i=i: detail(http, "t-1")["summary"]["turns"] == i + 1 and
+                 detail(http, "t-1")["summary"]["state"] == "idle", timeout=30, what="the turn")
+    whole = detail(http, "t-1")
+    assert whole["timeline_skipped"] == 0 and whole["transcript_skipped"] == 0
+    r = http.get("/v1/sessions/t-1", params={"timeline_limit": 3})
+    assert r.status_code == 200, r.text
+    part = r.json()
+    assert part["timeline"] == whole["timeline"][-3:] and part["transcript"] == whole["transcript"][-3:]
+    assert part["timeline_skipped"] == len(whole["timeline"]) - 3 > 0
+    assert part["transcript_skipped"] == len(whole["transcript"]) - 3 > 0
+    assert part["last_position"] == whole["last_position"] and part["summary"] == whole["summary"]
+    for bad in (0, -1, "x"):
+        assert http.get("/v1/sessions/t-1", params={"timeline_limit": bad}).status_code == 422
+
+
 def test_values_the_log_cannot_hold_are_refused_not_500(http: httpx.Client) -> None:
     message(http, "s-6", "please approve")
     d = wait_state(http, "s-6", "waiting")

@@ -146,8 +146,11 @@ class SessionDetail(BaseModel):
     sleeps: list[dict[str, Any]]
     usage: UsageOut
     transcript: list[dict[str, Any]]
-    timeline: list[dict[str, Any]] = Field(description="harness.views.TimelineItem.to_json() of every item")
+    timeline: list[dict[str, Any]] = Field(description="harness.views.TimelineItem.to_json() of every item "
+                                           "(the last timeline_limit ones when asked)")
     last_position: int | None
+    timeline_skipped: int = Field(0, description="earlier timeline items left out by timeline_limit")
+    transcript_skipped: int = Field(0, description="earlier transcript messages left out by timeline_limit")
 
 
 class SafeJSONResponse(JSONResponse):
@@ -445,7 +448,13 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         return {"sessions": [row[1] for row in page], "next_cursor": _cursor(page[-1][0]) if more else None}
 
     @app.get("/v1/sessions/{session_id}", response_model=SessionDetail, tags=["sessions"], responses=_ERRORS)
-    async def get_session(session_id: SessionId, who: Caller) -> dict[str, Any]:
+    async def get_session(
+        session_id: SessionId,
+        who: Caller,
+        timeline_limit: Annotated[int | None, Query(ge=1, le=100_000, description=(
+            "only the last N timeline items and transcript messages (a long session's page stays small; "
+            "the events stream gives the rest)"))] = None,
+    ) -> dict[str, Any]:
         """State, open asks with their schemas, sleeps, usage, transcript and timeline."""
         view = await existing(who, session_id)
         state, entries = view.state, view.entries
@@ -457,14 +466,18 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             if call.result is None
             for name, wake in call.sleeps.items()
         ]
+        items, messages = timeline(entries), conversation(state)
+        keep = timeline_limit if timeline_limit is not None else max(len(items), len(messages))
         return {
             "summary": summary,
             "open_asks": summary["open_asks"],
             "sleeps": sleeps,
             "usage": summary["usage"],
-            "transcript": conversation(state),
-            "timeline": [item.to_json() for item in timeline(entries)],
+            "transcript": messages[-keep:],
+            "timeline": [item.to_json() for item in items[-keep:]],
             "last_position": entries[-1].seq,
+            "timeline_skipped": max(0, len(items) - keep),
+            "transcript_skipped": max(0, len(messages) - keep),
         }
 
     @app.get(

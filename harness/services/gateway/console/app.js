@@ -228,6 +228,8 @@ function itemText(it) {
   }
 }
 
+const TIMELINE_LIMIT = 500; // the last items of a session page: a long session stays quick to load and refresh
+
 function timelineView(items) {
   return el("ol", { class: "timeline", id: "timeline" }, items.map((it) => el("li", {
       class: "k-" + it.kind.replace(".", "-") + " d-" + it.depth + (it.error ? " error" : "") + (it.status ? " s-" + it.status : ""),
@@ -266,7 +268,7 @@ async function showSession(sessionId) {
   let shownAsks = "";
 
   async function refresh() {
-    const d = await api("/v1/sessions/" + encodeURIComponent(sessionId));
+    const d = await api("/v1/sessions/" + encodeURIComponent(sessionId) + "?timeline_limit=" + TIMELINE_LIMIT);
     const s = d.summary;
     summary.replaceChildren(el("div", { class: "row" }, el("strong", {}, sessionId), badge(s.state),
       el("span", { class: "muted" }, (s.harness || "") + " · " + s.turns + " turn(s) · last activity " + when(s.last_activity)),
@@ -274,7 +276,9 @@ async function showSession(sessionId) {
       usageText(s.usage) ? el("span", { class: "muted", id: "usage" }, usageText(s.usage)) : null));
     const key = JSON.stringify(d.open_asks.map((a) => [a.tool_call_id, a.name]));
     if (key !== shownAsks) { shownAsks = key; asks.replaceChildren(...d.open_asks.map((a) => askForm(sessionId, a))); }
-    timeline.replaceChildren(timelineView(d.timeline));
+    timeline.replaceChildren(...(d.timeline_skipped ? [el("p", { class: "muted", id: "skipped" },
+      d.timeline_skipped + " earlier item(s) not shown (harness show " + sessionId + " prints them all)")] : []),
+      timelineView(d.timeline));
     return d;
   }
 
