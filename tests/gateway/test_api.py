@@ -174,6 +174,10 @@ def test_a_users_mistakes_get_one_clear_message_each(http: httpx.Client) -> None
     assert r.status_code == 422
     [error] = r.json()["detail"]
     assert error["msg"].startswith("the body is not valid JSON at character 14") and error["loc"] == ["body"]
+    # A body FastAPI cannot read at all: 422 saying why, not a bare 400.
+    for content, why in ((b"[" * 100_000, "nested too deeply"), (b'{"text": "\xff"}', "not UTF-8")):
+        r = http.post("/v1/sessions/m-1/records", content=content, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and why in r.json()["detail"][0]["msg"], r.text
     # A refused body is not sent back: a text over the limit gets a short answer.
     big = http.post("/v1/sessions/m-1/messages", json={"text": "x" * 300_000, "harness": HARNESS})
     assert big.status_code == 422 and len(big.content) < 500 and "262144" in big.text

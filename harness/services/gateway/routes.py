@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.errors import LogError, RecordTooLarge
@@ -188,6 +190,20 @@ def _plain(error: Any) -> dict[str, Any]:
     return {"loc": loc, "msg": msg, "type": kind}
 
 
+_UNPARSED_BODY = "There was an error parsing the body"
+
+
+def unreadable_body(cause: BaseException | None) -> JSONResponse:
+    """422 for a JSON body FastAPI could not read (it answers a bare 400), saying why."""
+    if isinstance(cause, RecursionError):
+        why = "the body's JSON is nested too deeply to be read"
+    elif isinstance(cause, UnicodeDecodeError):
+        why = "the body is not UTF-8 text"
+    else:
+        why = f"the body could not be read as JSON ({type(cause).__name__ if cause else 'unknown error'})"
+    return JSONResponse({"detail": [{"loc": ["body"], "msg": why, "type": "json_invalid"}]}, status_code=422)
+
+
 def validation_problem(request: Request, errors: Sequence[Any]) -> JSONResponse:
     """422 with each error's place and message; 415 for a body that is not sent as JSON."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
@@ -313,6 +329,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_problem(request, exc.errors())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:  # FastAPI's word for any body it could not read
+            return unreadable_body(exc.__cause__)
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(AuthError)
     async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
