@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from harness import ids
-from harness.clock import Clock, SystemClock
+from harness.clock import Clock, SystemClock, duration_seconds
 from harness.errors import (
     AskExpired,
     DuplicateStepName,
@@ -109,8 +109,6 @@ def _ms(seconds: float) -> int:
 SleepDuration = timedelta | int | float
 """What ``step.sleep`` takes as its duration: a timedelta or a number of seconds."""
 
-_LONGEST_SLEEP_S = timedelta.max.total_seconds()
-
 
 def _wake_time(now: float, duration: SleepDuration | None, until: datetime | None, call: str | None) -> float:
     """When a sleep of ``duration`` from ``now`` (or ``until``) wakes, in epoch seconds.
@@ -124,15 +122,7 @@ def _wake_time(now: float, duration: SleepDuration | None, until: datetime | Non
         raise ValueError("step.sleep takes a duration or until=, one of them")
     if until is not None:
         return _to_epoch(until, "until", call)
-    if isinstance(duration, timedelta):
-        return now + duration.total_seconds()
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-        raise ValueError(
-            f"step.sleep takes a timedelta or a number of seconds as its duration, not {type(duration).__name__}"
-        )
-    if not (-_LONGEST_SLEEP_S <= duration <= _LONGEST_SLEEP_S):  # False for NaN too
-        raise ValueError(f"step.sleep of {duration!r} seconds: give a finite duration, at most timedelta.max")
-    return now + float(duration)
+    return now + duration_seconds(duration, "step.sleep")
 
 
 def _to_epoch(when: datetime, argument: str, tool_call_id: str | None = None) -> float:

@@ -26,7 +26,7 @@ from harness.errors import CodecError, CorruptRecord, MissingExtra
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
-__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "open_client_log", "open_log", "sqlite_path"]
+__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "check_log", "open_client_log", "open_log", "sqlite_path"]
 
 SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:port>][?...]")
 
@@ -91,6 +91,20 @@ def open_log(url: str, **options: Any) -> SessionLog:
         log: SessionLog = open_kafka_log(url, **options)
         return log
     raise ValueError(f"unsupported session log URL {url!r}; supported: {', '.join(SUPPORTED_URLS)}")
+
+
+def check_log(log: object) -> SessionLog:
+    """``log`` if it is a session log (made by ``open_log``, or a backend of your own).
+
+    Raises:
+        TypeError: it is not (None, a path, a number ...).
+    """
+    if not (callable(getattr(log, "submit", None)) and callable(getattr(log, "read", None))):
+        raise TypeError(
+            f"log= takes a session log or its URL, not {type(log).__name__}: "
+            "e.g. log='sqlite:///harness.db' or log=open_log('sqlite:///harness.db')"
+        )
+    return log  # type: ignore[return-value]
 
 
 def _check_url(url: object) -> None:
