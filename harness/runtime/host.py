@@ -26,7 +26,7 @@ from harness.runtime.core import SessionCore
 from harness.runtime.ownership import Ownership
 from harness.runtime.poller import HostPoller
 from harness.runtime.session import Session
-from harness.secrets import SecretScrubber, secret_values
+from harness.secrets import SecretScrubber, given_secrets
 
 __all__ = ["DEFAULT_SYNC_THREADS", "HarnessHost"]
 
@@ -114,10 +114,17 @@ class HarnessHost:
         share their state and ownership (their calls are queued in log order).
 
         Raises:
+            InvalidId: the session id is not a usable id (``harness.ids.check_id``).
             SecretInName: the session id holds one of the secrets.
-            DefinitionError: the session is open here with another harness or secrets.
+            DefinitionError: ``harness`` is not a Harness, ``secrets`` not a mapping of
+                names to str or SecretStr values, or the session is open here with
+                another harness or secrets.
         """
-        plain = secret_values(secrets)
+        if not isinstance(harness, Harness):
+            raise DefinitionError(
+                f"host.open() takes a Harness made by define_harness(), not {type(harness).__name__}"
+            )
+        plain = given_secrets(secrets, "host.open()")
         check_id(session_id, "session id")
         SecretScrubber(plain).check_name("session id", session_id, session_id=None)
         core = self._cores.get(session_id)

@@ -3,15 +3,20 @@ what is wrong and how to fix it (never an AttributeError from deep inside, later
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
-from harness import HarnessHost, open_log
+from harness import Harness, HarnessHost, Tool, chat, define_harness, open_log, tool, tool_definition
 from harness.errors import DefinitionError
 from harness.log import open_client_log
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+from .conftest import Args, script
 
 
 @pytest.mark.parametrize("url", [123, None, b"memory:"], ids=["int", "none", "bytes"])
@@ -67,3 +72,92 @@ def test_host_lease_and_poll_interval_must_be_positive_durations(name, bad, says
 def test_host_sync_threads_is_a_whole_number(bad):
     with pytest.raises(DefinitionError, match=f"sync_threads must be a whole number of at least 1, not {bad!r}"):
         HarnessHost(log="memory:", sync_threads=bad)
+
+
+# --- host.open, define_harness, chat -------------------------------------------------------
+
+
+def _book() -> Tool:
+    return tool(tool_definition(name="book", description="d", input_schema=Args), lambda a: {"ok": True})
+
+
+def _harness() -> Harness:
+    return define_harness(name="t/args", model=script("done"), tools=[_book()])
+
+
+async def test_open_takes_a_harness(host, log):
+    with pytest.raises(DefinitionError, match=r"host.open\(\) takes a Harness made by define_harness\(\), not str"):
+        await host.open("notharness", session_id="s-1")  # type: ignore[arg-type]
+    assert await log.read("s-1") == []
+
+
+@pytest.mark.parametrize(
+    ("secrets", "says"),
+    [
+        (["a"], "takes secrets= as a mapping of name -> value, not list"),
+        ({"a": 5}, "secret 'a' must be a str or a pydantic SecretStr, not int"),
+        ({"a": None}, "secret 'a' must be a str or a pydantic SecretStr, not NoneType"),
+        ({5: "hunter2-hunter2"}, "a secret's name must be a non-empty string, not 5"),
+    ],
+)
+async def test_open_and_chat_take_secrets_as_names_to_text(host, log, secrets, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        await host.open(_harness(), session_id="s-1", secrets=secrets)
+    assert str(refused.value).startswith("host.open()")
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        await chat(model=script("done"), messages=[{"role": "user", "content": "hi"}], secrets=secrets)
+    assert str(refused.value).startswith("chat()") and "hunter2" not in str(refused.value)
+    assert await log.read("s-1") == []
+
+
+async def test_open_and_chat_take_secret_str_values(host):
+    session = await host.open(_harness(), session_id="s-1", secrets={"a": SecretStr("sk_live_123456"), "b": "x"})
+    assert dict(session.secrets) == {"a": "sk_live_123456", "b": "x"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "says"),
+    [
+        (_book(), "tools= takes a list of tools, not Tool; one tool goes in a list too: tools=[book]"),
+        (None, "tools= takes a list of tools, not NoneType"),
+        ("book", "tools= takes a list of tools, not str"),
+        ({"book": _book()}, "tools= takes a list of tools, not dict"),
+        (["book"], "'book' is not a tool (use tool() or durable_tool())"),
+        ([_book(), _book()], "has two tools named 'book'"),
+    ],
+)
+def test_define_harness_and_chat_take_a_list_of_tools(tools, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), tools=tools)
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        asyncio.run(chat(model=script("done"), messages=[], tools=tools))
+
+
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ("hi", "chat() takes messages= as a list of message dicts, not str"),
+        ({"role": "user", "content": "hi"}, "chat() takes messages= as a list of message dicts, not dict"),
+        (None, "chat() takes messages= as a list of message dicts, not NoneType"),
+        (["hi"], "chat(): message 0 must be a dict, not str"),
+        ([{"content": "hi"}], "chat(): message 0 needs a string 'role'"),
+    ],
+)
+async def test_chat_takes_a_list_of_message_dicts(messages, says):
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=messages)
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("model", [None, "openai:gpt-4.1-mini", object()], ids=["none", "str", "object"])
+async def test_chat_takes_a_model(model):
+    with pytest.raises(DefinitionError, match=re.escape("model of chat() has no complete() method")):
+        await chat(model=model, messages=[{"role": "user", "content": "hi"}])
+
+
+async def test_chat_runs_with_tools_given_as_a_tuple():
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="book", arguments={})]),
+                           ModelResponse(text="done")])
+    out = await chat(model=model, messages=({"role": "user", "content": "hi"},), tools=(_book(),))
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "assistant"]
