@@ -202,6 +202,25 @@ class _Names:
         self._scrubber = scrubber
         self.closed = False
 
+    def check_fn(self, name: str, fn: object) -> None:
+        """Refuse a step ``fn`` that is not a function, before its name is taken or anything
+        is written: on every run, a stored value or not."""
+        if callable(fn):
+            return
+        given = type(fn).__name__
+        if inspect.iscoroutine(fn):
+            fn.close()  # it never ran: no "never awaited" warning on top of this error
+            given = "a coroutine object (the call of an async function)"
+        elif inspect.isawaitable(fn):
+            given = f"an awaitable {given} (the call of a function)"
+        raise StepError(
+            f"step.do({name!r}, fn) takes a function, not {given}: pass the function, not its call: "
+            f"step.do({name!r}, fetch) or step.do({name!r}, lambda: fetch(x))",
+            session_id=self._scope[0],
+            tool_call_id=self._scope[1] or None,
+            step_name=name if isinstance(name, str) else None,
+        )
+
     def take(self, name: str, kind: str) -> None:
         if self.closed or not self._scope[1]:
             raise NoToolCallError(
@@ -285,6 +304,7 @@ class DurableStep:
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Run ``fn`` once per call and name; return the JSON copy of its value."""
+        self._names.check_fn(name, fn)
         stored, info = self.begin(name)
         if info is None:
             metrics.step(self._s.harness_name, "served")
@@ -460,6 +480,7 @@ class PlainStep:
         self._names.closed = True
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        self._names.check_fn(name, fn)
         _, info = self.begin(name)
         assert info is not None
         return await self.finish(name, await _call_fn(fn, info, None))
@@ -504,6 +525,7 @@ class SyncStep:
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Like ``await step.do``; ``fn`` runs on this thread (already off the loop)."""
+        self._inner._names.check_fn(name, fn)
         stored, info = self._run(_call_on_loop(self._inner.begin, name))
         if info is None:
             return stored

@@ -4,19 +4,32 @@ what is wrong and how to fix it (never an AttributeError from deep inside, later
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from harness import Harness, HarnessHost, Tool, chat, define_harness, open_log, tool, tool_definition
-from harness.errors import DefinitionError
+from harness import (
+    Harness,
+    HarnessHost,
+    Tool,
+    chat,
+    define_harness,
+    durable_tool,
+    open_log,
+    tool,
+    tool_definition,
+)
+from harness.errors import DefinitionError, StepError
 from harness.log import open_client_log
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 
-from .conftest import Args, script
+from .conftest import Args, call, entries, script
 
 
 @pytest.mark.parametrize("url", [123, None, b"memory:"], ids=["int", "none", "bytes"])
@@ -161,3 +174,67 @@ async def test_chat_runs_with_tools_given_as_a_tuple():
                            ModelResponse(text="done")])
     out = await chat(model=model, messages=({"role": "user", "content": "hi"},), tools=(_book(),))
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "assistant"]
+
+
+# --- step.do takes a function ----------------------------------------------------------------
+
+
+async def fetch(x: int) -> int:
+    return x
+
+
+def _misuse(kind: str) -> Any:
+    return fetch(1) if kind == "coroutine" else 5
+
+
+@pytest.mark.parametrize("kind", ["coroutine", "int"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async-tool", "sync-tool"])
+async def test_step_do_refuses_what_is_not_a_function_before_anything_is_written(host, log, kind, sync):
+    refused: list[StepError] = []
+
+    async def async_impl(args: Args, ctx: Any) -> dict[str, Any]:
+        try:
+            await ctx.step.do("s", _misuse(kind))
+        except StepError as exc:
+            refused.append(exc)
+        return {"after": await ctx.step.do("s", lambda: 1)}  # the name was not taken
+
+    def sync_impl(args: Args, ctx: Any) -> dict[str, Any]:
+        try:
+            ctx.step.do("s", _misuse(kind))
+        except StepError as exc:
+            refused.append(exc)
+        return {"after": ctx.step.do("s", lambda: 1)}
+
+    t = durable_tool(tool_definition(name="t", description="d", input_schema=Args), sync_impl if sync else async_impl)
+    session = await host.open(define_harness(name="t/do", model=script([call("c1", "t")], "ok"), tools=[t]),
+                              session_id="s-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine never awaited would warn when collected
+        assert (await session.send("go")).outcome == "completed"
+        gc.collect()
+    [error] = refused
+    assert error.tool_call_id == "c1" and error.step_name == "s"
+    assert str(error).startswith("step.do('s', fn) takes a function, not ")
+    assert "pass the function, not its call: step.do('s', fetch) or step.do('s', lambda: fetch(x))" in str(error)
+    if kind == "coroutine":
+        assert "a coroutine object (the call of an async function)" in str(error)
+    assert [e["value"] for e in await entries(log, "s-1", "harness.step.result")] == [1]
+    [result] = await entries(log, "s-1", "harness.tool.result")
+    assert result["content"] == {"after": 1}
+
+
+async def test_step_do_refuses_a_coroutine_in_plain_mode():
+    refused: list[str] = []
+
+    async def impl(args: Args, ctx: Any) -> None:
+        with pytest.raises(StepError, match="pass the function, not its call") as caught:
+            await ctx.step.do("s", fetch(1))
+        refused.append(str(caught.value))
+
+    t = durable_tool(tool_definition(name="t", description="d", input_schema=Args), impl)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        await chat(model=script([call("c1", "t")], "ok"), messages=[{"role": "user", "content": "go"}], tools=[t])
+        gc.collect()
+    assert len(refused) == 1
