@@ -25,7 +25,7 @@ from harness import (
     tool,
     tool_definition,
 )
-from harness.errors import DefinitionError, StepError
+from harness.errors import DefinitionError, StepError, StepValueError
 from harness.log import open_client_log
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 
@@ -238,3 +238,17 @@ async def test_step_do_refuses_a_coroutine_in_plain_mode():
         await chat(model=script([call("c1", "t")], "ok"), messages=[{"role": "user", "content": "go"}], tools=[t])
         gc.collect()
     assert len(refused) == 1
+
+
+# --- session.records(type=) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [5, b"app.memory", ["app.memory"]])
+async def test_records_type_must_be_a_string_or_none(host, bad):
+    session = await host.open(_harness(), session_id="s-1")
+    await session.append_records([{"type": "app.memory", "n": 1}], input_id="r-1")
+    says = f"records(type=) takes a record type or None; the type must be a string, not {type(bad).__name__}"
+    with pytest.raises(TypeError, match=re.escape(says)) as refused:
+        await session.records(type=bad)
+    assert isinstance(refused.value, StepValueError)
+    assert await session.records(type="app.memory") == await session.records() == [{"type": "app.memory", "n": 1}]
