@@ -11,7 +11,7 @@
     │   ├── NaiveDatetime          (also a TypeError) a datetime without a timezone
     │   ├── StepValueTooLarge      a value over the configured size limit
     │   ├── SecretInStepValue      a value holding one of the session's secrets
-    │   └── NoToolCallError        step.* used outside a tool call
+    │   └── NoToolCallError        step.* or ctx.append used outside a running tool call
     ├── NotDurableError            a durable-only feature used in plain mode
     ├── AskError
     │   ├── AskExpired             the ask passed its expiry
@@ -142,7 +142,8 @@ class SecretInStepValue(StepError):
 
 
 class NoToolCallError(StepError):
-    """``step.*`` was used outside a tool call (SPEC 2.11)."""
+    """``step.*`` or ``ctx.append`` was used outside a running tool call, e.g. on a ``ctx``
+    kept after its tool returned (SPEC 2.11)."""
 
 
 class NotDurableError(HarnessError):

@@ -224,7 +224,7 @@ class _Names:
     def take(self, name: str, kind: str) -> None:
         if self.closed or not self._scope[1]:
             raise NoToolCallError(
-                f"step.{kind} used outside a running tool call (a ctx kept after its tool "
+                f"step.{'do' if kind == 'step' else kind} used outside a running tool call (a ctx kept after its tool "
                 "returned, or no tool call id)",
                 session_id=self._scope[0],
                 tool_call_id=self._scope[1] or None,
