@@ -21,6 +21,7 @@ from harness.definition import (
     tools_by_name,
 )
 from harness.errors import DefinitionError, HarnessError
+from harness.ids import model_call_id
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import Model, StreamSink, call_complete, model_keywords
 from harness.runtime.execute import error_outcome, run_tool_call
@@ -100,14 +101,16 @@ async def chat(
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
     retrying = ModelRetrier(durability or Durability(), clock, scrubber)
+    seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
         response = await retrying.call(
             lambda: call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
         )
-        calls = [
-            {"id": c.id or f"call-{uuid.uuid4().hex[:12]}", "name": c.name, "arguments": json_copy(c.arguments)}
-            for c in response.tool_calls
-        ]
+        calls = []
+        for c in response.tool_calls:  # ids as in a session: unusable or repeated ones renamed
+            call_id = model_call_id(c.id, uuid.uuid4().hex[:12], seen)
+            seen.add(call_id)
+            calls.append({"id": call_id, "name": c.name, "arguments": json_copy(c.arguments)})
         assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
         if calls:
             assistant["tool_calls"] = calls
