@@ -28,6 +28,7 @@ from harness.context import check_app_records
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
+from harness.log import check_log
 from harness.log.base import SessionLog
 from harness.log.follow import subscribe
 from harness.records import (
@@ -111,9 +112,7 @@ class HarnessClient:
             self.log = log
             self._owns_log = True
         else:
-            if not callable(getattr(log, "submit", None)):
-                raise TypeError(f"log= takes a session log or its URL, not {type(log).__name__}")
-            self.log = log
+            self.log = check_log(log)
             self._owns_log = False
         # (session, input id) -> position of the input this client sent: a reuse of an
         # input id with another payload is settled on its own position (input_seq).

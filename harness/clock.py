@@ -10,9 +10,29 @@ import asyncio
 import heapq
 import itertools
 import time
+from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "FakeClock", "SystemClock"]
+__all__ = ["Clock", "FakeClock", "SystemClock", "duration_seconds"]
+
+_LONGEST_S = timedelta.max // timedelta(seconds=1)  # whole seconds: timedelta(seconds=) of it fits
+
+
+def duration_seconds(value: object, what: str) -> float:
+    """``value``, a ``timedelta`` or a number of seconds, in seconds (``what`` names it in
+    the error, e.g. ``"step.sleep"``).
+
+    Raises:
+        ValueError: neither (a bool is not a number of seconds), NaN, or beyond
+            ``timedelta.max`` either way (the caller turns it into its own error).
+    """
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} takes a timedelta or a number of seconds as its duration, not {type(value).__name__}")
+    if not (-_LONGEST_S <= value <= _LONGEST_S):  # False for NaN too
+        raise ValueError(f"{what} of {value!r} seconds: give a finite duration, at most timedelta.max")
+    return float(value)
 
 
 @runtime_checkable

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.errors import InvalidRecord, NotDurableError, ReservedRecordType
+from harness.errors import InvalidRecord, NotDurableError, NoToolCallError, ReservedRecordType
 from harness.jsonvalues import json_copy
 from harness.secrets import SecretScrubber
 from harness.step import DurableStep, PlainStep, SyncStep
@@ -57,12 +57,26 @@ class ToolContext:
         self._scrubber = scrubber
         self._durable = durable
         self._staged: list[dict[str, Any]] = []
+        self._closed = False
+
+    def close(self) -> None:
+        """The call is over: a later ``append`` raises NoToolCallError (SPEC 2.11), as the
+        steps do; its result, which staged records land with, is out already."""
+        self._closed = True
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Stage app records; they land atomically with this call's result (SPEC 4.1).
 
-        Raises ReservedRecordType / InvalidRecord at once; NotDurableError in plain mode.
+        Raises ReservedRecordType / InvalidRecord at once; NotDurableError in plain mode;
+        NoToolCallError once the call returned (a ctx kept after its tool returned).
         """
+        if self._closed:
+            raise NoToolCallError(
+                "ctx.append used outside a running tool call (a ctx kept after its tool returned): records "
+                "land with the call's result; append them with session.append_records() instead",
+                session_id=self.session_id,
+                tool_call_id=self.tool_call_id,
+            )
         if not self._durable:
             raise NotDurableError("ctx.append needs a durable session: records land in the session log")
         checked = check_app_records(records)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -22,7 +22,9 @@ __all__ = [
     "Hooks",
     "ToolCallEvent",
     "ToolOutcome",
+    "check_model",
     "define_harness",
+    "tools_by_name",
 ]
 
 MAX_HARNESS_NAME = 128
@@ -142,6 +144,47 @@ class Harness:
         return MappingProxyType({name: t.policy for name, t in self.tools.items()})
 
 
+def check_model(model: object, what: str) -> None:
+    """Refuse a model that the harness cannot call (``what`` names whose it is).
+
+    Raises:
+        DefinitionError: no ``complete()`` method, or one that is not ``async def``.
+    """
+    complete = getattr(model, "complete", None)
+    if not callable(complete):
+        raise DefinitionError(
+            f"model of {what} has no complete() method ({type(model).__name__}): give a model of "
+            "harness.models, e.g. ScriptedModel([...]) or from_uri('openai:gpt-4.1-mini')"
+        )
+    if (inspect.isfunction(complete) or inspect.ismethod(complete)) and not (
+        inspect.iscoroutinefunction(complete) or inspect.iscoroutinefunction(inspect.unwrap(complete))
+    ):
+        raise DefinitionError(
+            f"model of {what}: complete() must be 'async def' (the harness awaits it; blocking "
+            "client code inside it goes in await asyncio.to_thread(...))"
+        )
+
+
+def tools_by_name(tools: object, what: str) -> dict[str, Tool]:
+    """The tools of ``what`` by name.
+
+    Raises:
+        DefinitionError: ``tools`` is not a list of tools (one tool alone, None ...), or
+            two have one name.
+    """
+    if isinstance(tools, Tool | str | bytes | Mapping) or not isinstance(tools, Iterable):
+        alone = f"; one tool goes in a list too: tools=[{tools.name}]" if isinstance(tools, Tool) else ""
+        raise DefinitionError(f"{what}: tools= takes a list of tools, not {type(tools).__name__}{alone}")
+    by_name: dict[str, Tool] = {}
+    for t in tools:
+        if not isinstance(t, Tool):
+            raise DefinitionError(f"{what}: {t!r} is not a tool (use tool() or durable_tool())")
+        if t.name in by_name:
+            raise DefinitionError(f"{what} has two tools named {t.name!r}")
+        by_name[t.name] = t
+    return by_name
+
+
 def define_harness(
     *,
     name: str,
@@ -163,23 +206,8 @@ def define_harness(
             f"harness name {name[:40]!r}{'...' if len(name) > 40 else ''}: at most {MAX_HARNESS_NAME} printable "
             "characters, no space at either end (it is in every input record, --harness and the gateway's filter)"
         )
-    complete = getattr(model, "complete", None)
-    if not callable(complete):
-        raise DefinitionError(f"model of harness {name!r} has no complete() method")
-    if (inspect.isfunction(complete) or inspect.ismethod(complete)) and not (
-        inspect.iscoroutinefunction(complete) or inspect.iscoroutinefunction(inspect.unwrap(complete))
-    ):
-        raise DefinitionError(
-            f"model of harness {name!r}: complete() must be 'async def' (the harness awaits it; blocking "
-            "client code inside it goes in await asyncio.to_thread(...))"
-        )
-    by_name: dict[str, Tool] = {}
-    for t in tools:
-        if not isinstance(t, Tool):
-            raise DefinitionError(f"harness {name!r}: {t!r} is not a tool (use tool() or durable_tool())")
-        if t.name in by_name:
-            raise DefinitionError(f"harness {name!r} has two tools named {t.name!r}")
-        by_name[t.name] = t
+    check_model(model, f"harness {name!r}")
+    by_name = tools_by_name(tools, f"harness {name!r}")
     if isinstance(hooks, Mapping):
         hooks = Hooks(**hooks)
     if isinstance(durability, Mapping):

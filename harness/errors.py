@@ -3,14 +3,15 @@
 ::
 
     HarnessError
-    ├── DefinitionError            misuse caught when a tool or harness is defined
+    ├── DefinitionError            misuse caught when a tool, harness or host is set up (define_harness,
+    │                              HarnessHost, host.open, chat), before anything runs or is written
     ├── StepError                  a step was used wrongly or its value is refused
     │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
     │   ├── StepValueError         (also a TypeError) a value that is not JSON
     │   ├── NaiveDatetime          (also a TypeError) a datetime without a timezone
     │   ├── StepValueTooLarge      a value over the configured size limit
     │   ├── SecretInStepValue      a value holding one of the session's secrets
-    │   └── NoToolCallError        step.* used outside a tool call
+    │   └── NoToolCallError        step.* or ctx.append used outside a running tool call
     ├── NotDurableError            a durable-only feature used in plain mode
     ├── AskError
     │   ├── AskExpired             the ask passed its expiry
@@ -83,7 +84,8 @@ class HarnessError(Exception):
 
 
 class DefinitionError(HarnessError):
-    """A tool or harness definition is wrong (caught at definition time)."""
+    """A tool or harness definition is wrong, or a host, a session or ``chat()`` was given
+    something it cannot use (caught at that call, before anything runs or is written)."""
 
 
 class StepError(HarnessError):
@@ -142,7 +144,8 @@ class SecretInStepValue(StepError):
 
 
 class NoToolCallError(StepError):
-    """``step.*`` was used outside a tool call (SPEC 2.11)."""
+    """``step.*`` or ``ctx.append`` was used outside a running tool call, e.g. on a ``ctx``
+    kept after its tool returned (SPEC 2.11)."""
 
 
 class NotDurableError(HarnessError):

@@ -9,12 +9,29 @@ previous owner.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from harness.errors import InvalidId
 
 MAX_ID = 512
 """The longest session or input id (the gateway takes ids of up to 128, plus its tenant prefix)."""
+
+
+def id_problem(value: Any, kind: str) -> str | None:
+    """What makes ``value`` unusable as a ``kind`` (the rules of :func:`check_id`), or None."""
+    if not isinstance(value, str):
+        return f"a {kind} must be a string, not {type(value).__name__}"
+    if not value:
+        return f"a {kind} must not be empty"
+    if len(value) > MAX_ID:
+        return f"a {kind} may be at most {MAX_ID} characters, not {len(value)}"
+    if value != value.strip() or not value.isprintable():
+        return (
+            f"{kind} {value[:60]!r} holds a space at an end or a character that cannot be printed "
+            "(a newline, a control character): ids are log keys, table cells and command arguments"
+        )
+    return None
 
 
 def check_id(value: Any, kind: str) -> str:
@@ -24,19 +41,27 @@ def check_id(value: Any, kind: str) -> str:
         InvalidId: not a string, empty, over ``MAX_ID`` characters, a space at either end,
             or a character that cannot be printed (newlines, control characters).
     """
-    if not isinstance(value, str):
-        raise InvalidId(f"a {kind} must be a string, not {type(value).__name__}", kind=kind)
-    if not value:
-        raise InvalidId(f"a {kind} must not be empty", kind=kind)
-    if len(value) > MAX_ID:
-        raise InvalidId(f"a {kind} may be at most {MAX_ID} characters, not {len(value)}", kind=kind)
-    if value != value.strip() or not value.isprintable():
-        raise InvalidId(
-            f"{kind} {value[:60]!r} holds a space at an end or a character that cannot be printed "
-            "(a newline, a control character): ids are log keys, table cells and command arguments",
-            kind=kind,
-        )
-    return value
+    problem = id_problem(value, kind)
+    if problem is not None:
+        raise InvalidId(problem, kind=kind)
+    return str(value)
+
+
+def model_call_id(given: Any, where: str, taken: Container[str]) -> str:
+    """The id a tool call of a model is logged and answered under: ``given`` when it is a
+    usable id (:func:`check_id`'s rules) not in ``taken``.
+
+    A model's id that is not usable (empty, not a string, a newline or another character
+    that cannot be printed, a space at an end, longer than ``MAX_ID``) becomes
+    ``call-<where>``; one already ``taken`` (ids are unique in a session) gets
+    ``~<where>`` at its end. ``where`` says where the call is (``<turn>.<model call>.<position>``
+    in a session), so the id is new. The logged response holds this id: replay, the
+    tool result sent back to the model and ``harness answer`` all use it, never the model's.
+    """
+    call_id = given if id_problem(given, "tool call id") is None else f"call-{where}"
+    if call_id in taken:
+        call_id = f"{call_id[:MAX_ID - len(where) - 1]}~{where}"
+    return str(call_id)
 
 
 RESERVED_INPUT_PREFIXES = ("answer:", "cancel:")

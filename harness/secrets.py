@@ -41,11 +41,19 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from harness.errors import SecretInName
+from harness.errors import DefinitionError, SecretInName
 from harness.jsonvalues import json_path
 from harness.records import Record
 
-__all__ = ["IDENTITY_FIELDS", "MIN_SUBSTRING_SECRET", "SecretScrubber", "redact_record", "secret_forms", "secret_values"]
+__all__ = [
+    "IDENTITY_FIELDS",
+    "MIN_SUBSTRING_SECRET",
+    "SecretScrubber",
+    "given_secrets",
+    "redact_record",
+    "secret_forms",
+    "secret_values",
+]
 
 MIN_SUBSTRING_SECRET = 8
 """Secrets at least this long are found inside other text; shorter ones only as a whole string."""
@@ -60,6 +68,32 @@ def secret_values(secrets: Mapping[str, str | SecretStr] | None) -> Mapping[str,
     for name, value in (secrets or {}).items():
         plain[name] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
     return MappingProxyType(plain)
+
+
+def given_secrets(secrets: object, where: str) -> Mapping[str, str]:
+    """:func:`secret_values` of the ``secrets=`` a caller gave ``where`` (``host.open()``,
+    ``chat()``), checked first: a value that is not text would be compared as ``str(value)``
+    with nothing, or worse, with the wrong thing.
+
+    Raises:
+        DefinitionError: not a mapping, a name that is not a string, or a value that is
+            neither a ``str`` nor a pydantic ``SecretStr`` (the message never shows a value).
+    """
+    if secrets is None:
+        return secret_values(None)
+    if not isinstance(secrets, Mapping):
+        raise DefinitionError(
+            f"{where} takes secrets= as a mapping of name -> value, not {type(secrets).__name__}: "
+            "e.g. secrets={'stripe': 'sk_live_...'}"
+        )
+    for name, value in secrets.items():
+        if not isinstance(name, str) or not name:
+            raise DefinitionError(f"{where}: a secret's name must be a non-empty string, not {name!r}")
+        if not isinstance(value, str | SecretStr):
+            raise DefinitionError(
+                f"{where}: secret {name!r} must be a str or a pydantic SecretStr, not {type(value).__name__}"
+            )
+    return secret_values(secrets)
 
 
 def secret_forms(secret: str) -> set[str]:

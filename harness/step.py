@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from harness import ids
-from harness.clock import Clock, SystemClock
+from harness.clock import Clock, SystemClock, duration_seconds
 from harness.errors import (
     AskExpired,
     DuplicateStepName,
@@ -109,8 +109,6 @@ def _ms(seconds: float) -> int:
 SleepDuration = timedelta | int | float
 """What ``step.sleep`` takes as its duration: a timedelta or a number of seconds."""
 
-_LONGEST_SLEEP_S = timedelta.max.total_seconds()
-
 
 def _wake_time(now: float, duration: SleepDuration | None, until: datetime | None, call: str | None) -> float:
     """When a sleep of ``duration`` from ``now`` (or ``until``) wakes, in epoch seconds.
@@ -124,15 +122,7 @@ def _wake_time(now: float, duration: SleepDuration | None, until: datetime | Non
         raise ValueError("step.sleep takes a duration or until=, one of them")
     if until is not None:
         return _to_epoch(until, "until", call)
-    if isinstance(duration, timedelta):
-        return now + duration.total_seconds()
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
-        raise ValueError(
-            f"step.sleep takes a timedelta or a number of seconds as its duration, not {type(duration).__name__}"
-        )
-    if not (-_LONGEST_SLEEP_S <= duration <= _LONGEST_SLEEP_S):  # False for NaN too
-        raise ValueError(f"step.sleep of {duration!r} seconds: give a finite duration, at most timedelta.max")
-    return now + float(duration)
+    return now + duration_seconds(duration, "step.sleep")
 
 
 def _to_epoch(when: datetime, argument: str, tool_call_id: str | None = None) -> float:
@@ -212,10 +202,29 @@ class _Names:
         self._scrubber = scrubber
         self.closed = False
 
+    def check_fn(self, name: str, fn: object) -> None:
+        """Refuse a step ``fn`` that is not a function, before its name is taken or anything
+        is written: on every run, a stored value or not."""
+        if callable(fn):
+            return
+        given = type(fn).__name__
+        if inspect.iscoroutine(fn):
+            fn.close()  # it never ran: no "never awaited" warning on top of this error
+            given = "a coroutine object (the call of an async function)"
+        elif inspect.isawaitable(fn):
+            given = f"an awaitable {given} (the call of a function)"
+        raise StepError(
+            f"step.do({name!r}, fn) takes a function, not {given}: pass the function, not its call: "
+            f"step.do({name!r}, fetch) or step.do({name!r}, lambda: fetch(x))",
+            session_id=self._scope[0],
+            tool_call_id=self._scope[1] or None,
+            step_name=name if isinstance(name, str) else None,
+        )
+
     def take(self, name: str, kind: str) -> None:
         if self.closed or not self._scope[1]:
             raise NoToolCallError(
-                f"step.{kind} used outside a running tool call (a ctx kept after its tool "
+                f"step.{'do' if kind == 'step' else kind} used outside a running tool call (a ctx kept after its tool "
                 "returned, or no tool call id)",
                 session_id=self._scope[0],
                 tool_call_id=self._scope[1] or None,
@@ -295,6 +304,7 @@ class DurableStep:
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Run ``fn`` once per call and name; return the JSON copy of its value."""
+        self._names.check_fn(name, fn)
         stored, info = self.begin(name)
         if info is None:
             metrics.step(self._s.harness_name, "served")
@@ -470,6 +480,7 @@ class PlainStep:
         self._names.closed = True
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+        self._names.check_fn(name, fn)
         _, info = self.begin(name)
         assert info is not None
         return await self.finish(name, await _call_fn(fn, info, None))
@@ -514,6 +525,7 @@ class SyncStep:
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Like ``await step.do``; ``fn`` runs on this thread (already off the loop)."""
+        self._inner._names.check_fn(name, fn)
         stored, info = self._run(_call_on_loop(self._inner.begin, name))
         if info is None:
             return stored

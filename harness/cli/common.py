@@ -202,17 +202,13 @@ async def telling_if_slow(work: Coroutine[Any, Any, T], *, after: float, note: s
 
 
 def _open_sqlite(url: str, role: str) -> SessionLog:
-    from harness.log import open_log
+    from harness.log import open_log, sqlite_path
 
+    try:
+        sqlite_path(url)  # no path, options, or a folder
+    except ValueError as exc:
+        raise ConfigError(str(exc), setting="--log") from exc
     path = urllib.parse.unquote(url[len("sqlite:///"):])
-    if not path or "?" in path:
-        raise ConfigError(f"{url!r}: expected sqlite:///relative/path or sqlite:////absolute/path", setting="--log")
-    if Path(path).is_dir():
-        raise ConfigError(
-            f"{url!r} names the folder {Path(path).resolve()}, not a file: name the log's file in it, "
-            f"e.g. {url.rstrip('/')}/harness.db",
-            setting="--log",
-        )
     if role == "client" and not Path(path).is_file():
         raise LogUnavailable(
             f"no SQLite log at {path} ({Path(path).resolve()}): check --log; "

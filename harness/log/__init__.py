@@ -19,13 +19,14 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 from harness.errors import CodecError, CorruptRecord, MissingExtra
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
-__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "open_client_log", "open_log"]
+__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "check_log", "open_client_log", "open_log", "sqlite_path"]
 
 SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:port>][?...]")
 
@@ -37,16 +38,17 @@ def open_client_log(url: str, **options: Any) -> SessionLog:
 
     Raises:
         LogUnavailable: no SQLite file at the URL's path.
+        ValueError: as :func:`open_log`.
+        TypeError: ``url`` is not a string.
     """
+    _check_url(url)
     if url.startswith("kafka://"):
         return open_log(url, create_topics=False, **options)
     if url.startswith("sqlite:///"):
-        from pathlib import Path
-
         from harness.errors import LogUnavailable
 
-        path = Path(url[len("sqlite:///"):])
-        if url[len("sqlite:///"):] and "?" not in url and not path.is_file():
+        path = Path(sqlite_path(url))
+        if not path.is_file():
             raise LogUnavailable(
                 f"no SQLite log at {path} ({path.resolve()}): check the URL; a worker (or HarnessHost) "
                 "creates the file when it first opens it"
@@ -64,22 +66,19 @@ def open_log(url: str, **options: Any) -> SessionLog:
             ``busy_timeout=`` ...).
 
     Raises:
-        ValueError: the URL names no supported backend.
+        TypeError: ``url`` is not a string.
+        ValueError: the URL names no supported backend, or a SQLite URL names a folder.
         MissingExtra: a Kafka URL without ``confluent_kafka`` installed.
     """
+    _check_url(url)
     if url == "memory:" or url == "memory://":
         from harness.log.memory import MemoryLog
 
         return MemoryLog(**options)
     if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///") :]
-        if not path:
-            raise ValueError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
-        if "?" in path:
-            raise ValueError(f"{url!r}: SQLite takes no URL options; pass them as keywords to open_log()")
         from harness.log.sqlite import SqliteLog
 
-        return SqliteLog(path, **options)
+        return SqliteLog(sqlite_path(url), **options)
     if url.startswith("kafka://"):
         try:
             from harness.log.kafka.log import open_kafka_log  # type: ignore[import-not-found, unused-ignore]
@@ -92,6 +91,48 @@ def open_log(url: str, **options: Any) -> SessionLog:
         log: SessionLog = open_kafka_log(url, **options)
         return log
     raise ValueError(f"unsupported session log URL {url!r}; supported: {', '.join(SUPPORTED_URLS)}")
+
+
+def check_log(log: object) -> SessionLog:
+    """``log`` if it is a session log (made by ``open_log``, or a backend of your own).
+
+    Raises:
+        TypeError: it is not (None, a path, a number ...).
+    """
+    if not (callable(getattr(log, "submit", None)) and callable(getattr(log, "read", None))):
+        raise TypeError(
+            f"log= takes a session log or its URL, not {type(log).__name__}: "
+            "e.g. log='sqlite:///harness.db' or log=open_log('sqlite:///harness.db')"
+        )
+    return log  # type: ignore[return-value]
+
+
+def _check_url(url: object) -> None:
+    if not isinstance(url, str):
+        raise TypeError(
+            f"open_log() takes a log URL as a string, not {type(url).__name__}: "
+            f"e.g. open_log('sqlite:///harness.db'); supported: {', '.join(SUPPORTED_URLS)}"
+        )
+
+
+def sqlite_path(url: str) -> str:
+    """The database file a ``sqlite:///`` URL names.
+
+    Raises:
+        ValueError: no path, URL options (they are keywords of ``open_log``), or the
+            path is a folder (sqlite3 would only say "unable to open database file").
+    """
+    path = url[len("sqlite:///"):]
+    if not path:
+        raise ValueError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
+    if "?" in path:
+        raise ValueError(f"{url!r}: SQLite takes no URL options; pass them as keywords to open_log()")
+    if Path(path).is_dir():
+        raise ValueError(
+            f"{url!r} names the folder {Path(path).resolve()}, not a file: name the log's file in it, "
+            f"e.g. {url.rstrip('/')}/harness.db"
+        )
+    return path
 
 
 # --- helpers shared by the backends ------------------------------------------------------

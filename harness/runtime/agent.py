@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from harness.context import ToolContext
 from harness.definition import Harness, ToolCallEvent
 from harness.errors import DefinitionError, HarnessError
+from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import ModelResponse, call_complete
 from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
@@ -78,23 +79,29 @@ class _PrefixedStep:
         """The parent's step stays open: the parent call is still running."""
 
 
-def _response_json(response: ModelResponse, scrubber: SecretScrubber) -> dict[str, Any]:
-    """The sub-agent's model response as a step value, secrets handled as at the top level:
-    its text redacted, a call whose arguments hold a secret marked refused (it never runs),
-    a call id holding one refused with ``SecretInName`` (the model call fails)."""
+def _response_json(response: ModelResponse, scrubber: SecretScrubber, k: int) -> dict[str, Any]:
+    """The sub-agent's ``k``-th model response as a step value, ids and secrets handled as
+    at the top level: its text redacted, a call whose arguments hold a secret marked refused
+    (it never runs), a call id holding one refused with ``SecretInName`` (the model call
+    fails), an id that is no usable id, or repeated in the response, renamed
+    (``harness.ids.model_call_id``; the child calls' step names hold ``k``, so ids of
+    other responses may repeat)."""
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the sub-agent's model returned {type(response).__name__}, not ModelResponse")
     calls: list[dict[str, Any]] = []
-    for c in response.tool_calls:
-        if c.id:
+    taken: set[str] = set()
+    for pos, c in enumerate(response.tool_calls):
+        if id_problem(c.id, "tool call id") is None:  # the model's id is kept
             scrubber.check_name("tool call id", c.id)
+        call_id = model_call_id(c.id, f"{k}.{pos}", taken)
+        taken.add(call_id)
         if isinstance(c.arguments, str):  # not a JSON object: the child call gets invalid_arguments
             arguments: Any = scrubber.redact_text(c.arguments)
             refused = None
         else:
             arguments = json_copy(dict(c.arguments), what="tool arguments")
             refused = refusal(scrubber, arguments)
-        call: dict[str, Any] = {"id": c.id, "name": c.name, "arguments": arguments}
+        call: dict[str, Any] = {"id": call_id, "name": c.name, "arguments": arguments}
         if refused is not None:
             call["arguments"] = scrubber.redact(arguments)
             call["refused"] = refused
@@ -152,13 +159,13 @@ def agent_tool(
         for k in range(limit):
             snapshot = [dict(m) for m in messages]
 
-            async def call_model(snapshot: list[dict[str, Any]] = snapshot) -> dict[str, Any]:
+            async def call_model(snapshot: list[dict[str, Any]] = snapshot, k: int = k) -> dict[str, Any]:
                 response = await retrier.call(
                     lambda: call_complete(
                         harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
                     )
                 )
-                return _response_json(response, scrubber)
+                return _response_json(response, scrubber, k)
 
             response = await _model_step(ctx)._model_call(f"agent:model:{k}", k, call_model)
             calls = response["tool_calls"]

@@ -156,6 +156,8 @@ async def cancel(core: SessionCore, input_id: str) -> TurnResult:
 
 async def records(core: SessionCore, type_: str | None) -> list[dict[str, Any]]:
     core.check_open()
+    if type_ is not None:  # (a number would match nothing: an empty list, silently)
+        check_text(type_, what="records(type=) takes a record type or None; the type")
     await core.refresh()
     return [json_copy(e.body) for e in core.state.app_records if type_ is None or e.type == type_]
 

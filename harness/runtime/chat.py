@@ -6,24 +6,54 @@ import asyncio
 import copy
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import SecretStr
 
 from harness.clock import Clock
-from harness.definition import DEFAULT_TRUNCATED_CALL_ERROR, Durability, Hooks, ToolCallEvent
-from harness.errors import HarnessError
+from harness.definition import (
+    DEFAULT_TRUNCATED_CALL_ERROR,
+    Durability,
+    Hooks,
+    ToolCallEvent,
+    check_model,
+    tools_by_name,
+)
+from harness.errors import DefinitionError, HarnessError
+from harness.ids import model_call_id
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import Model, StreamSink, call_complete, model_keywords
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
-from harness.secrets import SecretScrubber, secret_values
+from harness.secrets import SecretScrubber, given_secrets
 from harness.step import PlainStep
 from harness.tools import Tool
 
 __all__ = ["chat"]
 
+
+def _copied_messages(messages: object) -> list[dict[str, Any]]:
+    """A deep copy of ``messages`` as dicts (the caller's list is never changed).
+
+    Raises:
+        DefinitionError: not a list of dicts with a string ``role``.
+    """
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Iterable):
+        raise DefinitionError(
+            f"chat() takes messages= as a list of message dicts, not {type(messages).__name__}: "
+            "e.g. messages=[{'role': 'user', 'content': 'hi'}]"
+        )
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise DefinitionError(f"chat(): message {i} must be a dict, not {type(message).__name__}")
+        if not isinstance(message.get("role"), str):
+            raise DefinitionError(
+                f"chat(): message {i} needs a string 'role': 'system', 'user', 'assistant' or 'tool'"
+            )
+        out.append(dict(copy.deepcopy(message)))
+    return out
 
 
 async def chat(
@@ -53,26 +83,34 @@ async def chat(
     (``Durability()`` by default; ``Retry-After`` honoured); nothing records the count, so
     it starts again with each ``chat()``. A permanent error, or the last transient one,
     is raised.
+
+    Raises:
+        DefinitionError: a model without an async ``complete()``, ``tools`` that is not a
+            list of tools, ``messages`` that is not a list of message dicts, or
+            ``secrets`` that is not a mapping of names to str or SecretStr values.
     """
-    out: list[dict[str, Any]] = [dict(m) for m in copy.deepcopy(list(messages))]
+    check_model(model, "chat()")
+    by_name = tools_by_name(tools, "chat()")
+    plain_secrets = given_secrets(secrets, "chat()")
+    out = _copied_messages(messages)
     if system_prompt and not (out and out[0].get("role") == "system"):
         out.insert(0, {"role": "system", "content": system_prompt})
-    by_name = {t.name: t for t in tools}
-    specs = [t.definition.spec() for t in tools]
-    plain_secrets = secret_values(secrets)
+    specs = [t.definition.spec() for t in by_name.values()]
     scrubber = SecretScrubber(plain_secrets)
     hooks = hooks or Hooks()
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
     retrying = ModelRetrier(durability or Durability(), clock, scrubber)
+    seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
         response = await retrying.call(
             lambda: call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
         )
-        calls = [
-            {"id": c.id or f"call-{uuid.uuid4().hex[:12]}", "name": c.name, "arguments": json_copy(c.arguments)}
-            for c in response.tool_calls
-        ]
+        calls = []
+        for c in response.tool_calls:  # ids as in a session: unusable or repeated ones renamed
+            call_id = model_call_id(c.id, uuid.uuid4().hex[:12], seen)
+            seen.add(call_id)
+            calls.append({"id": call_id, "name": c.name, "arguments": json_copy(c.arguments)})
         assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
         if calls:
             assistant["tool_calls"] = calls

@@ -194,4 +194,5 @@ async def _run(
         )
     finally:
         step.close()
+        ctx.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

@@ -14,19 +14,19 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from harness.clock import Clock, SystemClock
+from harness.clock import Clock, SystemClock, duration_seconds
 from harness.definition import Harness
 from harness.errors import DefinitionError
 from harness.ids import check_id
 from harness.live import LivePublisher
-from harness.log import open_log
+from harness.log import check_log, open_log
 from harness.log.base import SessionLog
 from harness.replay import fold
 from harness.runtime.core import SessionCore
 from harness.runtime.ownership import Ownership
 from harness.runtime.poller import HostPoller
 from harness.runtime.session import Session
-from harness.secrets import SecretScrubber, secret_values
+from harness.secrets import SecretScrubber, given_secrets
 
 __all__ = ["DEFAULT_SYNC_THREADS", "HarnessHost"]
 
@@ -34,50 +34,68 @@ DEFAULT_SYNC_THREADS = 16
 """Threads that run sync step functions and sync tools of one host at once."""
 
 
+def _positive_duration(value: object, name: str) -> timedelta:
+    """``value`` (a timedelta or a number of seconds) as a positive timedelta."""
+    try:
+        seconds = duration_seconds(value, f"HarnessHost({name}=)")
+    except ValueError as exc:
+        raise DefinitionError(f"{exc}, e.g. {name}=timedelta(seconds=30) or {name}=30") from None
+    if seconds <= 0:
+        raise DefinitionError(f"HarnessHost({name}=) must be a positive duration, not {value!r}")
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+
 class HarnessHost:
     """Runs durable sessions of one or more harnesses on a session log.
 
     Args:
         log: a ``SessionLog`` or a URL for ``open_log``.
-        lease: how long an owner's claim on a session lasts without renewal;
-            another process may take a session over once it expired.
+        lease: how long an owner's claim on a session lasts without renewal (a
+            ``timedelta`` or a number of seconds); another process may take a session
+            over once it expired.
         clock: the time source (a ``FakeClock`` in tests).
         owner_id: this host's name in ownership records (default host:pid:random).
         poll_interval: how often the host's one poller renews the leases it holds and
             looks for records other processes put in the log for its open sessions
-            (answers, records, messages). Idle sessions cost nothing on their own.
+            (answers, records, messages). Idle sessions cost nothing on their own. A
+            ``timedelta`` or a number of seconds.
         sync_threads: how many sync step functions and sync tools may run at once (a
             bounded thread pool; more wait for a thread). They never run on the event
             loop, so a blocking call stops neither lease renewals nor other sessions.
         live: where text deltas of streamed model answers go for other processes
             (a ``KafkaLivePublisher``; workers on Kafka set one). In-process
             subscribers (``session.events(live=True)``) get them in any case.
+
+    Raises:
+        TypeError: ``log`` is neither a session log nor a URL.
+        DefinitionError: ``lease`` or ``poll_interval`` is not a positive duration, or
+            ``sync_threads`` not a whole number of at least 1.
     """
 
     def __init__(
         self,
         *,
         log: SessionLog | str,
-        lease: timedelta = timedelta(seconds=30),
+        lease: timedelta | float = timedelta(seconds=30),
         clock: Clock | None = None,
         owner_id: str | None = None,
-        poll_interval: timedelta = timedelta(milliseconds=200),
+        poll_interval: timedelta | float = timedelta(milliseconds=200),
         live: LivePublisher | None = None,
         sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
-        if sync_threads < 1:
-            raise DefinitionError("sync_threads must be at least 1")
-        self.log: SessionLog = open_log(log) if isinstance(log, str) else log
+        if isinstance(sync_threads, bool) or not isinstance(sync_threads, int) or sync_threads < 1:
+            raise DefinitionError(f"sync_threads must be a whole number of at least 1, not {sync_threads!r}")
+        self.lease: timedelta = _positive_duration(lease, "lease")
+        self.poll_interval = _positive_duration(poll_interval, "poll_interval").total_seconds()
+        self.log: SessionLog = open_log(log) if isinstance(log, str) else check_log(log)
         self._owns_log = isinstance(log, str)
-        self.lease = lease
         self.clock: Clock = clock or SystemClock()
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.poll_interval = poll_interval.total_seconds()
         self.live = live
         self.sync_threads = sync_threads
         # (a stall worth a warning: a third of the lease, when a renewal falls due)
         self._poller = HostPoller(self.log, interval=self.poll_interval,
-                                  stall_warning=min(10.0, lease.total_seconds() / 3))
+                                  stall_warning=min(10.0, self.lease.total_seconds() / 3))
         self._pool: ThreadPoolExecutor | None = None
         self._sync_calls: set[concurrent.futures.Future[Any]] = set()  # submitted to the pool, not done
         self._cores: dict[str, SessionCore] = {}
@@ -96,10 +114,17 @@ class HarnessHost:
         share their state and ownership (their calls are queued in log order).
 
         Raises:
+            InvalidId: the session id is not a usable id (``harness.ids.check_id``).
             SecretInName: the session id holds one of the secrets.
-            DefinitionError: the session is open here with another harness or secrets.
+            DefinitionError: ``harness`` is not a Harness, ``secrets`` not a mapping of
+                names to str or SecretStr values, or the session is open here with
+                another harness or secrets.
         """
-        plain = secret_values(secrets)
+        if not isinstance(harness, Harness):
+            raise DefinitionError(
+                f"host.open() takes a Harness made by define_harness(), not {type(harness).__name__}"
+            )
+        plain = given_secrets(secrets, "host.open()")
         check_id(session_id, "session id")
         SecretScrubber(plain).check_name("session id", session_id, session_id=None)
         core = self._cores.get(session_id)

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from harness.clock import Clock
 from harness.definition import Durability, Harness
 from harness.errors import ModelError
+from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
 from harness.models.base import ModelResponse, call_complete
@@ -214,21 +215,19 @@ def _response_records(
     check_name: CheckName | None,
 ) -> list[Record]:
     """The records of a completed answer; raises (the call fails) on a value the log
-    cannot hold or a tool call id holding a session secret (ids are never rewritten)."""
+    cannot hold or a tool call id holding a session secret (a usable id is never
+    rewritten: one that is no usable id, or repeated, is renamed before anything is logged)."""
     if response.text is not None:
         check_text(response.text, what="the model's text")
     seen = set(state.calls)
     calls = []
     for pos, call in enumerate(response.tool_calls):
-        if call.id:
-            call_id = check_text(call.id, what="a tool call id")
-            if check_name is not None:
-                check_name("tool call id", call_id)
-        else:
-            call_id = f"call-{action.turn}.{action.index}.{pos}"
+        # An id that is no usable id (empty, a newline ...) or is repeated is renamed here, once:
+        # the logged response holds the new one (a usable id holding a secret is refused).
+        call_id = model_call_id(call.id, f"{action.turn}.{action.index}.{pos}", seen)
+        if check_name is not None and id_problem(call.id, "tool call id") is None:  # the model's id is kept
+            check_name("tool call id", call.id)
         check_text(call.name, what="a tool call's name")
-        if call_id in seen:  # ids must be unique in a session: make a repeated one so
-            call_id = f"{call_id}~{action.turn}.{action.index}.{pos}"
         seen.add(call_id)
         calls.append({"id": call_id, "name": call.name, "arguments": json_copy(call.arguments, what="tool arguments")})
     finish = response.finish_reason if isinstance(response.finish_reason, str) else None

@@ -131,7 +131,11 @@ class Session:
         return await self._call(calls.cancel(self._core, input_id))
 
     async def records(self, type: str | None = None) -> list[dict[str, Any]]:  # noqa: A002 - SPEC name
-        """App records in log order (only those of ``type`` if given)."""
+        """App records in log order (only those of ``type`` if given).
+
+        Raises:
+            StepValueError: ``type`` is neither a string nor None (a TypeError).
+        """
         return await self._call(calls.records(self._core, type))
 
     def events(

@@ -343,9 +343,31 @@ async def test_s2_11_step_do_outside_a_tool_call_raises(host, log):
     session = await host.open(harness_of(execute), session_id=SID)
     await session.send("go")
     before = await log.read(SID)
-    with pytest.raises(NoToolCallError):
+    with pytest.raises(NoToolCallError, match=r"^step\.do used outside a running tool call"):
         await kept[0].step.do("late", lambda: 1)
     assert len(await log.read(SID)) == len(before)
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async-tool", "sync-tool"])
+async def test_s2_11_append_on_a_ctx_kept_after_its_tool_returned_raises(host, log, sync):
+    kept: list[Any] = []
+
+    def keep(args: Args, ctx: Any) -> Any:
+        kept.append(ctx)
+        ctx.append([{"type": "app.in_time"}])
+        return "ok"
+
+    async def keep_async(args: Args, ctx: Any) -> Any:
+        return keep(args, ctx)
+
+    session = await host.open(harness_of(keep if sync else keep_async), session_id=SID)
+    await session.send("go")
+    before = await log.read(SID)
+    with pytest.raises(NoToolCallError, match=r"^ctx\.append used outside a running tool call") as refused:
+        kept[0].append([{"type": "app.late"}])
+    assert refused.value.tool_call_id == kept[0].tool_call_id and refused.value.session_id == SID
+    assert len(await log.read(SID)) == len(before)
+    assert await session.records() == [{"type": "app.in_time"}]
 
 
 async def test_s2_11_sync_tool_steps_work_and_are_durable(host, log):

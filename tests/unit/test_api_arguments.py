@@ -1,0 +1,254 @@
+"""A wrong value given to a public call fails at that call, with a typed error that says
+what is wrong and how to fix it (never an AttributeError from deep inside, later)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from harness import (
+    Harness,
+    HarnessHost,
+    Tool,
+    chat,
+    define_harness,
+    durable_tool,
+    open_log,
+    tool,
+    tool_definition,
+)
+from harness.errors import DefinitionError, StepError, StepValueError
+from harness.log import open_client_log
+from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+from .conftest import Args, call, entries, script
+
+
+@pytest.mark.parametrize("url", [123, None, b"memory:"], ids=["int", "none", "bytes"])
+def test_open_log_takes_a_url_string(url):
+    for opener in (open_log, open_client_log):
+        with pytest.raises(TypeError, match=f"takes a log URL as a string, not {type(url).__name__}"):
+            opener(url)
+
+
+def test_open_log_of_a_folder_names_the_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    says = f"names the folder {tmp_path / 'adir'}, not a file: name the log's file in it"
+    for opener in (open_log, open_client_log):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            opener("sqlite:///adir")
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["adir"]  # nothing was created
+
+
+@pytest.mark.parametrize("log", [None, 5, Path("harness.db")], ids=["none", "int", "path"])
+def test_host_log_must_be_a_session_log_or_its_url(log):
+    with pytest.raises(TypeError, match=f"log= takes a session log or its URL, not {type(log).__name__}"):
+        HarnessHost(log=log)
+
+
+@pytest.mark.parametrize("given", [5, 2.5, timedelta(seconds=5)])
+async def test_host_lease_and_poll_interval_take_a_timedelta_or_seconds(given):
+    async with HarnessHost(log="memory:", lease=given, poll_interval=given) as host:
+        seconds = given.total_seconds() if isinstance(given, timedelta) else given
+        assert host.lease == timedelta(seconds=seconds) and host.poll_interval == seconds
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (True, "takes a timedelta or a number of seconds as its duration, not bool"),
+        ("5", "takes a timedelta or a number of seconds as its duration, not str"),
+        (float("nan"), "give a finite duration"),
+        (float("inf"), "give a finite duration"),
+        (0, "must be a positive duration, not 0"),
+        (-1.5, "must be a positive duration, not -1.5"),
+        (timedelta(0), "must be a positive duration"),
+    ],
+)
+@pytest.mark.parametrize("name", ["lease", "poll_interval"])
+def test_host_lease_and_poll_interval_must_be_positive_durations(name, bad, says):
+    with pytest.raises(DefinitionError, match=re.escape(f"HarnessHost({name}=)")) as refused:
+        HarnessHost(log="memory:", **{name: bad})
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("bad", [0, True, "4", 2.0])
+def test_host_sync_threads_is_a_whole_number(bad):
+    with pytest.raises(DefinitionError, match=f"sync_threads must be a whole number of at least 1, not {bad!r}"):
+        HarnessHost(log="memory:", sync_threads=bad)
+
+
+# --- host.open, define_harness, chat -------------------------------------------------------
+
+
+def _book() -> Tool:
+    return tool(tool_definition(name="book", description="d", input_schema=Args), lambda a: {"ok": True})
+
+
+def _harness() -> Harness:
+    return define_harness(name="t/args", model=script("done"), tools=[_book()])
+
+
+async def test_open_takes_a_harness(host, log):
+    with pytest.raises(DefinitionError, match=r"host.open\(\) takes a Harness made by define_harness\(\), not str"):
+        await host.open("notharness", session_id="s-1")  # type: ignore[arg-type]
+    assert await log.read("s-1") == []
+
+
+@pytest.mark.parametrize(
+    ("secrets", "says"),
+    [
+        (["a"], "takes secrets= as a mapping of name -> value, not list"),
+        ({"a": 5}, "secret 'a' must be a str or a pydantic SecretStr, not int"),
+        ({"a": None}, "secret 'a' must be a str or a pydantic SecretStr, not NoneType"),
+        ({5: "hunter2-hunter2"}, "a secret's name must be a non-empty string, not 5"),
+    ],
+)
+async def test_open_and_chat_take_secrets_as_names_to_text(host, log, secrets, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        await host.open(_harness(), session_id="s-1", secrets=secrets)
+    assert str(refused.value).startswith("host.open()")
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        await chat(model=script("done"), messages=[{"role": "user", "content": "hi"}], secrets=secrets)
+    assert str(refused.value).startswith("chat()") and "hunter2" not in str(refused.value)
+    assert await log.read("s-1") == []
+
+
+async def test_open_and_chat_take_secret_str_values(host):
+    session = await host.open(_harness(), session_id="s-1", secrets={"a": SecretStr("sk_live_123456"), "b": "x"})
+    assert dict(session.secrets) == {"a": "sk_live_123456", "b": "x"}
+
+
+@pytest.mark.parametrize(
+    ("tools", "says"),
+    [
+        (_book(), "tools= takes a list of tools, not Tool; one tool goes in a list too: tools=[book]"),
+        (None, "tools= takes a list of tools, not NoneType"),
+        ("book", "tools= takes a list of tools, not str"),
+        ({"book": _book()}, "tools= takes a list of tools, not dict"),
+        (["book"], "'book' is not a tool (use tool() or durable_tool())"),
+        ([_book(), _book()], "has two tools named 'book'"),
+    ],
+)
+def test_define_harness_and_chat_take_a_list_of_tools(tools, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), tools=tools)
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        asyncio.run(chat(model=script("done"), messages=[], tools=tools))
+
+
+@pytest.mark.parametrize(
+    ("messages", "says"),
+    [
+        ("hi", "chat() takes messages= as a list of message dicts, not str"),
+        ({"role": "user", "content": "hi"}, "chat() takes messages= as a list of message dicts, not dict"),
+        (None, "chat() takes messages= as a list of message dicts, not NoneType"),
+        (["hi"], "chat(): message 0 must be a dict, not str"),
+        ([{"content": "hi"}], "chat(): message 0 needs a string 'role'"),
+    ],
+)
+async def test_chat_takes_a_list_of_message_dicts(messages, says):
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=messages)
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("model", [None, "openai:gpt-4.1-mini", object()], ids=["none", "str", "object"])
+async def test_chat_takes_a_model(model):
+    with pytest.raises(DefinitionError, match=re.escape("model of chat() has no complete() method")):
+        await chat(model=model, messages=[{"role": "user", "content": "hi"}])
+
+
+async def test_chat_runs_with_tools_given_as_a_tuple():
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="book", arguments={})]),
+                           ModelResponse(text="done")])
+    out = await chat(model=model, messages=({"role": "user", "content": "hi"},), tools=(_book(),))
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "assistant"]
+
+
+# --- step.do takes a function ----------------------------------------------------------------
+
+
+async def fetch(x: int) -> int:
+    return x
+
+
+def _misuse(kind: str) -> Any:
+    return fetch(1) if kind == "coroutine" else 5
+
+
+@pytest.mark.parametrize("kind", ["coroutine", "int"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async-tool", "sync-tool"])
+async def test_step_do_refuses_what_is_not_a_function_before_anything_is_written(host, log, kind, sync):
+    refused: list[StepError] = []
+
+    async def async_impl(args: Args, ctx: Any) -> dict[str, Any]:
+        try:
+            await ctx.step.do("s", _misuse(kind))
+        except StepError as exc:
+            refused.append(exc)
+        return {"after": await ctx.step.do("s", lambda: 1)}  # the name was not taken
+
+    def sync_impl(args: Args, ctx: Any) -> dict[str, Any]:
+        try:
+            ctx.step.do("s", _misuse(kind))
+        except StepError as exc:
+            refused.append(exc)
+        return {"after": ctx.step.do("s", lambda: 1)}
+
+    t = durable_tool(tool_definition(name="t", description="d", input_schema=Args), sync_impl if sync else async_impl)
+    session = await host.open(define_harness(name="t/do", model=script([call("c1", "t")], "ok"), tools=[t]),
+                              session_id="s-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine never awaited would warn when collected
+        assert (await session.send("go")).outcome == "completed"
+        gc.collect()
+    [error] = refused
+    assert error.tool_call_id == "c1" and error.step_name == "s"
+    assert str(error).startswith("step.do('s', fn) takes a function, not ")
+    assert "pass the function, not its call: step.do('s', fetch) or step.do('s', lambda: fetch(x))" in str(error)
+    if kind == "coroutine":
+        assert "a coroutine object (the call of an async function)" in str(error)
+    assert [e["value"] for e in await entries(log, "s-1", "harness.step.result")] == [1]
+    [result] = await entries(log, "s-1", "harness.tool.result")
+    assert result["content"] == {"after": 1}
+
+
+async def test_step_do_refuses_a_coroutine_in_plain_mode():
+    refused: list[str] = []
+
+    async def impl(args: Args, ctx: Any) -> None:
+        with pytest.raises(StepError, match="pass the function, not its call") as caught:
+            await ctx.step.do("s", fetch(1))
+        refused.append(str(caught.value))
+
+    t = durable_tool(tool_definition(name="t", description="d", input_schema=Args), impl)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        await chat(model=script([call("c1", "t")], "ok"), messages=[{"role": "user", "content": "go"}], tools=[t])
+        gc.collect()
+    assert len(refused) == 1
+
+
+# --- session.records(type=) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [5, b"app.memory", ["app.memory"]])
+async def test_records_type_must_be_a_string_or_none(host, bad):
+    session = await host.open(_harness(), session_id="s-1")
+    await session.append_records([{"type": "app.memory", "n": 1}], input_id="r-1")
+    says = f"records(type=) takes a record type or None; the type must be a string, not {type(bad).__name__}"
+    with pytest.raises(TypeError, match=re.escape(says)) as refused:
+        await session.records(type=bad)
+    assert isinstance(refused.value, StepValueError)
+    assert await session.records(type="app.memory") == await session.records() == [{"type": "app.memory", "n": 1}]
