@@ -8,12 +8,15 @@ by the loop for long).
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from harness.errors import ConfigError
 
 __all__ = ["Check", "MetricsServer", "QuietHTTPServer"]
 
@@ -66,7 +69,12 @@ class MetricsServer:
         self._registry = registry
         self._alive = alive or _always_ok
         self._ready = ready or _always_ok
-        self._httpd = QuietHTTPServer((host, port), self._handler())
+        try:
+            self._httpd = QuietHTTPServer((host, port), self._handler())
+        except OSError as exc:
+            why = "is in use (another worker?)" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+            raise ConfigError(f"metrics port {host}:{port} {why}: give another --metrics-port",
+                              setting="--metrics-port") from None
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="harness-metrics", daemon=True)
 
     @property

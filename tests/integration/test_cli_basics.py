@@ -133,6 +133,18 @@ def test_a_worker_on_a_sqlite_file_in_a_missing_folder_says_which_folder(tmp_pat
     assert not (tmp_path / "no-such-folder").exists()
 
 
+def test_a_worker_whose_metrics_port_is_taken_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", f"sqlite:///{tmp_path / 'h.db'}",
+                      "--metrics-port", str(port))
+    line = one_line(out)
+    assert out.returncode in (1, 2) and f"metrics port 0.0.0.0:{port} is in use" in line, line
+    assert "give another --metrics-port" in line and "unexpected error" not in line
+
+
 def test_send_with_no_worker_says_so_when_it_gives_up(tmp_path: Path) -> None:
     import asyncio
 
