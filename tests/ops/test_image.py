@@ -1,12 +1,14 @@
 """The container image: hadolint finds nothing in the Containerfile; podman builds it from
 the offline Debian base; it runs non-root with a read-only root filesystem, holds no
 installer or compiler, and runs as a worker (host network) that drives a session on the
-test broker until it settles, then stops cleanly on SIGTERM."""
+test broker until it settles, sent through the image's own gateway (the chart runs both
+roles from it), then both stop cleanly on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,32 @@ def test_image_runs_a_worker_that_settles_a_session(
 
         assert asyncio.run(session()) == "completed"
         assert "worker ready" in worker.output()
+
+        gateway_port = free_port()
+        gateway = Container(
+            harness_image,
+            ["gateway", "--log", f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2",
+             "--host", "127.0.0.1", "--port", str(gateway_port), "--open-access"],
+            workdir=tmp_path,
+            options=["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
+        )
+        try:
+            def gateway_ready() -> bool:
+                if not gateway.running():
+                    raise AssertionError(f"the gateway container exited\n{gateway.describe()}")
+                return http_get(f"http://127.0.0.1:{gateway_port}/readyz", timeout=2)[0] == 200
+
+            wait_for(gateway_ready, timeout=120, what="the containerized gateway ready", details=gateway.describe)
+            body = json.dumps({"text": "through the gateway", "harness": "harness/smoke"}).encode()
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{gateway_port}/v1/sessions/img-2/messages?wait=90", data=body,
+                headers={"content-type": "application/json"}, method="POST")
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                receipt = json.loads(answer.read())
+            assert receipt["settlement"]["outcome"] == "completed", receipt
+            assert gateway.stop(timeout=60) == 0, gateway.describe()
+        finally:
+            gateway.remove()
         assert worker.stop(timeout=60) == 0, worker.describe()
     finally:
         worker.remove()
