@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from harness import ids
-from harness.errors import LogError
+from harness.errors import ConfigError, HarnessError, LogError, LogUnavailable
 from harness.observability import metrics
 from harness.runtime.observe import WorkerHealth
 from harness.runtime.partition import PartitionRuntime, drain_all
@@ -204,8 +204,9 @@ class GroupMember:
                 msg = self._consumer.poll(POLL_S)
                 err = msg.error() if msg is not None else None
                 if err is not None:
-                    if err.fatal():
-                        raise RuntimeError(f"group consumer failed: {err.str()}")
+                    # (a fatal error polled comes as _FATAL, whose own fatal() is False)
+                    if err.fatal() or err.code() == KafkaError._FATAL:
+                        raise _fatal_error(err.str())
                     if err.code() != KafkaError._PARTITION_EOF:
                         log.warning("group consumer: %s", err.str())
         except BaseException as exc:  # noqa: BLE001 - reported to the worker
@@ -244,6 +245,15 @@ class GroupMember:
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
+
+
+def _fatal_error(error: str) -> HarnessError:
+    """What a fatal error of the group consumer tells the operator (the worker exits on it)."""
+    if "same group.instance.id" in error:  # FENCED_INSTANCE_ID: a second member took our static id
+        return ConfigError("another worker joined the group with this worker's --instance-id (HARNESS_INSTANCE_ID): "
+                           "give each worker its own (a StatefulSet's pod name); this one stops",
+                           setting="--instance-id")
+    return LogUnavailable(f"the worker's group consumer failed for good: {error}")
 
 
 class _Owned:

@@ -524,3 +524,24 @@ async def test_a_cancelled_claim_does_not_break_other_claims(kafka_bootstrap: st
         assert [e.record.session_id for e in await log.read_partition(1, 0)] == [b, a]
     finally:
         await log.close()
+
+
+# --------------------------------------------------------------------------- a duplicate instance id
+
+
+async def test_a_worker_whose_instance_id_another_takes_exits_saying_so(
+    kafka_bootstrap: str, unique_prefix: str, make_fleet: Callable[..., Fleet]
+) -> None:
+    """Two workers given one --instance-id: the broker fences the first (a fatal error that
+    librdkafka hands to poll() as _FATAL, whose fatal() is False); it went on as a zombie,
+    never restarted by Kubernetes. Now it exits, saying why in one line."""
+    fleet = make_fleet(kafka_url(kafka_bootstrap, unique_prefix, 2))
+    first = fleet.start("--instance-id", "twin-0")
+    fleet.wait_ready_sync(first, timeout=90)
+    second = fleet.start("--instance-id", "twin-0")
+    await wait_until(lambda: not first.alive, timeout=90, what="the fenced worker to exit", details=fleet.describe)
+    assert first.proc.returncode not in (0, None), first.describe()
+    last = first.stderr().strip().splitlines()[-1]
+    assert "another worker joined the group with this worker's --instance-id" in last, first.describe()
+    fleet.wait_ready_sync(second, timeout=90)
+    assert second.alive

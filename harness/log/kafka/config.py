@@ -290,7 +290,7 @@ def classify(error: Any) -> Verdict:
     """
     from confluent_kafka import KafkaError
 
-    fenced = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+    fenced = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL}
     if error.fatal() or error.code() in fenced:
         return Verdict.FENCED
     if error.txn_requires_abort():
