@@ -524,7 +524,11 @@ class PartitionRuntime:
             log.warning("could not reject inputs of session %s: %s", sid, exc)
             return
         self._rejected.update(i.input_id for i in pending)
-        log.info("rejected %d input(s) of session %s: no harness named %r runs here", len(pending), sid, name)
+        # A warning: on a shared topic prefix it means the group's workers run different apps, and
+        # sessions land on whichever worker their partition was given to.
+        log.warning("rejected %d input(s) of session %s: no harness named %r runs here (this worker runs %s); "
+                    "every worker on one topic prefix must run the same --app list", len(pending), sid, name,
+                    ", ".join(sorted(self._harnesses)) or "none")
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
 

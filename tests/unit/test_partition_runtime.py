@@ -128,13 +128,17 @@ async def test_a_runtime_started_from_a_checkpoint_goes_on_from_its_directory() 
     await rt.stop()
 
 
-async def test_unknown_harness_settles_rejected() -> None:
+async def test_unknown_harness_settles_rejected_and_warns_of_a_mixed_group(caplog) -> None:
     log = CountingLog()
     rt = PartitionRuntime(host=HarnessHost(log=log), harnesses={"echo": _harness()})
     await rt.go_live()
-    await rt.ingest([await log.submit(InputMessage("x", 0, "in-1", "hello", "nobody"))])
+    with caplog.at_level("WARNING", logger="harness"):
+        await rt.ingest([await log.submit(InputMessage("x", 0, "in-1", "hello", "nobody"))])
     settled = [e.record for e in await log.read("x") if isinstance(e.record, InputSettled)]
     assert [(s.outcome, s.code) for s in settled] == [("rejected", "unknown_harness")]
+    # (two apps on one topic prefix split its sessions between them: an operator must see it)
+    assert "no harness named 'nobody' runs here (this worker runs echo)" in caplog.text
+    assert "every worker on one topic prefix must run the same --app list" in caplog.text
 
 
 async def test_checkpoint_must_come_first() -> None:
