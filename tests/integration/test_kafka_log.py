@@ -124,6 +124,25 @@ async def test_partition_for_matches_librdkafka_murmur2_random(kafka_bootstrap: 
     assert len(set(chosen.values())) == 12  # the sample really spreads over every partition
 
 
+async def test_a_sessions_topic_that_deletes_old_records_is_a_warning(make_log, kafka_bootstrap, unique_prefix, caplog):
+    """A topic an admin made with the broker's default retention (7 days) would lose
+    sessions' history without a sign; the log's owner says so, with the fix."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    topic = f"{unique_prefix}.sessions"
+    for future in admin.create_topics([NewTopic(topic, 2, 1, config={"retention.ms": "604800000"})]).values():
+        future.result(timeout=30)
+    log = make_log(partitions=2)
+    with caplog.at_level("WARNING", logger="harness"):
+        await log.start()
+    assert f"topic {topic} deletes old records (retention.ms=604800000)" in caplog.text
+    assert "--add-config retention.ms=-1" in caplog.text
+    caplog.clear()
+    other = make_log(topic_prefix=f"{unique_prefix}-b", partitions=2)  # made by the log itself: keeps all
+    with caplog.at_level("WARNING", logger="harness"):
+        await other.start()
+    assert "deletes old records" not in caplog.text
+
+
 async def test_session_lives_in_its_murmur2_partition(make_log, kafka_bootstrap):
     log = make_log(partitions=4)
     writer = await log.claim("s-1", owner="w", lease=LEASE)

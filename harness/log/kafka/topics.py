@@ -110,9 +110,42 @@ def ensure_topics(
         raise LogUnavailable(
             f"topic {settings.sessions_topic!r} has {actual} partitions but this log is configured "
             f"for {settings.partitions}: sessions would be looked up in the wrong partitions. "
-            f"Open the log with partitions={actual} (never repartition a sessions topic)."
+            f"Open the log with partitions={actual} in its URL (`--partitions {actual}` for "
+            "`harness topics create`; never repartition a sessions topic)."
         )
+    if create:
+        _warn_if_it_forgets(admin, settings, timeout)
     return actual
+
+
+_KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
+"""What a sessions topic must keep: every record (a session's history is its state)."""
+
+
+def _warn_if_it_forgets(admin: Any, settings: KafkaSettings, timeout: float) -> None:
+    """Warn when the sessions topic (made by someone else, e.g. with the broker's default of
+    7 days) deletes old records: a session's older records, and with them its history and
+    what a rebuild without a checkpoint needs, would go. A retention asked for in the log's
+    own topic settings is taken as meant."""
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    resource = ConfigResource(ResourceType.TOPIC, settings.sessions_topic)
+    try:
+        found = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - no right to describe it (ACLs): nothing to say
+        log.debug("could not read the settings of topic %s: %s", settings.sessions_topic, exc)
+        return
+    wrong = {
+        name: found[name].value
+        for name, keep in _KEEP_FOREVER.items()
+        if name in found and found[name].value != keep and name not in settings.topic_config
+    }
+    if wrong:
+        shown = ", ".join(f"{name}={value}" for name, value in sorted(wrong.items()))
+        fix = ",".join(f"{name}=-1" for name in sorted(wrong))
+        log.warning("topic %s deletes old records (%s): sessions lose their history past that; keep every record: "
+                    "kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s",
+                    settings.sessions_topic, shown, settings.sessions_topic, fix)
 
 
 class ClusterProbe:
