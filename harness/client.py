@@ -40,6 +40,7 @@ from harness.records import (
     LogEntry,
     Record,
 )
+from harness.replay.payload import PAYLOAD_FIELDS, input_payload
 
 __all__ = ["HarnessClient", "InputReceipt"]
 
@@ -114,10 +115,13 @@ class HarnessClient:
         else:
             self.log = check_log(log)
             self._owns_log = False
-        # (session, input id) -> position of the input this client sent: a reuse of an
-        # input id with another payload is settled on its own position (input_seq).
+        # (session, input id) -> {payload: position of the first record this client sent with
+        # it}, the payload sent last at the end. A resend is settled on the first record of
+        # its payload; a reuse of the id with another payload on its own (input_seq).
         # (bounded: the latest SENT_REMEMBERED inputs; pass the receipt to wait on older ones)
-        self._sent: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._sent: OrderedDict[tuple[str, str], dict[tuple[Any, ...], int]] = OrderedDict()
+        # (session, position of a record this client sent) -> the first position of its payload
+        self._first_of: OrderedDict[tuple[str, int], int] = OrderedDict()
 
     @staticmethod
     def _now() -> int:
@@ -128,12 +132,18 @@ class HarnessClient:
         check_id(input_id, "input id")
         entry = await self.log.submit(record)
         key = (record.session_id, input_id)
-        # A resend (a retry after a lost reply) keeps the first position: that record is
-        # the one the owner settles, possibly before the resent one.
-        self._sent[key] = min(entry.seq, self._sent.get(key, entry.seq))
+        payload = input_payload(record.TYPE, {name: getattr(record, name) for name in PAYLOAD_FIELDS[record.TYPE]})
+        # A resend (a retry after a lost reply) keeps the first position of its payload: that
+        # record is the one the owner settles, possibly before the resent one. The same id
+        # with another payload is another request: its own position (it settles input_conflict).
+        sent = self._sent.setdefault(key, {})
+        sent[payload] = min(entry.seq, sent.pop(payload, entry.seq))  # (re-put: the last sent is last)
+        self._first_of[(record.session_id, entry.seq)] = sent[payload]
         self._sent.move_to_end(key)
         while len(self._sent) > SENT_REMEMBERED:
             self._sent.popitem(last=False)
+        while len(self._first_of) > SENT_REMEMBERED:
+            self._first_of.popitem(last=False)
         return InputReceipt(record.session_id, input_id, entry.seq)
 
     async def send(
@@ -225,12 +235,14 @@ class HarnessClient:
         after: int | None
         if isinstance(input, InputReceipt):
             input_id = input.input_id
-            # From the first record this client sent under that id (a resend's own receipt
-            # points at the resend, and the first may have settled before it).
-            mine = min(input.position, self._sent.get((session_id, input_id), input.position))
+            # From the first record this client sent with that payload under that id (a
+            # resend's own receipt points at the resend, and the first may have settled before it).
+            mine = self._first_of.get((session_id, input.position), input.position)
             after = mine - 1
         else:
-            input_id, mine, after = input, self._sent.get((session_id, input)), None
+            input_id, after = input, None
+            sent = self._sent.get((session_id, input), {})
+            mine = list(sent.values())[-1] if sent else None  # (the payload sent last)
         first: int | None = None  # position of the first input record of this id seen
         committed = self._committed_events(session_id, after, _SETTLING)
         try:

@@ -99,6 +99,24 @@ async def test_a_clients_resend_waits_on_the_first_record_it_sent(hosts, log, ot
     assert await client.wait_settled(SID, again, timeout=30) == settled
 
 
+async def test_the_same_client_reusing_an_input_id_with_another_text_learns_it_was_refused(hosts, log, other_log):
+    """The client remembered the first position it sent under an id and waited on it for
+    every later send of that id: a reuse with another text got the first text's answer."""
+    session = await hosts(owner_id="a").open(harness_of(), session_id=SID)
+    client = HarnessClient(log=other_log())
+    first = await client.send(SID, "one", harness="test/inputs", input_id="in-1")
+    await session.recover()
+    assert (await client.wait_settled(SID, first, timeout=30)).outcome == "completed"
+    other = await client.send(SID, "two", harness="test/inputs", input_id="in-1")
+    refused = await client.wait_settled(SID, other, timeout=30)
+    assert (refused.outcome, refused.code) == ("rejected", "input_conflict")
+    assert (await client.wait_settled(SID, "in-1", timeout=30)).code == "input_conflict"  # (the text sent last)
+    # The first text again is a resend: the first record's verdict; the first receipt still has it.
+    again = await client.send(SID, "one", harness="test/inputs", input_id="in-1")
+    assert (await client.wait_settled(SID, again, timeout=30)).outcome == "completed"
+    assert (await client.wait_settled(SID, first, timeout=30)).outcome == "completed"
+
+
 async def test_two_racing_producers_of_one_input_id_both_learn_the_outcome(hosts, log, other_log):
     producer = other_log()
     a = await producer.submit(InputMessage(SID, 0, "in-1", "first", "test/inputs"))
