@@ -58,10 +58,21 @@ go_toolchain() {
 }
 
 helm_bin() {
-  if [[ -x "$BIN/helm" ]] && "$BIN/helm" version --short 2>/dev/null | grep -q "${HELM_VERSION%.*}"; then
+  if [[ -x "$BIN/helm" ]] && "$BIN/helm" version --short 2>/dev/null | grep -q "^$HELM_VERSION"; then
     return 0
   fi
-  GOBIN="$BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # `go install` builds without the release's link flags (helm's Makefile): name the version
+  # and the Kubernetes version of the client-go it is built with, else helm takes the
+  # cluster for a v1.20 one and refuses a chart that needs >= 1.25 without --kube-version.
+  local dir minor flags
+  dir=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  minor=$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9][0-9]*\)\..*/\1/p' "$dir/go.mod")
+  [[ -n "$minor" ]] || { echo "ops-tools: no k8s.io/client-go version in $dir/go.mod" >&2; return 1; }
+  flags="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/chartutil pkg/lint/rules; do
+    flags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  GOBIN="$BIN" go install -ldflags "$flags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
 kube_bins() {

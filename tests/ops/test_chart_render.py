@@ -77,6 +77,15 @@ def test_helm_lint_with_every_combination(tmp_path: Path) -> None:
         assert "1 chart(s) linted, 0 chart(s) failed" in out, f"{name}: {out}"
 
 
+def test_the_readmes_command_renders_without_naming_a_kubernetes_version() -> None:
+    """As a user runs it: the helm that .ci/ops-tools.sh builds took a cluster of v1.20 and
+    refused the chart (kubeVersion >= 1.25) unless --kube-version was given."""
+    argv = [tool("helm"), "template", "acme", str(CHART), "--set", "kafka.bootstrap=kafka:9092",
+            "--set", "kafka.topicPrefix=acme", "--set", "apps={myapp.agents:assistant}"]
+    proc = run(argv, check=False)
+    assert proc.returncode == 0 and "kind: StatefulSet" in proc.stdout, proc.stderr
+
+
 @pytest.mark.parametrize("name", sorted(COMBINATIONS))
 def test_rendered_manifests_pass_strict_validation(tmp_path: Path, name: str) -> None:
     _, manifests, _ = template(_values(tmp_path, name))
@@ -206,6 +215,7 @@ SCHEMA_REFUSALS = [
     ({"worker": {"kind": "DaemonSet"}}, "kind"),
     ({"apps": ["not-a-module-attribute"]}, "apps"),
     ({"kafak": {"bootstrap": "x:1"}}, "kafak"),
+    ({"kafka": {"bootstrap": "kafka"}}, "bootstrap"),  # (no port: every worker exited 2 on it)
     ({"logging": {"level": "LOUD"}}, "level"),
     ({"metrics": {"port": 70000}}, "port"),
     ({"worker": {"replicas": "three"}}, "replicas"),
