@@ -22,8 +22,9 @@ from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
-from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
+from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry, Record, record_data
 from harness.replay import SessionState, fold
+from harness.replay.payload import input_payload
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
 from harness.views import classify, input_waits_for_person, open_asks, timeline
@@ -231,7 +232,8 @@ def send_parser() -> CommandParser:
     parser.add_argument("text", metavar="TEXT", help="the message")
     parser.add_argument("--harness", metavar="NAME",
                         help="the harness to run it (needed for a new session; default: the session's own)")
-    parser.add_argument("--input-id", metavar="ID", help="the input's id (resending one has no second effect)")
+    parser.add_argument("--input-id", metavar="ID", help="the input's id (resending it with the same text has no second effect; with "
+                        "another text it is refused)")
     parser.add_argument("--no-wait", action="store_true", help="print the input id and exit once it is in the log")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
                         help="give up waiting after this long (default: wait)")
@@ -265,10 +267,17 @@ async def main_send(argv: list[str]) -> int:
             )
         input_id = args.input_id or f"in-{uuid.uuid4().hex[:12]}"
         after = entries[-1].seq if entries else 0
-        if input_id not in state.inputs:
-            sent = await _submit(log, InputMessage(args.session, _now_ms(), input_id, args.text, harness), "send")
+        record = InputMessage(args.session, _now_ms(), input_id, args.text, harness)
+        first = state.inputs.get(input_id)
+        if first is None:
+            sent = await _submit(log, record, "send")
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
+        elif _payload(first.record) != _payload(record):
+            # As session.send does: refused here, nothing written (a resend with the same
+            # text is the only reuse of an id that has no second effect).
+            reason = f"input id {input_id!r} was already used with another payload; use a new --input-id"
+            return _print_outcome(args, input_id, "rejected", "input_conflict", reason, None)
         if args.no_wait:
             print(input_id)
             return 0
@@ -288,6 +297,10 @@ async def main_send(argv: list[str]) -> int:
     return _report_send(args, state, input_id, settled)
 
 
+def _payload(record: Record) -> tuple[Any, ...]:
+    return input_payload(record.TYPE, record_data(record))
+
+
 def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
     style = style_for(sys.stdout)
     if settled is None:
@@ -301,15 +314,21 @@ def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSe
         return EXIT_WAITING
     turn = state.turn_of(input_id)
     text = turn.finished.text if turn is not None and turn.finished is not None else None
+    return _print_outcome(args, input_id, settled.outcome, settled.code, settled.reason, text)
+
+
+def _print_outcome(
+    args: Any, input_id: str, outcome: str, code: str | None, reason: str | None, text: str | None
+) -> int:
+    """Print how ``input_id`` ended: the answer (exit 0), or why not on stderr (exit 1)."""
     if args.json:
-        print(json.dumps({"input_id": input_id, "outcome": settled.outcome, "code": settled.code,
-                          "reason": settled.reason, "text": text}))
-    elif settled.outcome == "completed":
+        print(json.dumps({"input_id": input_id, "outcome": outcome, "code": code, "reason": reason, "text": text}))
+    elif outcome == "completed":
         print(text if text is not None else "(no text)")
-    if settled.outcome == "completed":
+    if outcome == "completed":
         return 0
-    why = f" ({settled.code}): {settled.reason}" if settled.code else (f": {settled.reason}" if settled.reason else "")
-    print(f"harness send: input {input_id} {settled.outcome}{why}", file=sys.stderr)
+    why = f" ({code}): {reason}" if code else (f": {reason}" if reason else "")
+    print(f"harness send: input {input_id} {outcome}{why}", file=sys.stderr)
     return EXIT_RUNTIME
 
 

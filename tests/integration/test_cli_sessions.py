@@ -145,6 +145,28 @@ async def test_send_to_an_unknown_harness_is_rejected(deployed: Backend) -> None
     assert summary_of(deployed, s)["state"] == "failed"  # type: ignore[index]
 
 
+async def test_an_input_id_sent_again_with_other_text_is_an_input_conflict(deployed: Backend) -> None:
+    """It printed the first turn's answer and exited 0, as if the new text had been answered."""
+    s = sid("conflict")
+    first = deployed.cli("send", s, "hello", "--harness", HARNESS, "--input-id", "in-1")
+    assert first.returncode == 0 and first.stdout == "you said: hello\n", first.stderr
+
+    for extra in ((), ("--no-wait",)):
+        other = deployed.cli("send", s, "other text", "--input-id", "in-1", *extra)
+        assert other.returncode == 1 and other.stdout == "", other
+        assert other.stderr.splitlines() == [
+            "harness send: input in-1 rejected (input_conflict): input id 'in-1' was already used with another "
+            "payload; use a new --input-id"
+        ]
+    as_json = json.loads(deployed.cli("send", s, "other text", "--input-id", "in-1", "--json").stdout)
+    assert (as_json["outcome"], as_json["code"], as_json["text"]) == ("rejected", "input_conflict", None)
+    kinds = [i["kind"] for i in json.loads(deployed.cli("show", s, "--json").stdout)["timeline"]]
+    assert kinds.count("input.message") == 1  # nothing was written
+
+    again = deployed.cli("send", s, "hello", "--input-id", "in-1")  # the same text: the same answer
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+
+
 async def test_a_new_session_needs_a_harness(deployed: Backend) -> None:
     out = deployed.cli("send", sid("new"), "hello")
     assert out.returncode == 2 and "give --harness NAME" in out.stderr and "Traceback" not in out.stderr
