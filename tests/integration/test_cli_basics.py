@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 from harness.cli import COMMANDS
 from harness.client import HarnessClient
 from harness.errors import LogUnavailable, TopicNotFound
-from tests.integration.cli_helpers import cli_env
+from tests.integration.cli_helpers import cli_env, closed_pipe
 from tests.integration.fleet_helpers import REPO
 
 
@@ -67,6 +67,21 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
     assert f"harness {command} " in body
     assert "``" not in out.stdout, "plain text, not a docstring's reStructuredText"
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_output_into_a_closed_pipe_ends_quietly_with_141(args: list[str], buffered: bool) -> None:
+    """`harness ... | head -1`: the reader went away; it printed "unexpected error:
+    BrokenPipeError" (or Python's "Exception ignored ... BrokenPipeError") and exited 1 or 120.
+    Buffered, the write fails only when stdout is flushed."""
+    env = cli_env()
+    if buffered:
+        del env["PYTHONUNBUFFERED"]
+    with closed_pipe() as stdout:
+        out = subprocess.run([sys.executable, "-m", "harness", *args], stdout=stdout, stderr=subprocess.PIPE,
+                             text=True, timeout=120, env=env, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
+    assert (out.returncode, out.stderr) == (141, "")
 
 
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])

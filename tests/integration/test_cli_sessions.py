@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cli_helpers import ANSI, HARNESS, Backend, backend_params, wait_until
+from tests.integration.cli_helpers import ANSI, HARNESS, Backend, backend_params, closed_pipe, wait_until
 
 API_KEY = "sk_live_TOPSECRET_0042"
 DB_PASSWORD = "hunter2-db-password"
@@ -267,6 +267,18 @@ async def test_tail_follows_new_records_until_ctrl_c(deployed: Backend, tmp_path
     assert 'message  in-t "order=9"' in lines[0]
     assert any("step     charge:9 = " in line for line in lines)
     assert lines[-1].endswith("settled  in-t completed")
+
+
+async def test_commands_piped_into_a_reader_that_went_away_end_quietly(deployed: Backend) -> None:
+    """`harness show s1 | head -1`, `harness sessions | head -5`: "unexpected error:
+    BrokenPipeError ..." and exit 1. Now silent, exit 141 (128 + SIGPIPE), as other tools."""
+    s = sid("pipe")
+    assert deployed.cli("send", s, "order=7", "--harness", HARNESS).returncode == 0
+    for args in (("show", s), ("show", s, "--json"), ("sessions",), ("sessions", "--json"), ("tail", s)):
+        with closed_pipe() as stdout:
+            proc = deployed.popen(*args, stdout=stdout)
+            _, err = proc.communicate(timeout=90)
+        assert (proc.returncode, err) == (141, ""), args
 
 
 # --- send on a terminal: a live status line -------------------------------------------------------------
