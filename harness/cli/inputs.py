@@ -23,11 +23,11 @@ from harness.errors import ConfigError
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
 from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry, Record, record_data
-from harness.replay import SessionState, fold
+from harness.replay import SessionState, TurnState, fold
 from harness.replay.payload import input_payload
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
-from harness.views import classify, input_waits_for_person, open_asks, timeline
+from harness.views import classify, input_queued_behind_person, input_waits_for_person, open_asks, timeline
 
 __all__ = ["EXIT_WAITING", "main_answer", "main_send"]
 
@@ -84,6 +84,9 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
     """What the session is doing about ``input_id``, in a few words."""
     inp = state.inputs.get(input_id)
     if inp is None or inp.turn is None:
+        ahead = _turn_ahead(state, input_id)
+        if ahead is not None:
+            return f"{input_id} queued behind turn {ahead.turn} (input {ahead.input_id})"
         return f"{input_id} sent; waiting for a worker to take it"
     name, until = classify(state, now_ms=now)
     turn = f"turn {inp.turn}"
@@ -103,6 +106,15 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
         "tool.result": f"tool {last.name} finished",
     }.get(last.kind, "running")
     return f"{turn}: {what}"
+
+
+def _turn_ahead(state: SessionState, input_id: str) -> TurnState | None:
+    """The unfinished turn of another input that ``input_id`` (not taken yet) waits behind."""
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.turn is not None or inp.settled is not None or active is None:
+        return None
+    return active if active.input_id != input_id else None
 
 
 def _our_turn_sleeps_until(state: SessionState, input_id: str, now: int) -> int | None:
@@ -125,8 +137,11 @@ async def _watch(
         inp = state.inputs.get(input_id)
         if inp is not None and inp.settled is not None:
             return inp.settled
-        if stop_when_waiting and input_waits_for_person(state, input_id, now_ms=_now_ms()):
-            return None
+        if stop_when_waiting and (
+            input_waits_for_person(state, input_id, now_ms=_now_ms())
+            or input_queued_behind_person(state, input_id, now_ms=_now_ms()) is not None
+        ):
+            return None  # (_report_send tells which)
         return False
 
     told: set[int] = set()
@@ -173,6 +188,18 @@ async def _hint_when_untaken(state: SessionState, input_id: str, status: StatusL
     await asyncio.sleep(UNTAKEN_HINT_S)
     if not _untaken(state, input_id):
         return
+    ahead = _turn_ahead(state, input_id)
+    if ahead is not None:  # a worker took the session: the input waits for the turn before it
+        now = _now_ms()
+        until = _our_turn_sleeps_until(state, ahead.input_id, now)
+        doing = f"which sleeps until {clock(until, now)}" if until is not None else "which is still running"
+        note = f"{input_id}: queued behind turn {ahead.turn} (input {ahead.input_id}), {doing}"
+        if status.enabled:
+            status.set(note)
+        else:
+            print(f"{note}; it is taken once that turn ends; still waiting (--timeout SECONDS stops sooner)",
+                  file=sys.stderr, flush=True)
+        return
     waited = f"{UNTAKEN_HINT_S:g} s"
     if status.enabled:
         status.set(f"{input_id}: no worker has taken it in {waited}; is one running on this log?")
@@ -187,7 +214,7 @@ async def _wait(
     try:
         return await asyncio.wait_for(coro, timeout)
     except TimeoutError:
-        if _untaken(state, input_id):
+        if _untaken(state, input_id) and _turn_ahead(state, input_id) is None:
             # Nothing was written after it: most often no worker runs this log.
             raise TimeoutError(f"{what} within {timeout:g} s: no worker took it up. {NO_WORKER_HINT}") from None
         raise TimeoutError(
@@ -224,8 +251,8 @@ def send_parser() -> CommandParser:
     parser = CommandParser(
         prog="harness send",
         description="Send a user message to a session and wait for the worker that owns it to settle it; "
-        "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person (the open asks "
-        "are printed). It never runs the turn itself.",
+        "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person, its turn or the "
+        "turn it is queued behind (the open asks are printed). It never runs the turn itself.",
         example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db",
     )
     parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
@@ -304,9 +331,20 @@ def _payload(record: Record) -> tuple[Any, ...]:
 def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
     style = style_for(sys.stdout)
     if settled is None:
-        asks = open_asks(state, now_ms=_now_ms())
+        now = _now_ms()
+        asks = open_asks(state, now_ms=now)
+        ahead = input_queued_behind_person(state, input_id, now_ms=now)
         if args.json:
-            print(json.dumps({"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}))
+            out: dict[str, Any] = {"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}
+            if ahead is not None:
+                out["queued_behind"] = ahead
+            print(json.dumps(out))
+        elif ahead is not None:
+            turn = state.turn_of(ahead)
+            print(f"{input_id}: queued behind turn {turn.turn if turn else '?'} (input {ahead}), which waits for "
+                  "a person; it runs once that turn ends")
+            for line in ask_lines(asks, args.session, style, waiting_answers(state)):
+                print(line)
         else:
             print(f"{input_id}: the turn waits for a person")
             for line in ask_lines(asks, args.session, style, waiting_answers(state)):

@@ -215,6 +215,31 @@ async def test_send_stops_at_an_ask_and_answer_resumes_the_turn(deployed: Backen
     assert "turn 1   completed \"done: {\\\"approved\\\": true}\"" in shown or 'completed "done: {"approved": true}"' in shown
 
 
+async def test_a_message_queued_behind_a_turn_that_waits_for_a_person_says_which_ask_to_answer(
+    deployed: Backend,
+) -> None:
+    """With a worker running, `harness send` behind a parked turn said after 10 s that no
+    worker had taken the input ("Is a worker running on this log ...; still waiting") and
+    never ended. (--timeout bounds the wait only should it hang again.)"""
+    s = sid("queued")
+    assert deployed.cli("send", s, "ask", "--harness", HARNESS, "--input-id", "in-1").returncode == 3
+    out = deployed.cli("send", s, "again", "--input-id", "in-2", "--timeout", "60")
+    assert out.returncode == 3, out
+    assert out.stdout.splitlines() == [
+        "in-2: queued behind turn 1 (input in-1), which waits for a person; it runs once that turn ends",
+        "ask approve/approval: Approve the order?",
+        f"  answer with: harness answer {s} approve approval 'JSON' (fields: approved)",
+    ]
+    assert "no worker" not in out.stderr, out.stderr
+    as_json = json.loads(deployed.cli("send", s, "again", "--input-id", "in-2", "--json").stdout)
+    assert as_json["outcome"] == "waiting" and as_json["queued_behind"] == "in-1"
+    assert [(a["tool_call_id"], a["name"]) for a in as_json["asks"]] == [("approve", "approval")]
+
+    assert deployed.cli("answer", s, "approve", "approval", '{"approved": true}').returncode == 0
+    done = deployed.cli("send", s, "again", "--input-id", "in-2")  # taken once the first turn ended
+    assert done.returncode == 0 and done.stdout == "you said: again\n", done
+
+
 # --- sessions ---------------------------------------------------------------------------------------------
 
 
