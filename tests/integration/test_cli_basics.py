@@ -284,6 +284,39 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     assert "still waiting" in hints[0]
 
 
+def test_send_behind_a_sleeping_turn_names_that_turn_not_a_missing_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message queued behind a turn that sleeps is not taken until that turn ends: the hint
+    said no worker had taken it ("Is a worker running on this log ...?")."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'nap.db'}"
+
+    async def park_a_turn_in_a_sleep() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            sending = asyncio.ensure_future(session.send("nap=600", input_id="in-1"))
+            while not any(e.type == "harness.sleep.scheduled" for e in await host.log.read("s-1")):
+                await asyncio.sleep(0.05)
+            sending.cancel()
+
+    asyncio.run(park_a_turn_in_a_sleep())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    with pytest.raises(TimeoutError) as timeout:
+        asyncio.run(inputs.main_send(["s-1", "hi", "--input-id", "in-2", "--timeout", "3", "--log", url]))
+    assert "no worker" not in str(timeout.value) and "harness show s-1" in str(timeout.value)
+    err = capsys.readouterr().err
+    hints = [line for line in err.splitlines() if line.startswith("in-2: ")]
+    assert len(hints) == 1 and "no worker" not in err, err
+    assert hints[0].startswith("in-2: queued behind turn 1 (input in-1), which sleeps until ")
+    assert hints[0].endswith("; it is taken once that turn ends; still waiting (--timeout SECONDS stops sooner)")
+
+
 def test_with_no_worker_an_answer_waiting_to_be_taken_is_not_answered_twice_and_the_harness_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
