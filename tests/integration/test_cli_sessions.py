@@ -240,6 +240,24 @@ async def test_a_message_queued_behind_a_turn_that_waits_for_a_person_says_which
     assert done.returncode == 0 and done.stdout == "you said: again\n", done
 
 
+async def test_an_answer_the_owners_model_refuses_is_one_line_here_and_in_show(deployed: Backend) -> None:
+    """The ask's model has a validator its JSON schema cannot say: the answer passes the check
+    here and the session's owner refuses it. Its reason was pydantic's multi-line text with
+    a URL ("1 validation error for Coupon\ncode\n  Value error, ... errors.pydantic.dev")."""
+    s = sid("coupon")
+    assert deployed.cli("send", s, "coupon", "--harness", HARNESS).returncode == 3
+    refused = deployed.cli("answer", s, "coupon", "coupon", '{"code": "abc"}', "--input-id", "a-1")
+    reason = "the answer does not fit the ask's model: code: Value error, code must be upper-case"
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"harness answer: answer refused by the session's owner (invalid_answer): {reason}"
+    ]
+    shown = deployed.cli("show", s).stdout
+    assert f"settled  a-1 rejected (invalid_answer: {reason})" in shown, shown
+    assert "pydantic.dev" not in shown and "validation error" not in shown
+    assert deployed.cli("answer", s, "coupon", "coupon", '{"code": "ABC"}').returncode == 0
+
+
 # --- sessions ---------------------------------------------------------------------------------------------
 
 
