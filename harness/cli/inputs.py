@@ -396,6 +396,7 @@ def answer_parser() -> CommandParser:
 async def main_answer(argv: list[str]) -> int:
     parser = answer_parser()
     args = parser.parse_args(argv)
+    check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
     try:

@@ -24,6 +24,7 @@ from harness.cli.render import (
     timeline_lines,
 )
 from harness.errors import SessionNotFound
+from harness.ids import check_id
 from harness.records import LogEntry
 from harness.replay import fold
 from harness.runtime.answers import waiting_answers
@@ -135,6 +136,7 @@ async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
 
 async def main_show(argv: list[str]) -> int:
     args = show_parser().parse_args(argv)
+    check_id(args.session, "session id")
     log = await open_log_for(args.log, role="client")
     try:
         entries = await read_existing(log, args.session)
@@ -178,6 +180,7 @@ async def main_tail(argv: list[str]) -> int:
     args = tail_parser().parse_args(argv)
     if args.lines < 0:
         tail_parser().error("-n takes a number >= 0")
+    check_id(args.session, "session id")
     log = await open_log_for(args.log, role="client")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -180,6 +180,14 @@ async def test_show_of_an_unknown_session_says_so(deployed: Backend) -> None:
     )
 
 
+async def test_an_empty_session_id_is_an_invalid_id_for_every_command(deployed: Backend) -> None:
+    """`harness show ''` said "no session ''", `harness tail ''` waited for its first record for ever."""
+    for args in (("show", ""), ("tail", ""), ("answer", "", "c1", "q", "{}"), ("send", "", "hi")):
+        out = deployed.cli(*args, timeout=60)
+        assert out.returncode == 2, (args, out)
+        assert out.stderr.splitlines() == [f"harness {args[0]}: a session id must not be empty"], args
+
+
 # --- asks: send waits for a person, answer ----------------------------------------------------------------
 
 
