@@ -36,6 +36,7 @@ __all__ = [
     "positive_int",
     "run_command",
     "telling_if_slow",
+    "utf8_argument",
 ]
 
 T = TypeVar("T")
@@ -116,6 +117,23 @@ def positive_float(name: str) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def utf8_argument(text: str, what: str) -> str:
+    """``text`` from the command line, refused in one line (a usage error) if it holds bytes
+    that are not UTF-8: Python reads each such byte as a lone surrogate, which the log
+    cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
+        raise ConfigError(
+            f"{what} holds a character that is not valid UTF-8 ({byte} at position {exc.start}): give it as "
+            "UTF-8 (check the encoding of the terminal or script that passes it)",
+            setting=what,
+        ) from None
+    return text
 
 
 def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:

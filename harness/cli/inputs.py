@@ -16,7 +16,14 @@ import time
 import uuid
 from typing import IO, Any
 
-from harness.cli.common import EXIT_RUNTIME, CommandParser, add_log_option, open_log_for, positive_float
+from harness.cli.common import (
+    EXIT_RUNTIME,
+    CommandParser,
+    add_log_option,
+    open_log_for,
+    positive_float,
+    utf8_argument,
+)
 from harness.cli.render import ask_lines, clock, style_for
 from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
@@ -272,6 +279,7 @@ def send_parser() -> CommandParser:
 async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
+    utf8_argument(args.text, "the message text")
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
     log = await open_log_for(args.log, role="client")
@@ -399,6 +407,7 @@ async def main_answer(argv: list[str]) -> int:
     check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
+    utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except ValueError as exc:

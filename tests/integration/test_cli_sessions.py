@@ -188,6 +188,24 @@ async def test_an_empty_session_id_is_an_invalid_id_for_every_command(deployed: 
         assert out.stderr.splitlines() == [f"harness {args[0]}: a session id must not be empty"], args
 
 
+async def test_text_that_is_not_utf8_is_refused_in_one_line_saying_so(deployed: Backend) -> None:
+    """Bytes that are not UTF-8 on the command line (Python reads 0xff as a lone surrogate):
+    "'utf-8' codec can't encode character '\\udcff' ...: surrogates not allowed", no hint."""
+    s = sid("bytes")
+    not_utf8 = b"caf\xff".decode("utf-8", "surrogateescape")  # as Python reads the argument
+    for args, what, position in (
+        (("send", s, not_utf8, "--harness", HARNESS), "the message text", 3),
+        (("answer", s, "c1", "q", f'"{not_utf8}"'), "the answer", 4),
+    ):
+        out = deployed.cli(*args)
+        assert out.returncode == 2, out
+        assert out.stderr.splitlines() == [
+            f"harness {args[0]}: {what} holds a character that is not valid UTF-8 (byte 0xff at position "
+            f"{position}): give it as UTF-8 (check the encoding of the terminal or script that passes it)"
+        ]
+    assert summary_of(deployed, s) is None  # nothing was written
+
+
 # --- asks: send waits for a person, answer ----------------------------------------------------------------
 
 
