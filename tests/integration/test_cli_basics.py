@@ -5,6 +5,7 @@ and ``HarnessClient`` reading the partition count instead of creating topics."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -67,6 +68,21 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
     assert f"harness {command} " in body
     assert "``" not in out.stdout, "plain text, not a docstring's reStructuredText"
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_every_option_of_every_command_has_help(command: str) -> None:
+    """`harness kafka-local --help` listed --startup-timeout with no word on what it does."""
+    lines = harness(command, "--help").stdout.splitlines()
+    bare = []
+    for i, line in enumerate(lines):
+        if not re.match(r"  -", line):
+            continue  # not an option's first line
+        has_text = re.match(r"  -\S.*?\s{2,}\S", line) is not None  # the help on the same line
+        continued = i + 1 < len(lines) and re.match(r"\s{6,}[^\s-]", lines[i + 1]) is not None
+        if not has_text and not continued:
+            bare.append(line.strip())
+    assert bare == [], f"options without help in 'harness {command} --help'"
 
 
 @pytest.mark.parametrize("buffered", [False, True])
