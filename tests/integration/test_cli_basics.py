@@ -300,6 +300,34 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     assert "still waiting" in hints[0]
 
 
+def test_a_queued_session_is_listed_as_running_and_state_queued_says_so(tmp_path: Path) -> None:
+    """The table shows `queued (1 input not taken yet)`, a state the README did not list, and
+    `--state queued` was refused as an invalid choice while `--state running` listed it."""
+    import asyncio
+    import json
+
+    from harness import HarnessHost, open_log
+
+    url = f"sqlite:///{tmp_path / 'queued.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    assert harness("send", "q-1", "hi", "--harness", "x", "--no-wait", "--log", url).returncode == 0  # no worker
+    table = harness("sessions", "--log", url).stdout.splitlines()
+    assert "queued (1 input not taken yet)" in table[1], table
+    [running] = json.loads(harness("sessions", "--state", "running", "--json", "--log", url).stdout)
+    assert (running["session_id"], running["state"], running["pending_inputs"]) == ("q-1", "running", 1)
+    out = harness("sessions", "--state", "queued", "--log", url)
+    assert out.returncode == 2 and out.stdout == ""
+    assert one_line(out) == (
+        "harness sessions: argument --state: a queued session (its input not taken by a worker yet) is a running "
+        "one: use --state running (see 'harness sessions --help')"
+    )
+
+
 def test_send_behind_a_sleeping_turn_names_that_turn_not_a_missing_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
