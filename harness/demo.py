@@ -9,6 +9,7 @@ No network, no Kafka, no API key.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import open_log
-from harness.cli.common import CommandParser
+from harness.cli.common import EXIT_RUNTIME, CommandParser
 from harness.errors import ConfigError
 from harness.records import (
     AppRecord,
@@ -33,10 +34,25 @@ from harness.testing.payments import FakePaymentProvider
 SESSION = "demo-checkout"
 
 
-def _child(command: str, log_url: str, provider: Path, *extra: str) -> int:
+def _child(command: str, log_url: str, provider: Path, *extra: str) -> tuple[int, str]:
+    """Run one process of the story: its exit code and what it wrote on stderr."""
     cmd = [sys.executable, "-m", "harness.testing.checkout", command,
            "--log", log_url, "--provider", str(provider), "--session", SESSION, "--lease", "0.5", *extra]
-    return subprocess.run(cmd, stdout=subprocess.DEVNULL, check=False).returncode
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                          check=False)
+    return done.returncode, done.stderr
+
+
+def _failed(process: int, code: int, stderr: str, debug: bool) -> int:
+    """Say in one line why a process of the story failed (its last line: the exception);
+    its whole stderr (a traceback) with ``--debug``."""
+    if debug:
+        print(stderr, end="", file=sys.stderr)
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+    why = f": {last}" if last else ""
+    hint = "" if debug else " (--debug shows its output)"
+    print(f"harness demo: process {process} failed with exit code {code}{why}{hint}", file=sys.stderr)
+    return EXIT_RUNTIME
 
 
 def _short(value: Any) -> str:
@@ -93,6 +109,13 @@ def _prepare(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--dir {folder}: cannot make the folder ({exc.strerror or exc})", setting="--dir") from None
+    try:  # both processes write their SQLite files here: say so now, not as their tracebacks
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".harness-demo-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--dir {folder}: the folder is not writable ({exc.strerror or exc}): give a folder you can write to, "
+            "or make this one writable", setting="--dir") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         provider_path = folder / "payments.db"
         print(f"harness demo: checkout on the embedded SQLite log ({folder})")
         print("process 1: starts the session; it will be killed right after the charge commits")
-        code = _child("run", log_url, provider_path, "--crash-at", "charge:committed")
-        print(f"process 1: exited with {'SIGKILL' if code == -9 else code}")
+        code, err = _child("run", log_url, provider_path, "--crash-at", "charge:committed")
+        if code not in (0, -signal.SIGKILL):
+            return _failed(1, code, err, args.debug)
+        print(err, end="", file=sys.stderr)
+        print(f"process 1: exited with {'SIGKILL' if code == -signal.SIGKILL else code}")
         print("process 2: recovers the session")
-        code = _child("recover", log_url, provider_path)
+        code, err = _child("recover", log_url, provider_path)
         if code != 0:
-            print(f"process 2 failed with exit code {code}", file=sys.stderr)
-            return 1
+            return _failed(2, code, err, args.debug)
+        print(err, end="", file=sys.stderr)
         print("transcript (from the session log):")
         for line in asyncio.run(_transcript(log_url)):
             print(line)

@@ -54,6 +54,7 @@ __all__ = [
     "TimelineItem",
     "Usage",
     "classify",
+    "input_queued_behind_person",
     "input_waits_for_person",
     "last_record_ts",
     "open_asks",
@@ -197,6 +198,22 @@ def input_waits_for_person(state: SessionState, input_id: str, *, now_ms: int) -
     if inp is None or inp.turn is None or active is None or active.turn != inp.turn:
         return False
     return classify(state, now_ms=now_ms)[0] == "waiting"
+
+
+def input_queued_behind_person(state: SessionState, input_id: str, *, now_ms: int) -> str | None:
+    """The input of the active turn that the message ``input_id`` is queued behind, when
+    that turn waits for a person's answer; else None.
+
+    A message is taken only once the turn before it has ended, so it waits for that answer
+    too: whoever waits for it should say which ask to answer rather than wait for ever.
+    """
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.kind != "message" or inp.settled is not None or inp.turn is not None:
+        return None
+    if active is None or active.input_id == input_id:
+        return None
+    return active.input_id if classify(state, now_ms=now_ms)[0] == "waiting" else None
 
 
 def classify(state: SessionState, *, now_ms: int) -> tuple[SessionStateName, int | None]:

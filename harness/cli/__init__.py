@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.cli.common import EXIT_USAGE, run_command
+from harness.cli.common import EXIT_USAGE, output_closed, run_command
 
 __all__ = ["COMMANDS", "main", "version"]
 
@@ -86,6 +86,15 @@ def overview() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a reader gone by now is a BrokenPipeError we catch
+    except BrokenPipeError:  # `harness show s-1 | head -1`: quiet, as other Unix tools are
+        return output_closed()
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(overview())

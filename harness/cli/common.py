@@ -2,7 +2,8 @@
 opening the log named by ``--log`` (or ``$HARNESS_LOG``), and number checks.
 
 Exit codes: 0 done, 1 a runtime error (a broker down, a session that does not exist,
-an input that failed), 2 a usage error (a wrong option, ``--app``, log URL ...).
+an input that failed), 2 a usage error (a wrong option, ``--app``, log URL ...), 141
+(128 + SIGPIPE, silently) when the reader of the output went away (``| head``).
 The traceback of an error is printed only with ``--debug``.
 """
 
@@ -22,6 +23,7 @@ from harness.errors import ConfigError, HarnessError, InvalidId, LogUnavailable,
 from harness.log.base import SessionLog
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "PROBE_TIMEOUT_S",
@@ -34,12 +36,16 @@ __all__ = [
     "positive_int",
     "run_command",
     "telling_if_slow",
+    "utf8_argument",
 ]
 
 T = TypeVar("T")
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 128 + 13
+"""The reader of stdout went away (``harness show s-1 | head -1``): what a shell reports for
+a tool killed by SIGPIPE. Python ignores SIGPIPE, so it shows as ``BrokenPipeError``."""
 
 PROBE_TIMEOUT_S = 5.0
 """How long a command waits for a Kafka broker's first answer before it says it cannot reach it."""
@@ -111,6 +117,23 @@ def positive_float(name: str) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def utf8_argument(text: str, what: str) -> str:
+    """``text`` from the command line, refused in one line (a usage error) if it holds bytes
+    that are not UTF-8: Python reads each such byte as a lone surrogate, which the log
+    cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
+        raise ConfigError(
+            f"{what} holds a character that is not valid UTF-8 ({byte} at position {exc.start}): give it as "
+            "UTF-8 (check the encoding of the terminal or script that passes it)",
+            setting=what,
+        ) from None
+    return text
 
 
 def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
@@ -272,6 +295,8 @@ def run_command(
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the output's reader went away: no message (see harness.cli.main)
     except (ConfigError, InvalidId) as exc:  # (an id on the command line is the caller's to fix)
         _report(prog, _one_line(exc), exc, debug)
         return EXIT_USAGE
@@ -282,6 +307,22 @@ def run_command(
         _report(prog, f"unexpected error: {type(exc).__name__}: {_one_line(exc)}", exc, debug,
                 hint=" (run with --debug for the traceback)")
         return EXIT_RUNTIME
+
+
+def output_closed() -> int:
+    """The exit code once stdout's reader went away, with nothing more said: stdout now
+    writes to devnull, so flushing it at exit cannot fail again (as the Python docs on
+    SIGPIPE advise)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture): nothing to flush
+        return EXIT_BROKEN_PIPE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _report(prog: str, line: str, exc: BaseException, debug: bool, hint: str = "") -> None:

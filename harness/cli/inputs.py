@@ -16,17 +16,25 @@ import time
 import uuid
 from typing import IO, Any
 
-from harness.cli.common import EXIT_RUNTIME, CommandParser, add_log_option, open_log_for, positive_float
+from harness.cli.common import (
+    EXIT_RUNTIME,
+    CommandParser,
+    add_log_option,
+    open_log_for,
+    positive_float,
+    utf8_argument,
+)
 from harness.cli.render import ask_lines, clock, style_for
 from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
-from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
-from harness.replay import SessionState, fold
+from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry, Record, record_data
+from harness.replay import SessionState, TurnState, fold
+from harness.replay.payload import input_payload
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
-from harness.views import classify, input_waits_for_person, open_asks, timeline
+from harness.views import classify, input_queued_behind_person, input_waits_for_person, open_asks, timeline
 
 __all__ = ["EXIT_WAITING", "main_answer", "main_send"]
 
@@ -83,6 +91,9 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
     """What the session is doing about ``input_id``, in a few words."""
     inp = state.inputs.get(input_id)
     if inp is None or inp.turn is None:
+        ahead = _turn_ahead(state, input_id)
+        if ahead is not None:
+            return f"{input_id} queued behind turn {ahead.turn} (input {ahead.input_id})"
         return f"{input_id} sent; waiting for a worker to take it"
     name, until = classify(state, now_ms=now)
     turn = f"turn {inp.turn}"
@@ -102,6 +113,15 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
         "tool.result": f"tool {last.name} finished",
     }.get(last.kind, "running")
     return f"{turn}: {what}"
+
+
+def _turn_ahead(state: SessionState, input_id: str) -> TurnState | None:
+    """The unfinished turn of another input that ``input_id`` (not taken yet) waits behind."""
+    inp = state.inputs.get(input_id)
+    active = state.active_turn
+    if inp is None or inp.turn is not None or inp.settled is not None or active is None:
+        return None
+    return active if active.input_id != input_id else None
 
 
 def _our_turn_sleeps_until(state: SessionState, input_id: str, now: int) -> int | None:
@@ -124,8 +144,11 @@ async def _watch(
         inp = state.inputs.get(input_id)
         if inp is not None and inp.settled is not None:
             return inp.settled
-        if stop_when_waiting and input_waits_for_person(state, input_id, now_ms=_now_ms()):
-            return None
+        if stop_when_waiting and (
+            input_waits_for_person(state, input_id, now_ms=_now_ms())
+            or input_queued_behind_person(state, input_id, now_ms=_now_ms()) is not None
+        ):
+            return None  # (_report_send tells which)
         return False
 
     told: set[int] = set()
@@ -172,6 +195,18 @@ async def _hint_when_untaken(state: SessionState, input_id: str, status: StatusL
     await asyncio.sleep(UNTAKEN_HINT_S)
     if not _untaken(state, input_id):
         return
+    ahead = _turn_ahead(state, input_id)
+    if ahead is not None:  # a worker took the session: the input waits for the turn before it
+        now = _now_ms()
+        until = _our_turn_sleeps_until(state, ahead.input_id, now)
+        doing = f"which sleeps until {clock(until, now)}" if until is not None else "which is still running"
+        note = f"{input_id}: queued behind turn {ahead.turn} (input {ahead.input_id}), {doing}"
+        if status.enabled:
+            status.set(note)
+        else:
+            print(f"{note}; it is taken once that turn ends; still waiting (--timeout SECONDS stops sooner)",
+                  file=sys.stderr, flush=True)
+        return
     waited = f"{UNTAKEN_HINT_S:g} s"
     if status.enabled:
         status.set(f"{input_id}: no worker has taken it in {waited}; is one running on this log?")
@@ -186,7 +221,7 @@ async def _wait(
     try:
         return await asyncio.wait_for(coro, timeout)
     except TimeoutError:
-        if _untaken(state, input_id):
+        if _untaken(state, input_id) and _turn_ahead(state, input_id) is None:
             # Nothing was written after it: most often no worker runs this log.
             raise TimeoutError(f"{what} within {timeout:g} s: no worker took it up. {NO_WORKER_HINT}") from None
         raise TimeoutError(
@@ -223,15 +258,16 @@ def send_parser() -> CommandParser:
     parser = CommandParser(
         prog="harness send",
         description="Send a user message to a session and wait for the worker that owns it to settle it; "
-        "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person (the open asks "
-        "are printed). It never runs the turn itself.",
+        "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person, its turn or the "
+        "turn it is queued behind (the open asks are printed). It never runs the turn itself.",
         example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db",
     )
     parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
     parser.add_argument("text", metavar="TEXT", help="the message")
     parser.add_argument("--harness", metavar="NAME",
                         help="the harness to run it (needed for a new session; default: the session's own)")
-    parser.add_argument("--input-id", metavar="ID", help="the input's id (resending one has no second effect)")
+    parser.add_argument("--input-id", metavar="ID", help="the input's id (resending it with the same text has no second effect; with "
+                        "another text it is refused)")
     parser.add_argument("--no-wait", action="store_true", help="print the input id and exit once it is in the log")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
                         help="give up waiting after this long (default: wait)")
@@ -243,6 +279,7 @@ def send_parser() -> CommandParser:
 async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
+    utf8_argument(args.text, "the message text")
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
     log = await open_log_for(args.log, role="client")
@@ -265,10 +302,17 @@ async def main_send(argv: list[str]) -> int:
             )
         input_id = args.input_id or f"in-{uuid.uuid4().hex[:12]}"
         after = entries[-1].seq if entries else 0
-        if input_id not in state.inputs:
-            sent = await _submit(log, InputMessage(args.session, _now_ms(), input_id, args.text, harness), "send")
+        record = InputMessage(args.session, _now_ms(), input_id, args.text, harness)
+        first = state.inputs.get(input_id)
+        if first is None:
+            sent = await _submit(log, record, "send")
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
+        elif _payload(first.record) != _payload(record):
+            # As session.send does: refused here, nothing written (a resend with the same
+            # text is the only reuse of an id that has no second effect).
+            reason = f"input id {input_id!r} was already used with another payload; use a new --input-id"
+            return _print_outcome(args, input_id, "rejected", "input_conflict", reason, None)
         if args.no_wait:
             print(input_id)
             return 0
@@ -288,12 +332,27 @@ async def main_send(argv: list[str]) -> int:
     return _report_send(args, state, input_id, settled)
 
 
+def _payload(record: Record) -> tuple[Any, ...]:
+    return input_payload(record.TYPE, record_data(record))
+
+
 def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
     style = style_for(sys.stdout)
     if settled is None:
-        asks = open_asks(state, now_ms=_now_ms())
+        now = _now_ms()
+        asks = open_asks(state, now_ms=now)
+        ahead = input_queued_behind_person(state, input_id, now_ms=now)
         if args.json:
-            print(json.dumps({"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}))
+            out: dict[str, Any] = {"input_id": input_id, "outcome": "waiting", "asks": [a.to_json() for a in asks]}
+            if ahead is not None:
+                out["queued_behind"] = ahead
+            print(json.dumps(out))
+        elif ahead is not None:
+            turn = state.turn_of(ahead)
+            print(f"{input_id}: queued behind turn {turn.turn if turn else '?'} (input {ahead}), which waits for "
+                  "a person; it runs once that turn ends")
+            for line in ask_lines(asks, args.session, style, waiting_answers(state)):
+                print(line)
         else:
             print(f"{input_id}: the turn waits for a person")
             for line in ask_lines(asks, args.session, style, waiting_answers(state)):
@@ -301,15 +360,21 @@ def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSe
         return EXIT_WAITING
     turn = state.turn_of(input_id)
     text = turn.finished.text if turn is not None and turn.finished is not None else None
+    return _print_outcome(args, input_id, settled.outcome, settled.code, settled.reason, text)
+
+
+def _print_outcome(
+    args: Any, input_id: str, outcome: str, code: str | None, reason: str | None, text: str | None
+) -> int:
+    """Print how ``input_id`` ended: the answer (exit 0), or why not on stderr (exit 1)."""
     if args.json:
-        print(json.dumps({"input_id": input_id, "outcome": settled.outcome, "code": settled.code,
-                          "reason": settled.reason, "text": text}))
-    elif settled.outcome == "completed":
+        print(json.dumps({"input_id": input_id, "outcome": outcome, "code": code, "reason": reason, "text": text}))
+    elif outcome == "completed":
         print(text if text is not None else "(no text)")
-    if settled.outcome == "completed":
+    if outcome == "completed":
         return 0
-    why = f" ({settled.code}): {settled.reason}" if settled.code else (f": {settled.reason}" if settled.reason else "")
-    print(f"harness send: input {input_id} {settled.outcome}{why}", file=sys.stderr)
+    why = f" ({code}): {reason}" if code else (f": {reason}" if reason else "")
+    print(f"harness send: input {input_id} {outcome}{why}", file=sys.stderr)
     return EXIT_RUNTIME
 
 
@@ -339,8 +404,10 @@ def answer_parser() -> CommandParser:
 async def main_answer(argv: list[str]) -> int:
     parser = answer_parser()
     args = parser.parse_args(argv)
+    check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
+    utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except ValueError as exc:

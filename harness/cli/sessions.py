@@ -6,6 +6,7 @@ sessions topic with read_committed consumers of their own).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -24,6 +25,7 @@ from harness.cli.render import (
     timeline_lines,
 )
 from harness.errors import SessionNotFound
+from harness.ids import check_id
 from harness.records import LogEntry
 from harness.replay import fold
 from harness.runtime.answers import waiting_answers
@@ -48,17 +50,28 @@ def _color_option(parser: CommandParser) -> None:
 # --- harness sessions ---------------------------------------------------------------------------
 
 
+def _state_name(text: str) -> str:
+    """An argparse type for ``--state`` (its choices are checked after): ``queued`` is what
+    the table shows of a running session whose input no worker took yet, not a state."""
+    if text == "queued":
+        raise argparse.ArgumentTypeError(
+            "a queued session (its input not taken by a worker yet) is a running one: use --state running"
+        )
+    return text
+
+
 def sessions_parser() -> CommandParser:
     parser = CommandParser(
         prog="harness sessions",
-        description="One row per session: its id, harness, state (running, waiting for a person, "
-        "sleeping until a time, idle, failed), last activity and open asks; most recent first.",
+        description="One row per session: its id, harness, state (running, shown as queued while no worker "
+        "has taken its input; waiting for a person; sleeping until a time; idle; failed), last activity and open "
+        "asks; most recent first.",
         example="  harness sessions --log sqlite:///harness.db --state waiting\n"
         "  harness sessions --log 'kafka://broker:9092?topic_prefix=acme' --json --limit 20",
     )
     add_log_option(parser)
-    parser.add_argument("--state", choices=SESSION_STATES, action="append",
-                        help="only sessions in this state (repeat for several)")
+    parser.add_argument("--state", type=_state_name, choices=SESSION_STATES, action="append",
+                        help="only sessions in this state (repeat for several); a queued session is running")
     parser.add_argument("--harness", metavar="NAME", help="only sessions of this harness")
     parser.add_argument("--limit", type=positive_int("--limit"), metavar="N", help="at most N sessions")
     parser.add_argument("--history", action="store_true",
@@ -135,6 +148,7 @@ async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
 
 async def main_show(argv: list[str]) -> int:
     args = show_parser().parse_args(argv)
+    check_id(args.session, "session id")
     log = await open_log_for(args.log, role="client")
     try:
         entries = await read_existing(log, args.session)
@@ -178,6 +192,7 @@ async def main_tail(argv: list[str]) -> int:
     args = tail_parser().parse_args(argv)
     if args.lines < 0:
         tail_parser().error("-n takes a number >= 0")
+    check_id(args.session, "session id")
     log = await open_log_for(args.log, role="client")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -42,6 +42,22 @@ def _as_json(exc: jsonschema.ValidationError) -> str:
         return message
 
 
+MODEL_ERRORS_SHOWN = 3
+"""A refusal by the ask's model names at most this many of its errors (then how many more)."""
+
+
+def _model_refusal(exc: ValidationError) -> str:
+    """One line from pydantic's errors: where and what, without its banner and URL (the
+    reason is stored in the settlement and shown by ``harness show`` and the console)."""
+    parts = [
+        f"{'.'.join(str(p) for p in e['loc']) or '(answer)'}: {' '.join(str(e['msg']).split())}"
+        for e in exc.errors(include_url=False)
+    ]
+    more = len(parts) - MODEL_ERRORS_SHOWN
+    text = "; ".join(parts[:MODEL_ERRORS_SHOWN]) + (f" (and {more} more)" if more > 0 else "")
+    return f"the answer does not fit the ask's model: {text}"
+
+
 def waiting_answers(state: SessionState) -> dict[tuple[str, str], str]:
     """``(tool_call_id, ask name) -> input id`` of each answer in the log that the
     session's owner has not taken yet (the first one per ask: it is the one judged first)."""
@@ -81,10 +97,7 @@ def judge_answer(
         try:
             model.model_validate(value)
         except ValidationError as exc:
-            where = ", ".join(".".join(str(p) for p in e["loc"]) or "(answer)" for e in exc.errors())
-            return AnswerVerdict(
-                False, "invalid_answer", storable_text(f"the answer does not fit the ask's model at {where}: {exc}")
-            )
+            return AnswerVerdict(False, "invalid_answer", storable_text(_model_refusal(exc)))
         return AnswerVerdict(True)
     try:
         jsonschema.validate(value, ask.opened.schema)

@@ -548,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         0 after a clean stop, 1 if the broker failed to start or died.
     """
-    from harness.cli.common import CommandParser  # (lazily: this module imports only the stdlib)
+    # (lazily: this module imports only the stdlib)
+    from harness.cli.common import CommandParser, positive_float
 
     parser = CommandParser(
         prog="harness kafka-local",
@@ -567,7 +568,11 @@ def main(argv: list[str] | None = None) -> int:
         help="data dir, kept across runs (default: temp dir deleted on exit)",
     )
     parser.add_argument("--cache-dir", type=Path, default=None, help="jar cache root")
-    parser.add_argument("--startup-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--startup-timeout", type=positive_float("--startup-timeout"), default=120.0, metavar="SECONDS",
+        help="give up if the broker does not serve requests within this long (default: 120; the first run's "
+        "jar download is not counted)",
+    )
     args = parser.parse_args(argv)
 
     # A plain flag: a signal handler must take no lock. ``threading.Event.set`` takes the

@@ -2,7 +2,8 @@
 
 Each user message says what to do (words, in any order): ``order=<id>`` (checkout:
 two steps and an app record), ``ask`` (a person approves), ``nap=<seconds>`` (a durable
-sleep), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``explode``
+sleep), ``coupon`` (a person gives an upper-case code: the ask's model has a validator
+the JSON schema cannot say), ``secret`` (the tool reports a digest of ``ctx.secrets["api_key"]``), ``explode``
 (the tool raises an error holding that secret), ``hold`` (the tool waits until the
 test releases it: it creates ``enter-<session>`` in ``$HARNESS_TEST_GATE_DIR`` and
 returns once ``release-<session>`` exists there), ``ship`` (a ``replay="never"`` tool
@@ -24,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from harness import define_harness, durable_tool, tool_definition
 from harness.definition import Harness
@@ -47,6 +48,17 @@ class Approval(BaseModel):
     approved: bool
 
 
+class Coupon(BaseModel):
+    code: str
+
+    @field_validator("code")
+    @classmethod
+    def upper_case(cls, value: str) -> str:
+        if value != value.upper():
+            raise ValueError("code must be upper-case")
+        return value
+
+
 async def checkout_impl(args: OrderArgs, ctx: Any) -> dict[str, Any]:
     charge = await ctx.step.do(f"charge:{args.order_id}", lambda: {"id": f"ch_{args.order_id}", "amount": 1000})
     await ctx.step.do(f"invoice:{charge['id']}", lambda: {"id": f"inv_{args.order_id}"})
@@ -57,6 +69,11 @@ async def checkout_impl(args: OrderArgs, ctx: Any) -> dict[str, Any]:
 async def approve_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
     answer = await ctx.step.ask("approval", message="Approve the order?", schema=Approval)
     return {"approved": answer.approved}
+
+
+async def coupon_impl(args: NoArgs, ctx: Any) -> dict[str, Any]:
+    coupon = await ctx.step.ask("coupon", message="Which coupon code?", schema=Coupon)
+    return {"code": coupon.code}
 
 
 async def nap_impl(args: NapArgs, ctx: Any) -> dict[str, Any]:
@@ -122,6 +139,7 @@ def _tool(name: str, args: type[BaseModel], fn: Any, replay: str = "safe") -> An
 TOOLS = [
     _tool("checkout", OrderArgs, checkout_impl),
     _tool("approve", NoArgs, approve_impl),
+    _tool("coupon", NoArgs, coupon_impl),
     _tool("nap", NapArgs, nap_impl),
     _tool("secret", NoArgs, secret_impl),
     _tool("explode", NoArgs, explode_impl),
@@ -152,7 +170,7 @@ def _answer(messages: list[dict[str, Any]]) -> ModelResponse:
         calls.append(ToolCall(id="approve", name="approve", arguments={}))
     if m := re.search(r"nap=(\S+)", user):
         calls.append(ToolCall(id="nap", name="nap", arguments={"seconds": float(m.group(1))}))
-    for word in ("secret", "explode", "hold", "ship", "syncship"):
+    for word in ("coupon", "secret", "explode", "hold", "ship", "syncship"):
         if re.search(rf"\b{word}\b", user):
             calls.append(ToolCall(id=word, name=word, arguments={}))
     if not calls:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +34,51 @@ def test_demo_refuses_a_folder_of_an_earlier_demo_and_a_file(tmp_path) -> None: 
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and says in lines[0], out.stderr
         assert lines[0].startswith("harness demo: --dir ") and out.stdout == ""
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    """A folder nobody here may create a file in: read-only by its mode; for root, who
+    ignores modes, a sysfs folder (no files can be made there)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    for candidate in (folder, Path("/sys/kernel")):
+        try:
+            with tempfile.NamedTemporaryFile(dir=candidate):
+                pass
+        except OSError:
+            return candidate
+    pytest.skip("no folder here refuses a new file")
+
+
+def test_demo_in_a_folder_it_cannot_write_says_so_in_one_line(tmp_path: Path) -> None:
+    """It printed two tracebacks (sqlite3.OperationalError: unable to open database file),
+    one per process, then "process 2 failed"."""
+    folder = _unwritable_folder(tmp_path)
+    try:
+        out = subprocess.run([sys.executable, "-m", "harness.cli", "demo", "--dir", str(folder)],
+                             capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        (tmp_path / "read-only").chmod(0o755)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.splitlines() == [
+        f"harness demo: --dir {folder}: the folder is not writable (Permission denied): give a folder you can "
+        "write to, or make this one writable"
+    ]
+
+
+def test_a_process_of_the_story_that_fails_is_one_line_and_its_output_with_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness import demo
+
+    traceback = "Traceback (most recent call last):\n  ...\nsqlite3.OperationalError: unable to open database file\n"
+    monkeypatch.setattr(demo, "_child", lambda *args: (1, traceback))
+    assert demo.main([]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "harness demo: process 1 failed with exit code 1: sqlite3.OperationalError: unable to open database file "
+        "(--debug shows its output)"
+    ]
+    assert demo.main(["--debug"]) == 1
+    assert capsys.readouterr().err.startswith(traceback)

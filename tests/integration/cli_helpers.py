@@ -4,6 +4,7 @@ polls with a deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,11 +19,25 @@ import pytest
 
 from tests.integration.fleet_helpers import REPO, WorkerProcess, wait_until
 
-__all__ = ["ANSI", "APP", "HARNESS", "Backend", "backend_params", "cli_env", "make_backend", "wait_until"]
+__all__ = [
+    "ANSI", "APP", "HARNESS", "Backend", "backend_params", "cli_env", "closed_pipe", "make_backend", "wait_until",
+]
 
 APP = "tests.apps.cli_app:assistant"
 HARNESS = "tests/cli"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@contextlib.contextmanager
+def closed_pipe() -> Iterator[int]:
+    """The write end of a pipe whose reader has gone (as after ``| head -1`` read its line):
+    every write to it fails with EPIPE, whatever the timing."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        yield write
+    finally:
+        os.close(write)
 
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -5,6 +5,7 @@ and ``HarnessClient`` reading the partition count instead of creating topics."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from harness.cli import COMMANDS
 from harness.client import HarnessClient
 from harness.errors import LogUnavailable, TopicNotFound
-from tests.integration.cli_helpers import cli_env
+from tests.integration.cli_helpers import cli_env, closed_pipe
 from tests.integration.fleet_helpers import REPO
 
 
@@ -67,6 +68,36 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
     assert f"harness {command} " in body
     assert "``" not in out.stdout, "plain text, not a docstring's reStructuredText"
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_every_option_of_every_command_has_help(command: str) -> None:
+    """`harness kafka-local --help` listed --startup-timeout with no word on what it does."""
+    lines = harness(command, "--help").stdout.splitlines()
+    bare = []
+    for i, line in enumerate(lines):
+        if not re.match(r"  -", line):
+            continue  # not an option's first line
+        has_text = re.match(r"  -\S.*?\s{2,}\S", line) is not None  # the help on the same line
+        continued = i + 1 < len(lines) and re.match(r"\s{6,}[^\s-]", lines[i + 1]) is not None
+        if not has_text and not continued:
+            bare.append(line.strip())
+    assert bare == [], f"options without help in 'harness {command} --help'"
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_output_into_a_closed_pipe_ends_quietly_with_141(args: list[str], buffered: bool) -> None:
+    """`harness ... | head -1`: the reader went away; it printed "unexpected error:
+    BrokenPipeError" (or Python's "Exception ignored ... BrokenPipeError") and exited 1 or 120.
+    Buffered, the write fails only when stdout is flushed."""
+    env = cli_env()
+    if buffered:
+        del env["PYTHONUNBUFFERED"]
+    with closed_pipe() as stdout:
+        out = subprocess.run([sys.executable, "-m", "harness", *args], stdout=stdout, stderr=subprocess.PIPE,
+                             text=True, timeout=120, env=env, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
+    assert (out.returncode, out.stderr) == (141, "")
 
 
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])
@@ -279,6 +310,67 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     hints = [line for line in err if "no worker has taken it in 0.3 s" in line]
     assert len(hints) == 1 and hints[0].startswith("in-1: ") and "harness worker --log" in hints[0], err
     assert "still waiting" in hints[0]
+
+
+def test_a_queued_session_is_listed_as_running_and_state_queued_says_so(tmp_path: Path) -> None:
+    """The table shows `queued (1 input not taken yet)`, a state the README did not list, and
+    `--state queued` was refused as an invalid choice while `--state running` listed it."""
+    import asyncio
+    import json
+
+    from harness import HarnessHost, open_log
+
+    url = f"sqlite:///{tmp_path / 'queued.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    assert harness("send", "q-1", "hi", "--harness", "x", "--no-wait", "--log", url).returncode == 0  # no worker
+    table = harness("sessions", "--log", url).stdout.splitlines()
+    assert "queued (1 input not taken yet)" in table[1], table
+    [running] = json.loads(harness("sessions", "--state", "running", "--json", "--log", url).stdout)
+    assert (running["session_id"], running["state"], running["pending_inputs"]) == ("q-1", "running", 1)
+    out = harness("sessions", "--state", "queued", "--log", url)
+    assert out.returncode == 2 and out.stdout == ""
+    assert one_line(out) == (
+        "harness sessions: argument --state: a queued session (its input not taken by a worker yet) is a running "
+        "one: use --state running (see 'harness sessions --help')"
+    )
+
+
+def test_send_behind_a_sleeping_turn_names_that_turn_not_a_missing_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message queued behind a turn that sleeps is not taken until that turn ends: the hint
+    said no worker had taken it ("Is a worker running on this log ...?")."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'nap.db'}"
+
+    async def park_a_turn_in_a_sleep() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            sending = asyncio.ensure_future(session.send("nap=600", input_id="in-1"))
+            while not any(e.type == "harness.sleep.scheduled" for e in await host.log.read("s-1")):
+                await asyncio.sleep(0.05)
+            sending.cancel()
+
+    asyncio.run(park_a_turn_in_a_sleep())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    with pytest.raises(TimeoutError) as timeout:
+        asyncio.run(inputs.main_send(["s-1", "hi", "--input-id", "in-2", "--timeout", "3", "--log", url]))
+    assert "no worker" not in str(timeout.value) and "harness show s-1" in str(timeout.value)
+    err = capsys.readouterr().err
+    hints = [line for line in err.splitlines() if line.startswith("in-2: ")]
+    assert len(hints) == 1 and "no worker" not in err, err
+    assert hints[0].startswith("in-2: queued behind turn 1 (input in-1), which sleeps until ")
+    assert hints[0].endswith("; it is taken once that turn ends; still waiting (--timeout SECONDS stops sooner)")
 
 
 def test_with_no_worker_an_answer_waiting_to_be_taken_is_not_answered_twice_and_the_harness_is_kept(

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cli_helpers import ANSI, HARNESS, Backend, backend_params, wait_until
+from tests.integration.cli_helpers import ANSI, HARNESS, Backend, backend_params, closed_pipe, wait_until
 
 API_KEY = "sk_live_TOPSECRET_0042"
 DB_PASSWORD = "hunter2-db-password"
@@ -145,6 +145,28 @@ async def test_send_to_an_unknown_harness_is_rejected(deployed: Backend) -> None
     assert summary_of(deployed, s)["state"] == "failed"  # type: ignore[index]
 
 
+async def test_an_input_id_sent_again_with_other_text_is_an_input_conflict(deployed: Backend) -> None:
+    """It printed the first turn's answer and exited 0, as if the new text had been answered."""
+    s = sid("conflict")
+    first = deployed.cli("send", s, "hello", "--harness", HARNESS, "--input-id", "in-1")
+    assert first.returncode == 0 and first.stdout == "you said: hello\n", first.stderr
+
+    for extra in ((), ("--no-wait",)):
+        other = deployed.cli("send", s, "other text", "--input-id", "in-1", *extra)
+        assert other.returncode == 1 and other.stdout == "", other
+        assert other.stderr.splitlines() == [
+            "harness send: input in-1 rejected (input_conflict): input id 'in-1' was already used with another "
+            "payload; use a new --input-id"
+        ]
+    as_json = json.loads(deployed.cli("send", s, "other text", "--input-id", "in-1", "--json").stdout)
+    assert (as_json["outcome"], as_json["code"], as_json["text"]) == ("rejected", "input_conflict", None)
+    kinds = [i["kind"] for i in json.loads(deployed.cli("show", s, "--json").stdout)["timeline"]]
+    assert kinds.count("input.message") == 1  # nothing was written
+
+    again = deployed.cli("send", s, "hello", "--input-id", "in-1")  # the same text: the same answer
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+
+
 async def test_a_new_session_needs_a_harness(deployed: Backend) -> None:
     out = deployed.cli("send", sid("new"), "hello")
     assert out.returncode == 2 and "give --harness NAME" in out.stderr and "Traceback" not in out.stderr
@@ -156,6 +178,32 @@ async def test_show_of_an_unknown_session_says_so(deployed: Backend) -> None:
     assert out.stderr.strip() == (
         "harness show: no session 'no-such-session' in this log: 'harness sessions' lists the sessions (check --log)"
     )
+
+
+async def test_an_empty_session_id_is_an_invalid_id_for_every_command(deployed: Backend) -> None:
+    """`harness show ''` said "no session ''", `harness tail ''` waited for its first record for ever."""
+    for args in (("show", ""), ("tail", ""), ("answer", "", "c1", "q", "{}"), ("send", "", "hi")):
+        out = deployed.cli(*args, timeout=60)
+        assert out.returncode == 2, (args, out)
+        assert out.stderr.splitlines() == [f"harness {args[0]}: a session id must not be empty"], args
+
+
+async def test_text_that_is_not_utf8_is_refused_in_one_line_saying_so(deployed: Backend) -> None:
+    """Bytes that are not UTF-8 on the command line (Python reads 0xff as a lone surrogate):
+    "'utf-8' codec can't encode character '\\udcff' ...: surrogates not allowed", no hint."""
+    s = sid("bytes")
+    not_utf8 = b"caf\xff".decode("utf-8", "surrogateescape")  # as Python reads the argument
+    for args, what, position in (
+        (("send", s, not_utf8, "--harness", HARNESS), "the message text", 3),
+        (("answer", s, "c1", "q", f'"{not_utf8}"'), "the answer", 4),
+    ):
+        out = deployed.cli(*args)
+        assert out.returncode == 2, out
+        assert out.stderr.splitlines() == [
+            f"harness {args[0]}: {what} holds a character that is not valid UTF-8 (byte 0xff at position "
+            f"{position}): give it as UTF-8 (check the encoding of the terminal or script that passes it)"
+        ]
+    assert summary_of(deployed, s) is None  # nothing was written
 
 
 # --- asks: send waits for a person, answer ----------------------------------------------------------------
@@ -191,6 +239,49 @@ async def test_send_stops_at_an_ask_and_answer_resumes_the_turn(deployed: Backen
     shown = deployed.cli("show", s).stdout
     assert 'ask      approval [approve] "Approve the order?" → {"approved":true}' in shown
     assert "turn 1   completed \"done: {\\\"approved\\\": true}\"" in shown or 'completed "done: {"approved": true}"' in shown
+
+
+async def test_a_message_queued_behind_a_turn_that_waits_for_a_person_says_which_ask_to_answer(
+    deployed: Backend,
+) -> None:
+    """With a worker running, `harness send` behind a parked turn said after 10 s that no
+    worker had taken the input ("Is a worker running on this log ...; still waiting") and
+    never ended. (--timeout bounds the wait only should it hang again.)"""
+    s = sid("queued")
+    assert deployed.cli("send", s, "ask", "--harness", HARNESS, "--input-id", "in-1").returncode == 3
+    out = deployed.cli("send", s, "again", "--input-id", "in-2", "--timeout", "60")
+    assert out.returncode == 3, out
+    assert out.stdout.splitlines() == [
+        "in-2: queued behind turn 1 (input in-1), which waits for a person; it runs once that turn ends",
+        "ask approve/approval: Approve the order?",
+        f"  answer with: harness answer {s} approve approval 'JSON' (fields: approved)",
+    ]
+    assert "no worker" not in out.stderr, out.stderr
+    as_json = json.loads(deployed.cli("send", s, "again", "--input-id", "in-2", "--json").stdout)
+    assert as_json["outcome"] == "waiting" and as_json["queued_behind"] == "in-1"
+    assert [(a["tool_call_id"], a["name"]) for a in as_json["asks"]] == [("approve", "approval")]
+
+    assert deployed.cli("answer", s, "approve", "approval", '{"approved": true}').returncode == 0
+    done = deployed.cli("send", s, "again", "--input-id", "in-2")  # taken once the first turn ended
+    assert done.returncode == 0 and done.stdout == "you said: again\n", done
+
+
+async def test_an_answer_the_owners_model_refuses_is_one_line_here_and_in_show(deployed: Backend) -> None:
+    """The ask's model has a validator its JSON schema cannot say: the answer passes the check
+    here and the session's owner refuses it. Its reason was pydantic's multi-line text with
+    a URL ("1 validation error for Coupon\ncode\n  Value error, ... errors.pydantic.dev")."""
+    s = sid("coupon")
+    assert deployed.cli("send", s, "coupon", "--harness", HARNESS).returncode == 3
+    refused = deployed.cli("answer", s, "coupon", "coupon", '{"code": "abc"}', "--input-id", "a-1")
+    reason = "the answer does not fit the ask's model: code: Value error, code must be upper-case"
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        f"harness answer: answer refused by the session's owner (invalid_answer): {reason}"
+    ]
+    shown = deployed.cli("show", s).stdout
+    assert f"settled  a-1 rejected (invalid_answer: {reason})" in shown, shown
+    assert "pydantic.dev" not in shown and "validation error" not in shown
+    assert deployed.cli("answer", s, "coupon", "coupon", '{"code": "ABC"}').returncode == 0
 
 
 # --- sessions ---------------------------------------------------------------------------------------------
@@ -245,6 +336,18 @@ async def test_tail_follows_new_records_until_ctrl_c(deployed: Backend, tmp_path
     assert 'message  in-t "order=9"' in lines[0]
     assert any("step     charge:9 = " in line for line in lines)
     assert lines[-1].endswith("settled  in-t completed")
+
+
+async def test_commands_piped_into_a_reader_that_went_away_end_quietly(deployed: Backend) -> None:
+    """`harness show s1 | head -1`, `harness sessions | head -5`: "unexpected error:
+    BrokenPipeError ..." and exit 1. Now silent, exit 141 (128 + SIGPIPE), as other tools."""
+    s = sid("pipe")
+    assert deployed.cli("send", s, "order=7", "--harness", HARNESS).returncode == 0
+    for args in (("show", s), ("show", s, "--json"), ("sessions",), ("sessions", "--json"), ("tail", s)):
+        with closed_pipe() as stdout:
+            proc = deployed.popen(*args, stdout=stdout)
+            _, err = proc.communicate(timeout=90)
+        assert (proc.returncode, err) == (141, ""), args
 
 
 # --- send on a terminal: a live status line -------------------------------------------------------------

@@ -64,7 +64,7 @@ async def test_max_sessions_runs_at_most_n_and_the_rest_wait_in_order(backend: B
     for name in ("c", "d"):
         (gate / f"release-{name}").write_text("")
     for name in names:
-        await wait_until(lambda name=name: backend.cli("send", name, "x", "--input-id", f"in-{name}").returncode == 0,
+        await wait_until(lambda name=name: backend.cli("send", name, "hold", "--input-id", f"in-{name}").returncode == 0,
                          timeout=60, what=f"{name} settled")
     assert worker.terminate() == 0, worker.describe()
 

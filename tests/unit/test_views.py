@@ -31,7 +31,17 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay import fold
-from harness.views import SessionSummary, Timeline, Usage, preview, summarize, timeline, usage_text
+from harness.views import (
+    SessionSummary,
+    Timeline,
+    Usage,
+    input_queued_behind_person,
+    input_waits_for_person,
+    preview,
+    summarize,
+    timeline,
+    usage_text,
+)
 
 from .conftest import Args, call, eventually, script
 
@@ -209,6 +219,19 @@ def test_summary_of_a_taken_over_turn_parked_on_an_answered_ask_is_running():
     ]
     summary = summarize(fold(SID, records), now_ms=5000)
     assert summary.state == "running" and summary.open_asks == ()  # answered: the tool goes on
+
+
+def test_a_message_queued_behind_a_turn_that_waits_for_a_person_names_that_turns_input():
+    parked = [*takeover_log()[:5], entry(6, AskOpened(SID, 1005, "c1", "ok", "Sure?", {"type": "object"}, 3000))]
+    queued = [*parked, entry(7, InputMessage(SID, 1006, "in-2", "again"))]
+    state = fold(SID, queued)
+    assert input_queued_behind_person(state, "in-2", now_ms=2000) == "in-1"
+    assert not input_waits_for_person(state, "in-2", now_ms=2000)  # not its own turn
+    assert input_queued_behind_person(state, "in-1", now_ms=2000) is None  # the parked turn's own input
+    assert input_queued_behind_person(state, "in-2", now_ms=3000) is None  # the ask expired: the tool goes on
+    assert input_queued_behind_person(fold(SID, parked), "in-2", now_ms=2000) is None  # not sent
+    answered = fold(SID, [*queued, entry(8, AskAnswered(SID, 1007, "c1", "ok", {}, "a-1"))])
+    assert input_queued_behind_person(answered, "in-2", now_ms=2000) is None  # the turn goes on
 
 
 def test_an_ask_past_its_expiry_waits_for_nobody_its_tool_is_about_to_fail():
