@@ -38,9 +38,11 @@ def test_a_turn_that_asks_a_person_answers_waiting_with_the_ask(http: httpx.Clie
     assert settlement["outcome"] == "waiting"
     (ask,) = settlement["asks"]
     assert ask["name"] == "approval" and ask["schema"]["properties"]["approved"]["type"] == "boolean"
-    # A message behind the waiting turn cannot start: after its wait it is still running.
-    queued = send(http, "w-2", "and then hello", 0.5, input_id="b")
-    assert queued["status"] == "queued" and queued["settlement"] == {"outcome": "running"}
+    # A message behind the waiting turn cannot start: it waits for that turn's ask, and says so.
+    queued = send(http, "w-2", "and then hello", 20, input_id="b")
+    assert queued["status"] == "queued"
+    assert queued["settlement"]["outcome"] == "waiting" and queued["settlement"]["queued_behind"] == "a"
+    assert [a["name"] for a in queued["settlement"]["asks"]] == ["approval"]
     # An answer the gateway refuses (off the ask's schema) is written nowhere and waits for nothing.
     bad = {"tool_call_id": ask["tool_call_id"], "name": "approval", "value": {"approved": "maybe"}}
     refused = http.post("/v1/sessions/w-2/answers", params={"wait": 20}, json=bad).json()

@@ -95,6 +95,8 @@ class SettlementOut(BaseModel):
     reason: str | None = None
     text: str | None = Field(None, description="the turn's answer")
     asks: list[OpenAskOut] | None = Field(None, description="the open asks, when 'waiting'")
+    queued_behind: str | None = Field(None, description="'waiting' for a message queued behind a turn that "
+                                      "waits for a person: that turn's input (it runs once the ask is answered)")
 
 
 class ReceiptOut(BaseModel):

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.records import InputAnswer
 from harness.replay.state import SessionState
-from harness.views import OpenAsk, input_waits_for_person, open_asks
+from harness.views import OpenAsk, input_queued_behind_person, input_waits_for_person, open_asks
 
 __all__ = ["RUNNING", "Settlement", "answer_settlement_of", "settlement_of"]
 
@@ -17,7 +17,8 @@ __all__ = ["RUNNING", "Settlement", "answer_settlement_of", "settlement_of"]
 class Settlement:
     """``outcome``: the input's settlement (``completed``, ``failed``, ``aborted``,
     ``rejected``, with its ``code`` and ``reason``, and the turn's answer ``text``),
-    ``waiting`` (its turn waits for a person: ``asks``) or ``running`` (neither within the
+    ``waiting`` (its turn waits for a person: ``asks``; or it is queued behind a turn that
+    does: ``queued_behind`` names that turn's input) or ``running`` (neither within the
     wait: the turn goes on, and the session's events show how)."""
 
     outcome: str
@@ -25,10 +26,11 @@ class Settlement:
     reason: str | None = None
     text: str | None = None
     asks: tuple[OpenAsk, ...] = ()
+    queued_behind: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"outcome": self.outcome}
-        for name in ("code", "reason", "text"):
+        for name in ("code", "reason", "text", "queued_behind"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -53,6 +55,9 @@ def settlement_of(state: SessionState, input_id: str, *, now_ms: int) -> Settlem
         return Settlement(settled.outcome, settled.code, settled.reason, text)
     if input_waits_for_person(state, input_id, now_ms=now_ms):
         return Settlement("waiting", asks=open_asks(state, now_ms=now_ms))
+    behind = input_queued_behind_person(state, input_id, now_ms=now_ms)
+    if behind is not None:  # (it runs once that turn's ask is answered: say which)
+        return Settlement("waiting", asks=open_asks(state, now_ms=now_ms), queued_behind=behind)
     return None
 
 
