@@ -418,6 +418,13 @@ async def main_answer(argv: list[str]) -> int:
     try:
         entries = await read_existing(log, args.session)
         state = fold(args.session, entries)
+        record = InputAnswer(args.session, _now_ms(), args.input_id or "", args.tool_call_id, args.ask_name, value)
+        first = state.inputs.get(args.input_id) if args.input_id else None
+        if first is not None and _payload(first.record) != _payload(record):
+            # As for send: refused here, nothing written (the owner would settle it input_conflict).
+            print(f"harness answer: answer refused (input_conflict): input id {args.input_id!r} was already used "
+                  "with another payload; use a new --input-id", file=sys.stderr)
+            return EXIT_RUNTIME
         verdict = judge_answer(state, args.tool_call_id, args.ask_name, value, _now_ms())
         waiting = waiting_answers(state).get((args.tool_call_id, args.ask_name))
         if verdict.ok and waiting is not None and waiting != args.input_id:

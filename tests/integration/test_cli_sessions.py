@@ -229,6 +229,8 @@ async def test_send_stops_at_an_ask_and_answer_resumes_the_turn(deployed: Backen
     assert not_json.returncode == 2 and "is not valid JSON" in not_json.stderr
     no_ask = deployed.cli("answer", s, "approve", "other", "{}")
     assert no_ask.returncode == 1 and "(no_open_ask)" in no_ask.stderr
+    taken = deployed.cli("answer", s, "approve", "approval", '{"approved": true}', "--input-id", "in-1")
+    assert taken.returncode == 1 and "answer refused (input_conflict)" in taken.stderr  # (the message's id)
     kinds = [i["kind"] for i in json.loads(deployed.cli("show", s, "--json").stdout)["timeline"]]
     assert "input.answer" not in kinds  # refused here: nothing reached the log
 
