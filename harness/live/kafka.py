@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from harness.ids import live_topic, message_key
 from harness.live.events import LiveEvent
 from harness.live.hub import LiveRouter, LiveSubscription
+from harness.log.kafka.client_log import ClientLog
 
 __all__ = ["LIVE_RETENTION_MS", "LIVE_SEGMENT_MS", "KafkaLivePublisher", "KafkaLiveTails", "kafka_live_events"]
 
@@ -51,8 +52,14 @@ TAIL_BATCH = 500
 """Messages a shared live tail takes per poll."""
 
 
+live_client_log = ClientLog(logging.getLogger("harness.live.client"))
+"""librdkafka's lines of the live clients, each kind at most once a minute: the live
+producer is polled only when it publishes, so a broker outage came out at the next
+publish (or at shutdown) as one line per failed connect, all stamped with that moment."""
+
+
 def _base_config(bootstrap: str, client_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": logging.getLogger("harness.live.client"), **(client_config or {})}
+    return {"bootstrap.servers": bootstrap, "logger": live_client_log, **(client_config or {})}
 
 
 def ensure_live_topic(
