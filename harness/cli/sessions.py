@@ -1,7 +1,8 @@
 """``harness sessions``, ``harness show``, ``harness tail``: sessions as people read them.
 
 Read-only: they never claim, fence or write (on Kafka they read checkpoints and the
-sessions topic with read_committed consumers of their own).
+sessions topic with read_committed consumers of their own; a SQLite file is opened
+``read_only``: nothing in it is made or changed).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def sessions_parser() -> CommandParser:
 
 async def main_sessions(argv: list[str]) -> int:
     args = sessions_parser().parse_args(argv)
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     try:
         now = _now_ms()
         summaries = await telling_if_slow(
@@ -135,7 +136,7 @@ async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
 
 async def main_show(argv: list[str]) -> int:
     args = show_parser().parse_args(argv)
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     try:
         entries = await read_existing(log, args.session)
     finally:
@@ -178,7 +179,7 @@ async def main_tail(argv: list[str]) -> int:
     args = tail_parser().parse_args(argv)
     if args.lines < 0:
         tail_parser().error("-n takes a number >= 0")
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
