@@ -100,7 +100,8 @@ class SqliteLog:
     The constructor opens (or creates) the file and reads its namespace, waiting
     for that on the calling thread: open logs at startup, not per request. A file
     that holds other tables and no harness ``meta`` table is refused, whichever way
-    it is opened (see :mod:`harness.log.sqlite_open`).
+    it is opened; so is one this process cannot write, unless opened ``read_only``
+    (see :mod:`harness.log.sqlite_open`).
 
     Args:
         path: the database file; created with its tables when missing (or empty).
@@ -117,7 +118,7 @@ class SqliteLog:
 
     Raises:
         LogUnavailable: the file is not a log (or, without ``create``, is missing or
-            empty), or is damaged.
+            empty), cannot be written (unless ``read_only``), or is damaged.
     """
 
     has_leases: ClassVar[bool] = True  # claims are refused while another lease is live

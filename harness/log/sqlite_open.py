@@ -1,4 +1,5 @@
-"""Opening a SQLite file as a session log: which files are logs, and who may make one.
+"""Opening a SQLite file as a session log: which files are logs, who may make one, and
+whether the file can be written.
 
 A :class:`~harness.log.sqlite.SqliteLog` opens its file one of three ways:
 
@@ -13,6 +14,13 @@ A :class:`~harness.log.sqlite.SqliteLog` opens its file one of three ways:
 Whichever way, a file that holds tables but no harness ``meta`` table (an application's
 own database) is refused in one line naming its tables, before anything is written to
 it: before even ``PRAGMA journal_mode = WAL``, which would rewrite its header.
+
+A writer's opening transaction also runs a write that changes nothing
+(:data:`PROBE_WRITE`): SQLite opens a file it may not write (mode 0444 for a user who
+is not root, ``chattr +i``, a read-only mount) read-only without a word, and its
+``BEGIN IMMEDIATE`` and ``CREATE TABLE IF NOT EXISTS`` succeed there; only a statement
+that writes says so. So a log that cannot be written is refused at start with the fix,
+instead of failing every write afterwards.
 """
 
 from __future__ import annotations
@@ -24,7 +32,11 @@ import urllib.parse
 from harness.errors import LogUnavailable
 from harness.log.sqlite_schema import SCHEMA, namespace_of, read_namespace, user_tables
 
-__all__ = ["connect_read", "open_hint", "open_reader", "open_writer"]
+__all__ = ["PROBE_WRITE", "connect_read", "open_hint", "open_reader", "open_writer"]
+
+PROBE_WRITE = "UPDATE meta SET value = value WHERE 0"
+"""Matches no row, so it changes nothing; but it starts a write, which SQLite refuses
+(``attempt to write a readonly database``) on a file it could only open read-only."""
 
 _SHOWN_TABLES = 5
 
@@ -70,6 +82,19 @@ def _check_tables(conn: sqlite3.Connection, path: str, *, create: bool) -> None:
         )
 
 
+def _is_readonly(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF == sqlite3.SQLITE_READONLY
+
+
+def _readonly(path: str, exc: BaseException) -> LogUnavailable:
+    return LogUnavailable(
+        f"SQLite log {path!r} cannot be written by this process ({exc}): make the file, and its -wal and -shm "
+        "files, writable by this user (their mode and owner; 'chattr -i' if one is immutable) or mount its "
+        "filesystem read-write; 'harness sessions' and 'harness show' can read it as it is"
+    )
+
+
 def _uri(path: str, query: str) -> str:
     return f"file:{urllib.parse.quote(os.path.abspath(path))}?{query}"
 
@@ -80,7 +105,7 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[sqlite
 
     Raises:
         LogUnavailable: the file is not a log (or, without ``create``, does not exist or
-            is empty), or is damaged.
+            is empty), cannot be written, or is damaged.
     """
     if not create and not os.path.exists(path):
         raise _no_file(path)
@@ -101,6 +126,7 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[sqlite
             for statement in filter(None, (s.strip() for s in SCHEMA.split(";"))):
                 conn.execute(statement)
             namespace = namespace_of(conn, path)
+            conn.execute(PROBE_WRITE)
             conn.execute("COMMIT")
         except BaseException:
             conn.rollback()
@@ -109,6 +135,8 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[sqlite
     except BaseException as exc:
         if conn is not None:
             conn.close()
+        if _is_readonly(exc):
+            raise _readonly(path, exc) from exc
         if isinstance(exc, sqlite3.Error | UnicodeDecodeError):  # a file this damaged cannot be used
             raise LogUnavailable(f"SQLite log {path!r}: {exc}{open_hint(path)}") from exc
         raise

@@ -1,13 +1,18 @@
-"""The CLI on SQLite files that are not (yet) logs, as a new user meets them:
-``harness sessions`` / ``show`` / ``tail`` only read (they never make or change a file),
-and nothing adopts another application's database."""
+"""The CLI on SQLite files that are not (yet) logs, or that this user cannot write, as a
+new user meets them: ``harness sessions`` / ``show`` / ``tail`` only read (they never make
+or change a file), nothing adopts another application's database, and a log that cannot
+be written is refused at start with the fix."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +35,51 @@ def one_line(out: subprocess.CompletedProcess[str]) -> str:
 
 def files_of(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@contextlib.contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """``path`` (a file or a folder) made unwritable for this user: ``chattr +i`` as root,
+    who ignores mode bits (CI runs as root), else its mode without the write bits."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~0o222)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if shutil.which("chattr") is None:
+        pytest.skip("running as root, who ignores mode bits, and chattr is missing: nothing makes a file unwritable")
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"chattr +i does not work here ({made.stderr.strip()}): nothing makes a file unwritable for root")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+MAKE_LOG = """
+import asyncio, sys
+from harness import HarnessHost, open_log
+from tests.apps.cli_app import assistant
+
+async def main():
+    async with HarnessHost(log=open_log("sqlite:///" + sys.argv[1])) as host:
+        session = await host.open(assistant, session_id="s-1")
+        assert (await session.send("order=1", input_id="in-1")).outcome == "completed"
+
+asyncio.run(main())
+"""
+
+
+def make_log(path: Path) -> None:
+    """A log holding session s-1 with one completed turn, made by a process that has
+    ended (so its last connection checkpointed the WAL: no -wal or -shm file is left)."""
+    subprocess.run([sys.executable, "-c", MAKE_LOG, str(path)], env=cli_env(), cwd=REPO, check=True, timeout=120,
+                   stdin=subprocess.DEVNULL)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
 COMMANDS = [
@@ -82,3 +132,22 @@ async def test_a_worker_still_makes_a_log_of_an_empty_file(tmp_path: Path) -> No
     finally:
         worker.terminate()
         worker.cleanup()
+
+
+def test_a_worker_and_send_refuse_a_log_they_cannot_write_and_show_still_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    make_log(path)
+    with unwritable(path):
+        for command in (["worker", "--app", APP], ["send", "s-1", "order=2", "--harness", HARNESS]):
+            out = harness(*command, "--log", f"sqlite:///{path}")
+            line = one_line(out)
+            assert out.returncode == 1 and line.startswith(
+                f"harness {command[0]}: SQLite log '{path}' cannot be written by this process (attempt to write a "
+                "readonly database): make the file, and its -wal and -shm files, writable by this user"
+            ), line
+            assert "'chattr -i' if one is immutable" in line and "mount its filesystem read-write" in line
+            assert "worker ready" not in out.stdout
+        shown = harness("show", "s-1", "--log", f"sqlite:///{path}", "--color", "never")
+        assert shown.returncode == 0 and "settled  in-1 completed" in shown.stdout, shown.stderr
+    listed = harness("sessions", "--log", f"sqlite:///{path}")  # nothing was sent meanwhile
+    assert listed.returncode == 0 and "s-1" in listed.stdout and "TURNS" in listed.stdout
