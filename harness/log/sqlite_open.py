@@ -21,10 +21,19 @@ is not root, ``chattr +i``, a read-only mount) read-only without a word, and its
 ``BEGIN IMMEDIATE`` and ``CREATE TABLE IF NOT EXISTS`` succeed there; only a statement
 that writes says so. So a log that cannot be written is refused at start with the fix,
 instead of failing every write afterwards.
+
+A reader in a folder it may not write: SQLite reads a WAL file read-only only through its
+``-shm`` index, which it must create when it is missing (www.sqlite.org/wal.html,
+"Read-Only Databases"). When that fails and no ``-wal`` file holds records, every
+committed record is in the main file and no writer can be running (it would need those
+files), so the file is read as ``immutable=1``: without locks and without looking for
+changes. A ``-wal`` file with records in such a folder is refused (``immutable`` would
+not see them).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import urllib.parse
@@ -33,6 +42,8 @@ from harness.errors import LogUnavailable
 from harness.log.sqlite_schema import SCHEMA, namespace_of, read_namespace, user_tables
 
 __all__ = ["PROBE_WRITE", "connect_read", "open_hint", "open_reader", "open_writer"]
+
+log = logging.getLogger("harness.log.sqlite")
 
 PROBE_WRITE = "UPDATE meta SET value = value WHERE 0"
 """Matches no row, so it changes nothing; but it starts a write, which SQLite refuses
@@ -164,16 +175,31 @@ def open_reader(path: str, busy_seconds: float) -> tuple[sqlite3.Connection, str
     and the target that opens more such connections (``connect_read``).
 
     Raises:
-        LogUnavailable: no file, a file that is not a log (or an empty one), or a
-            damaged one.
+        LogUnavailable: no file, a file that is not a log (or an empty one), one that
+            cannot be read from here, or a damaged one.
     """
     if not os.path.exists(path):
         raise _no_file(path)
     target = _uri(path, "mode=ro")
     conn: sqlite3.Connection | None = None
     try:
-        conn = connect_read(target, busy_seconds)
-        _check_tables(conn, path, create=False)
+        try:
+            conn = connect_read(target, busy_seconds)
+            _check_tables(conn, path, create=False)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_CANTOPEN:
+                raise
+            if conn is not None:
+                conn.close()
+                conn = None
+            target = _snapshot(path)
+            conn = connect_read(target, busy_seconds)
+            _check_tables(conn, path, create=False)
+            log.warning(
+                "reading %s as an unchanging snapshot: SQLite cannot create its -shm file in %s, so it reads the "
+                "file without locks and does not see changes (nothing may write it meanwhile)",
+                path, os.path.dirname(os.path.abspath(path)),
+            )
         namespace = read_namespace(conn, path)
     except BaseException as exc:
         if conn is not None:
@@ -182,3 +208,19 @@ def open_reader(path: str, busy_seconds: float) -> tuple[sqlite3.Connection, str
             raise LogUnavailable(f"SQLite log {path!r}: {exc}{open_hint(path)}") from exc
         raise
     return conn, namespace, target
+
+
+def _snapshot(path: str) -> str:
+    """The URI that reads a WAL file whose ``-shm`` file SQLite could not create or open
+    (in a folder this user may not write), or why it cannot be read."""
+    folder = os.path.dirname(os.path.abspath(path))
+    wal = f"{path}-wal"
+    if os.path.exists(wal) and os.path.getsize(wal) > 0:
+        raise LogUnavailable(
+            f"SQLite log {path!r} cannot be read here: its -wal file holds records that SQLite reads only through "
+            f"a -shm file, which it cannot create or open in {folder}{open_hint(path)}; copy "
+            f"{os.path.basename(path)} and {os.path.basename(wal)} to a folder you may write and read the copy"
+        )
+    # No -wal records: every committed record is in the file itself, and no writer is
+    # running (it would hold the -shm file and write the -wal file).
+    return _uri(path, "mode=ro&immutable=1")

@@ -1,7 +1,8 @@
 """The CLI on SQLite files that are not (yet) logs, or that this user cannot write, as a
 new user meets them: ``harness sessions`` / ``show`` / ``tail`` only read (they never make
-or change a file), nothing adopts another application's database, and a log that cannot
-be written is refused at start with the fix."""
+or change a file), nothing adopts another application's database, a log that cannot be
+written is refused at start with the fix, and a log in a read-only folder (a backup
+mounted read-only) can still be read."""
 
 from __future__ import annotations
 
@@ -151,3 +152,47 @@ def test_a_worker_and_send_refuse_a_log_they_cannot_write_and_show_still_reads_i
         assert shown.returncode == 0 and "settled  in-1 completed" in shown.stdout, shown.stderr
     listed = harness("sessions", "--log", f"sqlite:///{path}")  # nothing was sent meanwhile
     assert listed.returncode == 0 and "s-1" in listed.stdout and "TURNS" in listed.stdout
+
+
+def test_the_read_commands_read_a_log_in_a_folder_they_cannot_write(tmp_path: Path) -> None:
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    path = folder / "q.db"
+    make_log(path)
+    before = files_of(folder)
+    with unwritable(folder):
+        listed = harness("sessions", "--log", f"sqlite:///{path}")
+        assert listed.returncode == 0 and "s-1" in listed.stdout, listed.stderr
+        note = one_line(listed)
+        assert note == (
+            f"reading {path} as an unchanging snapshot: SQLite cannot create its -shm file in {folder}, so it reads "
+            "the file without locks and does not see changes (nothing may write it meanwhile)"
+        )
+        shown = harness("show", "s-1", "--log", f"sqlite:///{path}", "--color", "never")
+        assert shown.returncode == 0 and "settled  in-1 completed" in shown.stdout, shown.stderr
+        sent = harness("send", "s-1", "order=2", "--harness", HARNESS, "--log", f"sqlite:///{path}")
+        assert sent.returncode == 1 and f"(its folder {folder} is not writable by this user)" in one_line(sent)
+    assert files_of(folder) == before
+
+
+def test_a_read_only_folder_whose_wal_holds_records_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    source, folder = tmp_path / "live", tmp_path / "backup"
+    source.mkdir()
+    folder.mkdir()
+    make_log(source / "q.db")
+    with contextlib.closing(sqlite3.connect(source / "q.db")) as raw:  # a write still in the WAL when copied
+        raw.execute("PRAGMA wal_autocheckpoint = 0")
+        with raw:
+            raw.execute("INSERT INTO owners (session_id, owner, epoch) VALUES ('s-2', NULL, 1)")
+        for name in ("q.db", "q.db-wal"):
+            shutil.copyfile(source / name, folder / name)
+    assert (folder / "q.db-wal").stat().st_size > 0
+    before = files_of(folder)
+    with unwritable(folder):
+        out = harness("show", "s-1", "--log", f"sqlite:///{folder / 'q.db'}")
+    line = one_line(out)
+    assert out.returncode == 1 and line.startswith(
+        f"harness show: SQLite log '{folder / 'q.db'}' cannot be read here: its -wal file holds records"
+    ), line
+    assert line.endswith("copy q.db and q.db-wal to a folder you may write and read the copy")
+    assert files_of(folder) == before
