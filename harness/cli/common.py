@@ -172,8 +172,9 @@ async def open_log_for(
     """Open the log of ``--log`` (or ``$HARNESS_LOG``) for a command, checked and started.
 
     Args:
-        role: ``client`` (reads and submits inputs; needs the log to exist: never
-            creates a file or a topic) or ``worker`` (creates what is missing).
+        role: ``reader`` (only reads: changes nothing, a SQLite file is opened
+            read-only), ``client`` (reads and submits inputs; needs the log to exist:
+            never creates a file or a topic) or ``worker`` (creates what is missing).
         probe_timeout: seconds a Kafka broker has to answer before the command says it
             cannot be reached (instead of librdkafka's silent retries).
         partitions: for ``worker`` on Kafka, the partition count of topics created
@@ -232,13 +233,14 @@ def _open_sqlite(url: str, role: str) -> SessionLog:
     except ValueError as exc:
         raise ConfigError(str(exc), setting="--log") from exc
     path = urllib.parse.unquote(url[len("sqlite:///"):])
-    if role == "client" and not Path(path).is_file():
+    if role != "worker" and not Path(path).is_file():
         raise LogUnavailable(
             f"no SQLite log at {path} ({Path(path).resolve()}): check --log; "
             "a worker (or HarnessHost) creates the file when it first opens it"
         )
+    options = {"reader": {"read_only": True}, "client": {"create": False}}.get(role, {})
     try:
-        return open_log(url)
+        return open_log(url, **options)
     except ValueError as exc:
         raise ConfigError(str(exc), setting="--log") from exc
 
@@ -249,7 +251,7 @@ async def _open_kafka(
     from harness.log import open_log
 
     options: dict[str, Any] = {"client_config": kafka_client_config(env)}
-    if role == "client":
+    if role in ("client", "reader"):
         options["create_topics"] = False
     elif partitions is not None:
         options["partitions"] = partitions

@@ -1,7 +1,8 @@
 """``harness sessions``, ``harness show``, ``harness tail``: sessions as people read them.
 
 Read-only: they never claim, fence or write (on Kafka they read checkpoints and the
-sessions topic with read_committed consumers of their own).
+sessions topic with read_committed consumers of their own; a SQLite file is opened
+``read_only``: nothing in it is made or changed).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def sessions_parser() -> CommandParser:
 
 async def main_sessions(argv: list[str]) -> int:
     args = sessions_parser().parse_args(argv)
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     try:
         now = _now_ms()
         summaries = await telling_if_slow(
@@ -149,7 +150,7 @@ async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
 async def main_show(argv: list[str]) -> int:
     args = show_parser().parse_args(argv)
     check_id(args.session, "session id")
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     try:
         entries = await read_existing(log, args.session)
     finally:
@@ -193,7 +194,7 @@ async def main_tail(argv: list[str]) -> int:
     if args.lines < 0:
         tail_parser().error("-n takes a number >= 0")
     check_id(args.session, "session id")
-    log = await open_log_for(args.log, role="client")
+    log = await open_log_for(args.log, role="reader")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -33,11 +33,11 @@ SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:por
 
 def open_client_log(url: str, **options: Any) -> SessionLog:
     """The log of ``url`` opened by a client of it (``HarnessClient``, ``harness gateway``),
-    which never creates it: no Kafka topic, no SQLite file (a missing one is a typo, or
-    a log no worker made yet).
+    which never creates it: no Kafka topic, no SQLite file or tables (a missing or empty
+    file is a typo, or a log no worker made yet).
 
     Raises:
-        LogUnavailable: no SQLite file at the URL's path.
+        LogUnavailable: no SQLite file at the URL's path, or one that is not a log.
         ValueError: as :func:`open_log`.
         TypeError: ``url`` is not a string.
     """
@@ -53,6 +53,7 @@ def open_client_log(url: str, **options: Any) -> SessionLog:
                 f"no SQLite log at {path} ({path.resolve()}): check the URL; a worker (or HarnessHost) "
                 "creates the file when it first opens it"
             )
+        options.setdefault("create", False)
     return open_log(url, **options)
 
 

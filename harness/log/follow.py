@@ -144,9 +144,12 @@ class DataVersionWatch(ChangeSignal):
     the value it reads. ``checks`` counts the checks made (for tests).
     """
 
-    def __init__(self, path: str, *, every: float = CHANGE_CHECK_S) -> None:
+    def __init__(
+        self, path: str, *, every: float = CHANGE_CHECK_S, connect: Callable[[], sqlite3.Connection] | None = None
+    ) -> None:
         super().__init__(end=self._max_seq)
         self._path = path
+        self._connect = connect  # how to open the file (a read-only log's own way); else the path
         self._every = every
         self._users = 0
         self._users_lock = threading.Lock()
@@ -158,7 +161,10 @@ class DataVersionWatch(ChangeSignal):
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            if self._connect is not None:
+                self._db = self._connect()
+            else:
+                self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         return self._db
 
     def _data_version(self) -> int:
@@ -227,7 +233,7 @@ def watch_changes(session_log: Any) -> ChangeSource | None:
 
         if not isinstance(session_log, SqliteLog):
             return None
-        source = DataVersionWatch(session_log.path)
+        source = DataVersionWatch(session_log.path, connect=session_log.connect_reader)
     _watches[session_log] = source
     return source
 

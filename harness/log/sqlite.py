@@ -40,7 +40,6 @@ loop has its own queue; the write connection is used by one thread at a time).
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -68,10 +67,9 @@ from harness.log import (
 )
 from harness.log.base import LeaseInfo, LogEntry
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
+from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_schema import (
-    SCHEMA,
     append_rows,
-    namespace_of,
     select_changes,
     select_owner,
     select_rows,
@@ -97,25 +95,17 @@ def _seconds(value: timedelta | float) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def _open_hint(path: str) -> str:
-    """Why a file could not be opened, when its folder says so."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return (f" (its folder {folder} does not exist: create it, or fix the path; sqlite:///name.db is "
-                "relative to the current folder, sqlite:////abs/path.db absolute)")
-    if not os.access(folder, os.W_OK):
-        return f" (its folder {folder} is not writable by this user)"
-    return ""
-
-
 class SqliteLog:
     """A :class:`~harness.log.base.SessionLog` in one SQLite file.
 
     The constructor opens (or creates) the file and reads its namespace, waiting
-    for that on the calling thread: open logs at startup, not per request.
+    for that on the calling thread: open logs at startup, not per request. A file
+    that holds other tables and no harness ``meta`` table is refused, whichever way
+    it is opened; so is one this process cannot write, unless opened ``read_only``
+    (see :mod:`harness.log.sqlite_open`).
 
     Args:
-        path: the database file; created with its tables when missing.
+        path: the database file; created with its tables when missing (or empty).
         clock: seconds since the epoch, for leases. All processes sharing the file
             must use the same time base (``time.time`` by default).
         busy_timeout: how long a write waits for another writer's lock (on the
@@ -123,6 +113,13 @@ class SqliteLog:
         codec: the record codec; ``harness.codec.default_codec()`` by default.
         inline_commit_limit: commits run on the event-loop thread while they take
             less than this on average; 0 runs every commit on the writer thread.
+        create: False: the file must already be a log (a client's: it makes nothing).
+        read_only: only read the file, through a read-only connection: nothing is made,
+            upgraded or changed, and writes raise ``LogUnavailable``. It must be a log.
+
+    Raises:
+        LogUnavailable: the file is not a log (or, without ``create``, is missing or
+            empty), cannot be written (unless ``read_only``), or is damaged.
     """
 
     has_leases: ClassVar[bool] = True  # claims are refused while another lease is live
@@ -135,6 +132,8 @@ class SqliteLog:
         busy_timeout: timedelta | float = DEFAULT_BUSY_TIMEOUT,
         codec: _Codec | None = None,
         inline_commit_limit: timedelta | float = DEFAULT_INLINE_COMMIT_LIMIT,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self._path = str(path)
         self._clock = clock
@@ -142,8 +141,18 @@ class SqliteLog:
         self._codec = codec if codec is not None else _default_codec()
         self._stats = SqliteStats()
         self._conn: sqlite3.Connection | None = None  # the reader thread's connection
+        self._closed = False
+        self._read_target = self._path  # what read connections open (a file: URI when read-only)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-read")
-        wconn, self._namespace = self._open_writer()
+        self._commits: GroupCommit | None = None  # None: opened read-only
+        if read_only:
+            try:
+                self._namespace = self._executor.submit(self._open_read_only).result()
+            except BaseException:
+                self._executor.shutdown(wait=True)
+                raise
+            return
+        wconn, self._namespace = open_writer(self._path, self._busy_seconds, create=create)
         self._commits = GroupCommit(
             self._path,
             wconn,
@@ -170,6 +179,16 @@ class SqliteLog:
     def stats(self) -> SqliteStats:
         """Live counters: appends committed, transactions that carried them."""
         return self._stats
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this log was opened ``read_only`` (it takes no writes)."""
+        return self._commits is None
+
+    def connect_reader(self) -> sqlite3.Connection:
+        """A new connection that reads the file as this log's reads do (read-only when the
+        log is), for watchers of the file (``PRAGMA data_version``); any thread."""
+        return connect_read(self._read_target, self._busy_seconds)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -207,7 +226,7 @@ class SqliteLog:
         """Append one input record (``IS_INPUT``) without ownership."""
         _check_input(record)
         encoded = _encode_batch(self._codec, record.session_id, [record])
-        (seq,) = await self._commits.run(self._op_append, (record.session_id, encoded, None), True)
+        (seq,) = await self._writes().run(self._op_append, (record.session_id, encoded, None), True)
         return LogEntry(seq, record)
 
     async def claim(self, session_id: str, *, owner: str, lease: timedelta) -> SqliteWriter:
@@ -219,15 +238,17 @@ class SqliteLog:
                 previous writer too.
         """
         seconds = _lease_seconds(lease)
-        epoch = await self._commits.run(self._op_claim, (session_id, owner, seconds), False)
+        epoch = await self._writes().run(self._op_claim, (session_id, owner, seconds), False)
         return SqliteWriter(self, session_id, owner=owner, epoch=epoch, lease_seconds=seconds)
 
     async def close(self) -> None:
         """Land the writes already queued on this loop, then close."""
-        if self._commits.closed:
+        if self._closed:
             return
-        self._commits.closed = True  # no new writes; the queued ones still land
-        await self._commits.drain()
+        self._closed = True
+        if self._commits is not None:
+            self._commits.closed = True  # no new writes; the queued ones still land
+            await self._commits.drain()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_conns)
         self._executor.shutdown(wait=False)
 
@@ -312,47 +333,23 @@ class SqliteLog:
 
     # --- opening and closing -----------------------------------------------------------------
 
-    def _open_writer(self) -> tuple[sqlite3.Connection, str]:
-        """The write connection (any thread, one at a time), the schema, the namespace."""
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(
-                self._path, timeout=self._busy_seconds, isolation_level=None, check_same_thread=False
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise LogUnavailable(f"SQLite log {self._path!r}: cannot use WAL (journal_mode={mode})")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                # One statement at a time: executescript() would COMMIT the transaction first.
-                for statement in filter(None, (s.strip() for s in SCHEMA.split(";"))):
-                    conn.execute(statement)
-                namespace = namespace_of(conn, self._path)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.execute("PRAGMA busy_timeout = 0")  # on the loop, never wait: see GroupCommit
-        except BaseException as exc:
-            if conn is not None:
-                conn.close()
-            if isinstance(exc, sqlite3.Error | UnicodeDecodeError):  # a file this damaged cannot be used
-                raise LogUnavailable(f"SQLite log {self._path!r}: {exc}{_open_hint(self._path)}") from exc
-            raise
-        return conn, str(namespace)
+    def _writes(self) -> GroupCommit:
+        if self._commits is None:
+            raise LogUnavailable(f"the SQLite log {self._path!r} was opened read-only: it takes no writes")
+        return self._commits
 
     def _open_reader(self) -> None:
-        conn = sqlite3.connect(self._path, timeout=self._busy_seconds, isolation_level=None)
-        self._conn = conn
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA query_only = ON")
+        self._conn = connect_read(self._read_target, self._busy_seconds)
+
+    def _open_read_only(self) -> str:
+        """On the reader thread: its read-only connection, the file checked; the namespace."""
+        self._conn, namespace, self._read_target = open_reader(self._path, self._busy_seconds)
+        return namespace
 
     def _close_conns(self) -> None:
         """On the reader thread: the write connections (after any write in progress), then its own."""
-        self._commits.close_conns()
+        if self._commits is not None:
+            self._commits.close_conns()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -360,7 +357,7 @@ class SqliteLog:
     # --- reads, on the reader thread ------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._commits.closed:
+        if self._closed:
             raise LogClosed(f"the SQLite log {self._path!r} is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._guard, fn, *args)
@@ -438,11 +435,11 @@ class SqliteWriter:
         """
         log = self._log
         encoded = _encode_batch(log._codec, self._session_id, records)
-        seqs = await log._commits.run(log._op_append, (self._session_id, encoded, self), True)
+        seqs = await log._writes().run(log._op_append, (self._session_id, encoded, self), True)
         return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
 
     async def renew(self) -> None:
-        await self._log._commits.run(self._log._op_renew, (self,), False)
+        await self._log._writes().run(self._log._op_renew, (self,), False)
 
     def renew_blocking(self) -> None:
         """Renew on the calling thread, without the event loop: how a host keeps its
@@ -451,12 +448,12 @@ class SqliteWriter:
         Raises:
             FencedError: the lease was lost. LogUnavailable: the database failed.
         """
-        self._log._commits.run_blocking(self._log._op_renew, (self,))
+        self._log._writes().run_blocking(self._log._op_renew, (self,))
 
     async def release(self) -> None:
         """Give the session up so another owner can claim at once (no-op if already lost)."""
         try:
-            await self._log._commits.run(self._log._op_release, (self,), False)
+            await self._log._writes().run(self._log._op_release, (self,), False)
         except LogError:
-            if not self._log._commits.closed:
+            if not self._log._closed:
                 raise

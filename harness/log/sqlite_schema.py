@@ -44,11 +44,13 @@ __all__ = [
     "migrate",
     "namespace_crc",
     "namespace_of",
+    "read_namespace",
     "row_crc",
     "select_changes",
     "select_owner",
     "select_rows",
     "select_sessions",
+    "user_tables",
     "verify_rows",
 ]
 
@@ -226,19 +228,16 @@ def verify_rows(
     return out
 
 
-def namespace_of(conn: sqlite3.Connection, path: str) -> str:
-    """The file's namespace, made with the file (by the first process to open it), its
-    schema upgraded to this version; a damaged ``meta`` table refuses the file."""
-    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-    if not meta and conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
-        raise LogUnavailable(f"SQLite log {path!r} is corrupt: it holds records but no namespace")
-    if not meta:  # a new file: the namespace never changes afterwards (idempotency keys)
-        namespace = uuid.uuid4().hex
-        conn.executemany(
-            "INSERT INTO meta (key, value) VALUES (?, ?)",
-            [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
-        )
-        return namespace
+def user_tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables the file holds, by name, SQLite's own (``sqlite_*``) left out."""
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def _checked_meta(meta: dict[Any, Any], path: str) -> tuple[str, str]:
+    """The namespace and schema version of a ``meta`` table that holds some keys, or why not."""
     found, version = meta.get("namespace"), meta.get("schema_version")
     if found is not None and str(version).isdigit() and int(str(version)) > int(SCHEMA_VERSION):
         raise LogUnavailable(
@@ -256,6 +255,31 @@ def namespace_of(conn: sqlite3.Connection, path: str) -> str:
             f"SQLite log {path!r} is corrupt: its namespace (part of every idempotency key) "
             "does not match its checksum"
         )
+    return namespace, str(version)
+
+
+def _no_namespace(conn: sqlite3.Connection, path: str) -> LogUnavailable | None:
+    """Why an empty ``meta`` table refuses the file: it holds records (None: a new file)."""
+    if conn.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None:
+        return LogUnavailable(f"SQLite log {path!r} is corrupt: it holds records but no namespace")
+    return None
+
+
+def namespace_of(conn: sqlite3.Connection, path: str) -> str:
+    """The file's namespace, made with the file (by the first process to open it), its
+    schema upgraded to this version; a damaged ``meta`` table refuses the file."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if not meta:
+        refused = _no_namespace(conn, path)
+        if refused is not None:
+            raise refused
+        namespace = uuid.uuid4().hex  # a new file: the namespace never changes afterwards (idempotency keys)
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)",
+            [("namespace", namespace), ("schema_version", SCHEMA_VERSION), ("namespace_crc", namespace_crc(namespace))],
+        )
+        return namespace
+    namespace, version = _checked_meta(meta, path)
     if version == "1":  # made by an older version: checksums and chains for its rows
         migrate(conn)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('namespace_crc', ?)", (namespace_crc(namespace),))
@@ -264,7 +288,25 @@ def namespace_of(conn: sqlite3.Connection, path: str) -> str:
             conn.execute(statement)
     if version != SCHEMA_VERSION:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
-    return str(namespace)
+    return namespace
+
+
+def read_namespace(conn: sqlite3.Connection, path: str) -> str:
+    """The namespace of a log opened only to read it: checked as :func:`namespace_of`
+    checks it, but nothing is made or upgraded. A schema-1 file (no checksums) is
+    refused: reading it needs its upgrade, which a writer makes."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if not meta:
+        raise _no_namespace(conn, path) or LogUnavailable(
+            f"SQLite file {path!r} is not a harness log: its meta table holds no namespace"
+        )
+    namespace, version = _checked_meta(meta, path)
+    if version == "1":
+        raise LogUnavailable(
+            f"SQLite log {path!r} was written by an older harness (schema_version 1) and is upgraded by the first "
+            "writer that opens it: start a worker on it (or send it an input with `harness send`), then read it"
+        )
+    return namespace
 
 
 # --- reads (on the reader thread; every statement runs to its end: a statement left
