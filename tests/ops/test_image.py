@@ -40,26 +40,36 @@ def test_image_is_non_root_without_build_tools(harness_image: str) -> None:
     assert "worker" in helped.stdout + helped.stderr
 
 
+HARDENED = ["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+
+
+def start_ready(image: str, args: list[str], workdir: Path, ready_url: str, what: str) -> Container:
+    """A hardened container of the image (host network), once ``ready_url`` answers 200."""
+    container = Container(image, args, workdir=workdir, options=HARDENED)
+
+    def ready() -> bool:
+        if not container.running():
+            raise AssertionError(f"the {what} container exited\n{container.describe()}")
+        return http_get(ready_url, timeout=2)[0] == 200
+
+    try:
+        wait_for(ready, timeout=120, what=f"the containerized {what} ready", details=container.describe)
+    except BaseException:
+        container.remove()
+        raise
+    return container
+
+
 @pytest.mark.kafka
 def test_image_runs_a_worker_that_settles_a_session(
     harness_image: str, kafka_bootstrap: str, unique_prefix: str, tmp_path: Path
 ) -> None:
+    log_url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2"
     metrics_port = free_port()
-    worker = Container(
-        harness_image,
-        ["worker", "--log", f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2",
-         "--app", "harness.testing.smoke:harness", "--metrics-port", str(metrics_port)],
-        workdir=tmp_path,
-        options=["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
-    )
+    worker = start_ready(harness_image, ["worker", "--log", log_url, "--app", "harness.testing.smoke:harness",
+                                         "--metrics-port", str(metrics_port)],
+                         tmp_path, f"http://127.0.0.1:{metrics_port}/readyz", "worker")
     try:
-        def ready() -> bool:
-            if not worker.running():
-                raise AssertionError(f"the worker container exited\n{worker.describe()}")
-            return http_get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2)[0] == 200
-
-        wait_for(ready, timeout=120, what="the containerized worker ready", details=worker.describe)
-
         async def session() -> str:
             async with HarnessClient(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=2) as client:
                 input_id = await client.send("img-1", "from the image", harness="harness/smoke")
@@ -68,24 +78,14 @@ def test_image_runs_a_worker_that_settles_a_session(
         assert asyncio.run(session()) == "completed"
         assert "worker ready" in worker.output()
 
-        gateway_port = free_port()
-        gateway = Container(
-            harness_image,
-            ["gateway", "--log", f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2",
-             "--host", "127.0.0.1", "--port", str(gateway_port), "--open-access"],
-            workdir=tmp_path,
-            options=["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"],
-        )
+        port = free_port()
+        gateway = start_ready(harness_image, ["gateway", "--log", log_url, "--host", "127.0.0.1", "--port", str(port),
+                                              "--open-access"],
+                              tmp_path, f"http://127.0.0.1:{port}/readyz", "gateway")
         try:
-            def gateway_ready() -> bool:
-                if not gateway.running():
-                    raise AssertionError(f"the gateway container exited\n{gateway.describe()}")
-                return http_get(f"http://127.0.0.1:{gateway_port}/readyz", timeout=2)[0] == 200
-
-            wait_for(gateway_ready, timeout=120, what="the containerized gateway ready", details=gateway.describe)
             body = json.dumps({"text": "through the gateway", "harness": "harness/smoke"}).encode()
             request = urllib.request.Request(
-                f"http://127.0.0.1:{gateway_port}/v1/sessions/img-2/messages?wait=90", data=body,
+                f"http://127.0.0.1:{port}/v1/sessions/img-2/messages?wait=90", data=body,
                 headers={"content-type": "application/json"}, method="POST")
             with urllib.request.urlopen(request, timeout=120) as answer:
                 receipt = json.loads(answer.read())
