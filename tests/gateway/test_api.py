@@ -169,6 +169,10 @@ def test_a_users_mistakes_get_one_clear_message_each(http: httpx.Client) -> None
                              ({"content-type": "text/plain"}, b'{"text": "hi"}'), ({}, b'{"text": "hi"}')):
         r = http.post("/v1/sessions/m-1/messages", content=content, headers=headers)
         assert r.status_code == 415 and "Content-Type: application/json" in r.json()["detail"], r.text
+    # JSON that is not an object is a 422 (it was sent as JSON), whatever the JSON media type.
+    for media in ("application/json", "application/merge-patch+json"):
+        r = http.post("/v1/sessions/m-1/messages", content=b"[1]", headers={"content-type": media})
+        assert r.status_code == 422, (media, r.text)
     # Broken JSON: where and why, in words.
     r = http.post("/v1/sessions/m-1/messages", content=b'{"text": "hi",}', headers={"content-type": "application/json"})
     assert r.status_code == 422

@@ -209,7 +209,8 @@ def unreadable_body(cause: BaseException | None) -> JSONResponse:
 def validation_problem(request: Request, errors: Sequence[Any]) -> JSONResponse:
     """422 with each error's place and message; 415 for a body that is not sent as JSON."""
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if request.method == "POST" and content_type != "application/json" and any(
+    is_json = content_type == "application/json" or (content_type.startswith("application/") and content_type.endswith("+json"))
+    if request.method == "POST" and not is_json and any(
         tuple(e.get("loc", ())) == ("body",) for e in errors
     ):
         shown = content_type or "none"
