@@ -518,12 +518,13 @@ class SessionCore:
         """Settle answers, app records, cancels and conflicting resends found in the log, and
         refuse any input whose id (or session id) holds a session secret (``secret_in_name``)."""
         now = self.now_ms()
+        waiting = self.state.pending_inputs()  # (one pass over the session's inputs)
         refused = {
             i.input_id: refusal
-            for i in self.state.pending_inputs()
+            for i in waiting
             if (refusal := secret_refusal(self.session_id, i, self.scrubber, now)) is not None
         }
-        pending = [i for i in self.state.pending_inputs() if i.kind != "message" or i.input_id in refused]
+        pending = [i for i in waiting if i.kind != "message" or i.input_id in refused]
         conflicts = self.state.pending_conflicts()
         if not pending and not conflicts:
             return
