@@ -258,22 +258,36 @@ class LogClosed(LogUnavailable):
 class RecordTooLarge(LogError, ValueError):
     """A record is larger than the log accepts; that append or input wrote nothing.
 
-    Retrying it cannot help (the gateway answers 413). On Kafka the other appends of the
-    same group commit are not affected (they are retried in a new transaction); raise
-    ``message.max.bytes`` (clients) and ``max.message.bytes`` (topic) together, or store less.
+    Retrying it cannot help (the gateway answers 413). The other appends of the same group
+    commit are not affected. On Kafka raise ``message.max.bytes`` (clients) and
+    ``max.message.bytes`` (topic) together; on SQLite and in memory the log's
+    ``max_record_bytes`` (``sqlite:///harness.db?max_record_bytes=N``); or store less.
+
+    Attributes:
+        session_id: the session the record was for.
+        size: the refused record's size in bytes, encoded as the log stores it.
+        limit: the log's limit in bytes, when the log knows it (None on Kafka, whose
+            client or broker refuses the record).
+        raise_limit: how to raise the limit on this log.
     """
 
-    def __init__(self, message: str, *, session_id: str, size: int) -> None:
+    KAFKA_RAISE_LIMIT = "on Kafka the topic's max.message.bytes and the clients' message.max.bytes"
+
+    def __init__(
+        self, message: str, *, session_id: str, size: int, limit: int | None = None, raise_limit: str = KAFKA_RAISE_LIMIT
+    ) -> None:
         super().__init__(message)
         self.session_id = session_id
         self.size = size
+        self.limit = limit
+        self.raise_limit = raise_limit
 
     def explained(self, what: str, fix: str = "store large data elsewhere (a blob store, a database) and keep its id") -> str:
         """What a user is told: ``what`` was refused, how big it is and what to do."""
+        accepts = "accepts" if self.limit is None else f"accepts ({self.limit} bytes)"
         return (
-            f"{what} is {self.size} bytes as a log record, more than the session log accepts; nothing of it was "
-            f"written: {fix}, or raise the log's record limit (on Kafka the topic's max.message.bytes and the "
-            "clients' message.max.bytes)"
+            f"{what} is {self.size} bytes as a log record, more than the session log {accepts}; nothing of it was "
+            f"written: {fix}, or raise the log's record limit ({self.raise_limit})"
         )
 
 

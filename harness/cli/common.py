@@ -229,10 +229,9 @@ def _open_sqlite(url: str, role: str) -> SessionLog:
     from harness.log import open_log, sqlite_path
 
     try:
-        sqlite_path(url)  # no path, options, or a folder
+        path = urllib.parse.unquote(sqlite_path(url))  # no path, a folder, a bad option
     except ValueError as exc:
         raise ConfigError(str(exc), setting="--log") from exc
-    path = urllib.parse.unquote(url[len("sqlite:///"):])
     if role != "worker" and not Path(path).is_file():
         raise LogUnavailable(
             f"no SQLite log at {path} ({Path(path).resolve()}): check --log; "

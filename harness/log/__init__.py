@@ -9,6 +9,15 @@
 
 Backends are imported lazily, so an embedded user never needs librdkafka.
 
+Every backend refuses a record larger than it takes with
+:class:`~harness.errors.RecordTooLarge`, writing nothing of that append. Kafka's limit
+is its clients' ``message.max.bytes`` (and the topic's ``max.message.bytes``); the SQLite
+and memory logs take records up to ``max_record_bytes`` (the encoded record, as stored),
+:data:`DEFAULT_MAX_RECORD_BYTES` unless the URL or a keyword says otherwise::
+
+    open_log("sqlite:///harness.db?max_record_bytes=4000000")   # 4 MB records
+    open_log("memory:?max_record_bytes=20000")
+
 The small private helpers at the bottom are shared by the backends (encoding a
 batch, decoding a stored row into a :class:`LogEntry` or a
 :class:`~harness.errors.CorruptRecord`), so each backend only does storage.
@@ -17,18 +26,49 @@ batch, decoding a stored row into a :class:`LogEntry` or a
 from __future__ import annotations
 
 import importlib.util
+import sys
+import urllib.parse
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.errors import CodecError, CorruptRecord, MissingExtra
+from harness.errors import CodecError, CorruptRecord, MissingExtra, RecordTooLarge
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
-__all__ = ["LeaseInfo", "LogEntry", "SessionLog", "SessionWriter", "check_log", "open_client_log", "open_log", "sqlite_path"]
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "LeaseInfo",
+    "LogEntry",
+    "SessionLog",
+    "SessionWriter",
+    "check_log",
+    "open_client_log",
+    "open_log",
+    "parse_sqlite_url",
+    "sqlite_path",
+]
 
-SUPPORTED_URLS = ("memory:", "sqlite:///<path>", "kafka://<host:port>[,<host:port>][?...]")
+SUPPORTED_URLS = (
+    "memory:[?max_record_bytes=N]",
+    "sqlite:///<path>[?max_record_bytes=N]",
+    "kafka://<host:port>[,<host:port>][?...]",
+)
+
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+"""The largest record (encoded, in bytes) the SQLite and memory logs take by default:
+what a Kafka log takes by default (its clients' ``message.max.bytes``, librdkafka's
+1000000, which also counts the record's key and headers, a few hundred bytes at most),
+so a session that fits one backend fits the others."""
+
+SQLITE_MAX_RECORD_BYTES = 999_000_000
+"""The most ``max_record_bytes`` may be on SQLite: its own limit on a value and on a row
+(``SQLITE_MAX_LENGTH``, 1e9 bytes by default), less room for the row's other columns. A
+larger value would fail a whole group commit with ``LogUnavailable`` instead of one append."""
+
+_LOG_URL_OPTIONS = ("max_record_bytes",)
 
 
 def open_client_log(url: str, **options: Any) -> SessionLog:
@@ -62,24 +102,30 @@ def open_log(url: str, **options: Any) -> SessionLog:
 
     Args:
         url: ``memory:``, ``sqlite:///relative/path``, ``sqlite:////absolute/path``
-            or ``kafka://host:port[,host:port][?options]``.
+            or ``kafka://host:port[,host:port][?options]``. A memory or SQLite URL
+            takes one option, ``max_record_bytes=N``: the largest record the log takes
+            (encoded, in bytes; :data:`DEFAULT_MAX_RECORD_BYTES` by default), e.g.
+            ``sqlite:///harness.db?max_record_bytes=4000000``.
         **options: keyword arguments for the backend (``clock=``, ``codec=``,
-            ``busy_timeout=`` ...).
+            ``busy_timeout=``, ``max_record_bytes=`` ...); they win over the URL's.
 
     Raises:
         TypeError: ``url`` is not a string.
-        ValueError: the URL names no supported backend, or a SQLite URL names a folder.
+        ValueError: the URL names no supported backend, a SQLite URL names a folder,
+            or an option is unknown or malformed.
         MissingExtra: a Kafka URL without ``confluent_kafka`` installed.
     """
     _check_url(url)
-    if url == "memory:" or url == "memory://":
+    base, _, query = url.partition("?")
+    if base == "memory:" or base == "memory://":
         from harness.log.memory import MemoryLog
 
-        return MemoryLog(**options)
+        return MemoryLog(**{**_log_url_options(url, query), **options})
     if url.startswith("sqlite:///"):
         from harness.log.sqlite import SqliteLog
 
-        return SqliteLog(sqlite_path(url), **options)
+        path, url_options = parse_sqlite_url(url)
+        return SqliteLog(path, **{**url_options, **options})
     if url.startswith("kafka://"):
         try:
             from harness.log.kafka.log import open_kafka_log  # type: ignore[import-not-found, unused-ignore]
@@ -117,23 +163,58 @@ def _check_url(url: object) -> None:
 
 
 def sqlite_path(url: str) -> str:
-    """The database file a ``sqlite:///`` URL names.
+    """The database file a ``sqlite:///`` URL names (its options checked: see
+    :func:`parse_sqlite_url`).
 
     Raises:
-        ValueError: no path, URL options (they are keywords of ``open_log``), or the
-            path is a folder (sqlite3 would only say "unable to open database file").
+        ValueError: as :func:`parse_sqlite_url`.
     """
-    path = url[len("sqlite:///"):]
+    return parse_sqlite_url(url)[0]
+
+
+def parse_sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
+    """``sqlite:///path[?max_record_bytes=N]`` as the database file and the keyword
+    arguments of :class:`~harness.log.sqlite.SqliteLog`.
+
+    Raises:
+        ValueError: no path, the path is a folder (sqlite3 would only say "unable to open
+            database file"), or an unknown or malformed option.
+    """
+    path, _, query = url[len("sqlite:///"):].partition("?")
     if not path:
         raise ValueError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
-    if "?" in path:
-        raise ValueError(f"{url!r}: SQLite takes no URL options; pass them as keywords to open_log()")
+    options = _log_url_options(url, query)
     if Path(path).is_dir():
         raise ValueError(
             f"{url!r} names the folder {Path(path).resolve()}, not a file: name the log's file in it, "
-            f"e.g. {url.rstrip('/')}/harness.db"
+            f"e.g. {url.partition('?')[0].rstrip('/')}/harness.db"
         )
-    return path
+    return path, options
+
+
+def _log_url_options(url: str, query: str) -> dict[str, Any]:
+    """The options of a memory or SQLite URL (after its ``?``) as keyword arguments."""
+    out: dict[str, Any] = {}
+    if not query:
+        return out
+    for name, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
+        if name not in _LOG_URL_OPTIONS:
+            raise ValueError(
+                f"{url!r}: unknown option {name!r}; the URL takes {', '.join(_LOG_URL_OPTIONS)}, other "
+                "settings are keywords of open_log()"
+            )
+        if len(values) != 1:
+            raise ValueError(f"{url!r}: option {name!r} is given {len(values)} times; give it once")
+        value = values[0]
+        if not (value.isascii() and value.isdigit()) or int(value) <= 0:
+            raise ValueError(
+                f"{url!r}: {name} must be a whole number of bytes above 0 (e.g. {name}=4000000 for 4 MB), "
+                f"not {values[0]!r}"
+            )
+        out[name] = int(value)
+    if not out:  # only separators: '?&'
+        raise ValueError(f"{url!r}: an empty option list; known options: {', '.join(_LOG_URL_OPTIONS)}")
+    return out
 
 
 # --- helpers shared by the backends ------------------------------------------------------
@@ -164,8 +245,46 @@ def _lease_seconds(lease: timedelta | float) -> float:
     return seconds
 
 
-def _encode_batch(codec: _Codec, session_id: str, records: Sequence[Record]) -> list[tuple[str, bytes]]:
-    """``(type, bytes)`` per record; raises before anything is stored (atomic batches)."""
+def _max_record_bytes(value: object, *, ceiling: int | None = None, why: str = "") -> int:
+    """``value`` if it is a usable ``max_record_bytes`` (a whole number of bytes > 0, at
+    most ``ceiling``; ``why`` says why that is the most).
+
+    Raises:
+        ValueError: it is not (a bool, a float, 0, over ``ceiling`` ...).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_record_bytes must be a whole number of bytes above 0, not {value!r}")
+    if ceiling is not None and value > ceiling:
+        raise ValueError(f"max_record_bytes is at most {ceiling}{why}, not {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _RecordLimit:
+    """The largest record (encoded bytes) a log takes, and how its user raises that."""
+
+    max_bytes: int
+    raise_limit: str  # e.g. "the log URL's max_record_bytes: sqlite:///harness.db?max_record_bytes=N"
+
+    def refused(self, record: Record, size: int) -> RecordTooLarge:
+        return RecordTooLarge(
+            f"a {record.TYPE} record of session {record.session_id!r} is {size} bytes, more than the session log "
+            f"accepts ({self.max_bytes} bytes); nothing of it was written: send or store less, or raise the "
+            f"log's record limit ({self.raise_limit})",
+            session_id=record.session_id,
+            size=size,
+            limit=self.max_bytes,
+            raise_limit=self.raise_limit,
+        )
+
+
+def _encode_batch(
+    codec: _Codec, session_id: str, records: Sequence[Record], limit: _RecordLimit | None = None
+) -> list[tuple[str, bytes]]:
+    """``(type, bytes)`` per record; raises before anything is stored (atomic batches):
+    ``RecordTooLarge`` for a record over ``limit`` (checked here, before the write is
+    queued, so a group commit never holds it)."""
+    max_bytes = sys.maxsize if limit is None else limit.max_bytes
     out: list[tuple[str, bytes]] = []
     for record in records:
         if record.session_id != session_id:
@@ -173,7 +292,11 @@ def _encode_batch(codec: _Codec, session_id: str, records: Sequence[Record]) -> 
                 f"record {record.TYPE} belongs to session {record.session_id!r}, "
                 f"not to this writer's session {session_id!r}"
             )
-        out.append((record.TYPE, codec.encode(record)))
+        value = codec.encode(record)
+        if len(value) > max_bytes:
+            assert limit is not None
+            raise limit.refused(record, len(value))
+        out.append((record.TYPE, value))
     return out
 
 

@@ -3,7 +3,8 @@
 It keeps the very same contract as SQLite and Kafka: records are stored as
 encoded bytes (so a record the codec refuses is refused here too), ownership is
 an owner epoch plus a lease read from an injected clock, and a newer claim
-fences the older writer. Every commit is signalled in-process (``changes``), so
+fences the older writer, and a record over ``max_record_bytes`` (1000000 by default,
+as on SQLite and Kafka) is refused with ``RecordTooLarge``. Every commit is signalled in-process (``changes``), so
 followers (:mod:`harness.log.follow`) and workers wake at once instead of polling.
 """
 
@@ -19,12 +20,15 @@ from typing import ClassVar, Self
 
 from harness.errors import CorruptRecord, FencedError, LogClosed, SessionBusy
 from harness.log import (
+    DEFAULT_MAX_RECORD_BYTES,
     _check_input,
     _Codec,
     _decode_row,
     _default_codec,
     _encode_batch,
     _lease_seconds,
+    _max_record_bytes,
+    _RecordLimit,
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
@@ -57,6 +61,12 @@ class MemoryLog:
             clock to test expiry without sleeping).
         namespace: the log's stable id; a random one by default.
         codec: the record codec; ``harness.codec.default_codec()`` by default.
+        max_record_bytes: the largest record this log takes (its encoded bytes); a larger
+            one fails its append or submit with ``RecordTooLarge``, writing nothing of it
+            (``memory:?max_record_bytes=N``; 1000000 by default, as on SQLite and Kafka).
+
+    Raises:
+        ValueError: ``max_record_bytes`` is not a whole number of bytes above 0.
     """
 
     has_leases: ClassVar[bool] = True  # claims are refused while another lease is live
@@ -67,7 +77,11 @@ class MemoryLog:
         clock: Callable[[], float] = time.time,
         namespace: str | None = None,
         codec: _Codec | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
+        self._limit = _RecordLimit(
+            _max_record_bytes(max_record_bytes), "the memory log's max_record_bytes: memory:?max_record_bytes=N"
+        )
         self._clock = clock
         self._namespace = namespace or uuid.uuid4().hex
         self._codec = codec if codec is not None else _default_codec()
@@ -83,6 +97,11 @@ class MemoryLog:
     @property
     def namespace(self) -> str:
         return self._namespace
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (encoded bytes) this log takes."""
+        return self._limit.max_bytes
 
     @property
     def changes(self) -> ChangeSignal:
@@ -147,7 +166,7 @@ class MemoryLog:
     async def submit(self, record: Record) -> LogEntry:
         """Append one input record (``IS_INPUT``) without ownership."""
         _check_input(record)
-        ((type_, value),) = _encode_batch(self._codec, record.session_id, [record])
+        ((type_, value),) = _encode_batch(self._codec, record.session_id, [record], self._limit)
         with self._lock:
             self._check_open()
             seq = self._store(record.session_id, [(type_, value)])[0]
@@ -242,8 +261,9 @@ class MemoryWriter:
         return self._owner
 
     async def append(self, records: Sequence[Record]) -> list[LogEntry]:
-        """Append all ``records`` or none; renews the lease. ``FencedError`` if ownership was lost."""
-        encoded = _encode_batch(self._log._codec, self._session_id, records)
+        """Append all ``records`` or none; renews the lease. ``FencedError`` if ownership was
+        lost; ``RecordTooLarge`` (nothing written) if a record is over ``max_record_bytes``."""
+        encoded = _encode_batch(self._log._codec, self._session_id, records, self._log._limit)
         with self._log._lock:
             self._log._check_open()
             self._log._renew(self)

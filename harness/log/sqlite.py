@@ -28,6 +28,11 @@ Group commit and threading: every write is queued and committed with the writes
 queued next to it in one transaction, on the event-loop thread while commits are
 cheap (see :mod:`harness.log.sqlite_commit`).
 
+Size: a record whose encoded bytes exceed ``max_record_bytes`` (1000000 by default, as
+on Kafka; ``sqlite:///harness.db?max_record_bytes=N``) fails its append or submit with
+``RecordTooLarge`` before the write is queued: nothing of that append is written and
+the writes it would have been committed with are not affected.
+
 Reads (``read``, ``scan``, ``read_all``, ``sessions``, ``lease_info``) run on a
 reader thread with their own connection: WAL lets it read while a write
 commits, and a big read never blocks the loop. A read sees every write whose
@@ -57,12 +62,16 @@ from harness.errors import (
     SessionBusy,
 )
 from harness.log import (
+    DEFAULT_MAX_RECORD_BYTES,
+    SQLITE_MAX_RECORD_BYTES,
     _check_input,
     _Codec,
     _decode_row,
     _default_codec,
     _encode_batch,
     _lease_seconds,
+    _max_record_bytes,
+    _RecordLimit,
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
@@ -116,10 +125,17 @@ class SqliteLog:
         create: False: the file must already be a log (a client's: it makes nothing).
         read_only: only read the file, through a read-only connection: nothing is made,
             upgraded or changed, and writes raise ``LogUnavailable``. It must be a log.
+        max_record_bytes: the largest record this log takes (its encoded bytes); a larger
+            one fails its append or submit with ``RecordTooLarge``, writing nothing of it.
+            The URL's ``?max_record_bytes=N``; 1000000 by default (what Kafka takes by
+            default), at most :data:`~harness.log.SQLITE_MAX_RECORD_BYTES`. Every process
+            that writes the file should use the same: an input a client with a larger
+            limit sent may be one this owner cannot copy into an answer or a result.
 
     Raises:
         LogUnavailable: the file is not a log (or, without ``create``, is missing or
             empty), cannot be written (unless ``read_only``), or is damaged.
+        ValueError: ``max_record_bytes`` is not a whole number of bytes in range.
     """
 
     has_leases: ClassVar[bool] = True  # claims are refused while another lease is live
@@ -134,8 +150,14 @@ class SqliteLog:
         inline_commit_limit: timedelta | float = DEFAULT_INLINE_COMMIT_LIMIT,
         create: bool = True,
         read_only: bool = False,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:
         self._path = str(path)
+        self._limit = _RecordLimit(
+            _max_record_bytes(max_record_bytes, ceiling=SQLITE_MAX_RECORD_BYTES, why=" on SQLite (its own limit on a row)"),
+            f"the log URL's max_record_bytes, the same for every process that opens it: "
+            f"sqlite:///{self._path}?max_record_bytes=N",
+        )
         self._clock = clock
         self._busy_seconds = _seconds(busy_timeout)
         self._codec = codec if codec is not None else _default_codec()
@@ -179,6 +201,11 @@ class SqliteLog:
     def stats(self) -> SqliteStats:
         """Live counters: appends committed, transactions that carried them."""
         return self._stats
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (encoded bytes) this log takes."""
+        return self._limit.max_bytes
 
     @property
     def read_only(self) -> bool:
@@ -225,7 +252,7 @@ class SqliteLog:
     async def submit(self, record: Record) -> LogEntry:
         """Append one input record (``IS_INPUT``) without ownership."""
         _check_input(record)
-        encoded = _encode_batch(self._codec, record.session_id, [record])
+        encoded = _encode_batch(self._codec, record.session_id, [record], self._limit)
         (seq,) = await self._writes().run(self._op_append, (record.session_id, encoded, None), True)
         return LogEntry(seq, record)
 
@@ -431,10 +458,11 @@ class SqliteWriter:
 
         Raises:
             FencedError: a newer claim (or ``release``) took the session; nothing written.
+            RecordTooLarge: a record is over the log's ``max_record_bytes``; nothing written.
             LogUnavailable: the database failed; nothing written.
         """
         log = self._log
-        encoded = _encode_batch(log._codec, self._session_id, records)
+        encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
         seqs = await log._writes().run(log._op_append, (self._session_id, encoded, self), True)
         return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
 

@@ -75,7 +75,7 @@ def new_sqlite_file(settings: GatewaySettings) -> Path | None:
     """
     if not settings.log.startswith("sqlite:///"):
         return None
-    path = Path(settings.log[len("sqlite:///"):])
+    path = Path(settings.log[len("sqlite:///"):].partition("?")[0])  # (before its options)
     return None if path.is_file() else path.resolve()
 
 
