@@ -101,14 +101,22 @@ async def log_factory(request: pytest.FixtureRequest, tmp_path: Path, codec: Any
         from harness.log.kafka.log import KafkaLog
 
         # One partition: seqs are then comparable across sessions, as the contract's
-        # "one log" tests expect. The factory drops clock=: Kafka has no leases.
+        # "one log" tests expect. The factory drops clock=: Kafka has no leases. Its
+        # record limit (max_record_bytes= on the other backends) is the clients'
+        # message.max.bytes, which counts a record's key and headers too.
         bootstrap = request.getfixturevalue("kafka_bootstrap")
         prefix = f"conf-{uuid.uuid4().hex[:10]}"
+
+        def kafka_log(**kw: Any) -> SessionLog:
+            limit = kw.get("max_record_bytes")
+            return KafkaLog(
+                bootstrap=bootstrap, topic_prefix=prefix, partitions=1, codec=kw.get("codec", codec),
+                client_config=None if limit is None else {"message.max.bytes": limit},
+            )
+
         factory = LogFactory(
             name,
-            lambda **kw: KafkaLog(
-                bootstrap=bootstrap, topic_prefix=prefix, partitions=1, codec=kw.get("codec", codec)
-            ),
+            kafka_log,
             persistent=True,
             has_leases=False,
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 
-from harness.errors import CodecError, FencedError, SessionBusy
+from harness.errors import CodecError, FencedError, RecordTooLarge, SessionBusy
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import InputMessage, Record, StepResult, ToolStarted, TurnStarted
 
@@ -78,6 +79,67 @@ async def test_append_is_atomic_a_batch_with_an_unencodable_record_lands_nothing
     read = await log.read("s")
     assert records_of(read) == [step("s", 1), step("s", 5)]
     assert_increasing(read)
+
+
+# --- the record size limit: RecordTooLarge, nothing of that append written ----------------
+
+LIMIT = 20_000  # (max_record_bytes; on Kafka the clients' message.max.bytes)
+BIG = "x" * 50_000  # a record over LIMIT
+FITS = "x" * 5_000  # well under LIMIT, on Kafka with its key and headers too
+
+
+async def test_a_record_over_the_limit_fails_its_append_alone_and_lands_nothing(log_factory, clock):
+    log = log_factory(clock=clock, max_record_bytes=LIMIT)
+    writer = await log.claim("s", owner="w1", lease=LEASE)
+    await writer.append([step("s", 1, FITS)])
+    with pytest.raises(RecordTooLarge) as refused:
+        await writer.append([step("s", 2), step("s", 3, BIG), step("s", 4)])
+    assert refused.value.session_id == "s" and refused.value.size > LIMIT
+    assert "raise the log's record limit" in refused.value.explained("the value")  # says what to do
+    assert records_of(await log.read("s")) == [step("s", 1, FITS)]
+    await writer.append([step("s", 5)])  # the writer goes on: it is neither fenced nor stuck
+    read = await log.read("s")
+    assert records_of(read) == [step("s", 1, FITS), step("s", 5)]
+    assert_increasing(read)
+
+
+async def test_appends_committed_together_fail_only_the_one_over_the_limit(log_factory, clock):
+    log = log_factory(clock=clock, max_record_bytes=LIMIT)
+    big_writer = await log.claim("big", owner="w1", lease=LEASE)
+    writers = [await log.claim(f"s{n}", owner="w1", lease=LEASE) for n in range(3)]
+    outcomes = await asyncio.gather(
+        writers[0].append([step("s0", 1)]),
+        big_writer.append([step("big", 1), step("big", 2, BIG)]),
+        *(w.append([step(w.session_id, 1), step(w.session_id, 2)]) for w in writers[1:]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], RecordTooLarge) and outcomes[1].session_id == "big"
+    assert not [o for n, o in enumerate(outcomes) if n != 1 and isinstance(o, BaseException)], outcomes
+    assert await log.read("big") == []
+    assert records_of(await log.read("s0")) == [step("s0", 1)]
+    for w in writers[1:]:
+        assert records_of(await log.read(w.session_id)) == [step(w.session_id, 1), step(w.session_id, 2)]
+
+
+async def test_an_input_over_the_limit_is_refused_to_its_sender_and_lands_nothing(log_factory, clock):
+    log = log_factory(clock=clock, max_record_bytes=LIMIT)
+    with pytest.raises(RecordTooLarge) as refused:
+        await log.submit(InputMessage(session_id="s", ts=1, input_id="in-big", text=BIG))
+    assert refused.value.session_id == "s" and refused.value.size > LIMIT
+    assert await log.read("s") == []
+    small = await log.submit(msg("s", 1))
+    assert await log.read("s") == [small]
+
+
+async def test_the_default_limit_is_kafkas_default_a_million_bytes(log):
+    writer = await log.claim("s", owner="w1", lease=LEASE)
+    fits = step("s", 1, "x" * 990_000)
+    await writer.append([fits])
+    with pytest.raises(RecordTooLarge):
+        await writer.append([step("s", 2, "x" * 1_000_001)])
+    with pytest.raises(RecordTooLarge):
+        await log.submit(InputMessage(session_id="s", ts=1, input_id="in-big", text="x" * 1_000_001))
+    assert records_of(await log.read("s")) == [fits]
 
 
 async def test_append_refuses_a_record_of_another_session_and_lands_nothing(log):
