@@ -101,6 +101,11 @@ class PrometheusSink:
             registry=r,
         )
         self.fenced = Counter("harness_fenced_writers_total", "Writers fenced by a newer owner", registry=r)
+        self.loop_stalls_noticed = Counter(
+            "harness_event_loop_stalls_total",
+            "Times the event loop did not run for a while, counted when noticed (while it lasts)",
+            registry=r,
+        )
         self.loop_stalls = Histogram(
             "harness_event_loop_stall_seconds",
             "Times the event loop did not run for a while (blocking code in async code), by length",
@@ -160,6 +165,9 @@ class PrometheusSink:
 
     def fenced_writer(self) -> None:
         self.fenced.inc()
+
+    def loop_stalled(self) -> None:
+        self.loop_stalls_noticed.inc()
 
     def loop_stall(self, seconds: float) -> None:
         self.loop_stalls.observe(seconds)
