@@ -80,6 +80,7 @@ class ObservationSource(Protocol):
 class MetricsSink(Protocol):
     """Where events go when metrics are on (``harness.observability.prometheus``)."""
 
+    def harness_served(self, harness: str) -> None: ...
     def step(self, harness: str, outcome: str, seconds: float | None) -> None: ...
     def tool_call(self, harness: str, tool: str, outcome: str) -> None: ...
     def turn(self, harness: str, outcome: str, code: str | None) -> None: ...
@@ -152,6 +153,14 @@ class Metrics:
         self._sink = sink
 
     # -- steps, tools, turns, models: the session runtime's call sites ----------------
+
+    def harness_served(self, harness: str) -> None:
+        """This process runs ``harness``: its series that alerts take ``increase()`` of
+        start at 0 now, since a series born at its first increment hides that increment
+        (a worker restarted by a poison turn would never show its ``attempts_exhausted``)."""
+        sink = self._sink
+        if sink is not None:
+            sink.harness_served(self._harness(harness))
 
     def step(self, harness: str, outcome: str, seconds: float | None = None) -> None:
         """One ``step.do``: ``harness_steps_total`` (+ ``harness_step_duration_seconds``

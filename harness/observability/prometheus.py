@@ -147,6 +147,10 @@ class PrometheusSink:
 
     # -- MetricsSink ----------------------------------------------------------------------
 
+    def harness_served(self, harness: str) -> None:
+        self.turn_failures.labels(harness, "attempts_exhausted")
+        self.turn_attempts.labels(harness)
+
     def step(self, harness: str, outcome: str, seconds: float | None) -> None:
         self.steps.labels(harness, outcome).inc()
         if seconds is not None:
