@@ -80,11 +80,13 @@ class ObservationSource(Protocol):
 class MetricsSink(Protocol):
     """Where events go when metrics are on (``harness.observability.prometheus``)."""
 
+    def harness_served(self, harness: str) -> None: ...
     def step(self, harness: str, outcome: str, seconds: float | None) -> None: ...
     def tool_call(self, harness: str, tool: str, outcome: str) -> None: ...
     def turn(self, harness: str, outcome: str, code: str | None) -> None: ...
     def turn_attempt(self, harness: str) -> None: ...
     def fenced_writer(self) -> None: ...
+    def loop_stalled(self) -> None: ...
     def loop_stall(self, seconds: float) -> None: ...
     def group_commit(self, batch_size: int) -> None: ...
     def model_call(self, harness: str, seconds: float, input_tokens: int, output_tokens: int) -> None: ...
@@ -152,6 +154,14 @@ class Metrics:
 
     # -- steps, tools, turns, models: the session runtime's call sites ----------------
 
+    def harness_served(self, harness: str) -> None:
+        """This process runs ``harness``: its series that alerts take ``increase()`` of
+        start at 0 now, since a series born at its first increment hides that increment
+        (a worker restarted by a poison turn would never show its ``attempts_exhausted``)."""
+        sink = self._sink
+        if sink is not None:
+            sink.harness_served(self._harness(harness))
+
     def step(self, harness: str, outcome: str, seconds: float | None = None) -> None:
         """One ``step.do``: ``harness_steps_total`` (+ ``harness_step_duration_seconds``
         when ``seconds`` is given: time in ``fn`` plus the commit)."""
@@ -184,6 +194,13 @@ class Metrics:
         sink = self._sink
         if sink is not None:
             sink.fenced_writer()
+
+    def loop_stalled(self) -> None:
+        """The event loop has not run for a while: counted when the watchdog notices it (its
+        WARNING), so a loop hung for good, which never runs again, is seen too."""
+        sink = self._sink
+        if sink is not None:
+            sink.loop_stalled()
 
     def loop_stall(self, seconds: float) -> None:
         """The event loop did not run for ``seconds`` (blocking code; reported when it

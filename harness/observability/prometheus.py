@@ -101,6 +101,11 @@ class PrometheusSink:
             registry=r,
         )
         self.fenced = Counter("harness_fenced_writers_total", "Writers fenced by a newer owner", registry=r)
+        self.loop_stalls_noticed = Counter(
+            "harness_event_loop_stalls_total",
+            "Times the event loop did not run for a while, counted when noticed (while it lasts)",
+            registry=r,
+        )
         self.loop_stalls = Histogram(
             "harness_event_loop_stall_seconds",
             "Times the event loop did not run for a while (blocking code in async code), by length",
@@ -142,6 +147,10 @@ class PrometheusSink:
 
     # -- MetricsSink ----------------------------------------------------------------------
 
+    def harness_served(self, harness: str) -> None:
+        self.turn_failures.labels(harness, "attempts_exhausted")
+        self.turn_attempts.labels(harness)
+
     def step(self, harness: str, outcome: str, seconds: float | None) -> None:
         self.steps.labels(harness, outcome).inc()
         if seconds is not None:
@@ -160,6 +169,9 @@ class PrometheusSink:
 
     def fenced_writer(self) -> None:
         self.fenced.inc()
+
+    def loop_stalled(self) -> None:
+        self.loop_stalls_noticed.inc()
 
     def loop_stall(self, seconds: float) -> None:
         self.loop_stalls.observe(seconds)

@@ -202,7 +202,8 @@ class PartitionRuntime:
         self._parked[sid] = corrupt
         log.error(
             "session %s is parked, not driven: its log has an unreadable record at position %s "
-            "(%s); repair or remove that record, then restart the worker",
+            "(%s); on Kafka it stays parked (one record cannot be removed: continue in a new session), "
+            "on SQLite repair or remove that record, then restart the worker (runbook: HarnessDeadLetters)",
             sid, corrupt.seq, corrupt,
         )
         session = self._sessions.pop(sid, None)

@@ -8,7 +8,9 @@ time: the one thing the harness promises never happens. So while the loop is sta
 
 * after ``warn_after`` seconds it logs one WARNING naming where the loop is stuck (the
   innermost frame of the loop's thread outside the standard library) and what to do,
-  and the stall's length goes to ``harness_event_loop_stall_seconds`` when it ends;
+  and counts the stall (``harness_event_loop_stalls_total``: at once, since a loop hung
+  for good never ends its stall); its length goes to ``harness_event_loop_stall_seconds``
+  when it ends;
 * it renews the held leases that are due itself, on this thread (``renew_blocking`` of
   the log's writers; a log without it, e.g. Kafka's, fences by partition instead), for
   at most ``keep_leases_for`` seconds (5 minutes, like Kafka's ``max.poll.interval.ms``):
@@ -133,6 +135,7 @@ class LoopWatchdog:
     def _stalled(self, seconds: float) -> None:
         if seconds >= self._warn_after and not self._warned:
             self._warned = True
+            metrics.loop_stalled()
             log.warning(
                 "the event loop has not run for %.0f s, blocked at %s: blocking calls in async code stop every "
                 "session of this process; make the step function or the tool a plain def (they run on threads) "

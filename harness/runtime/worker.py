@@ -183,6 +183,8 @@ class Worker:
         self.host.watch_the_loop()
         pump = asyncio.create_task(self._pump_gate(), name="gate") if self.gate.limited else None
         metrics.add_source(self)
+        for name in self.harnesses:
+            metrics.harness_served(name)
         beat = asyncio.create_task(self._beat(), name="worker-beat")
         publisher = await self._start_live()
         try:

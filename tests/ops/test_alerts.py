@@ -50,3 +50,18 @@ def test_every_alert_has_a_runbook_entry() -> None:
         section = runbook.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
         for part in ("Meaning", "Impact", "Diagnosis", "Mitigation"):
             assert f"**{part}**" in section, f"runbook entry {name} lacks its {part}"
+
+
+# Log lines the runbook tells operators to look for: each is in the runbook and logged by the code.
+RUNBOOK_LOG_LINES = [
+    "owning partition", "gave up partition", "its producer stopped", "event loop has not run",
+    "drain timed out", "is parked, not driven", "an unreadable record of no known session",
+]
+
+
+def test_the_log_lines_the_runbook_names_are_logged() -> None:
+    runbook = RUNBOOK.read_text()
+    source = "\n".join(p.read_text() for p in (REPO / "harness").rglob("*.py"))
+    for line in RUNBOOK_LOG_LINES:
+        assert line in runbook, f"docs/runbook.md does not name the log line {line!r}"
+        assert line in source, f"docs/runbook.md names {line!r}, which nothing logs"

@@ -207,6 +207,16 @@ def test_hpa_scales_gateways_only(tmp_path: Path) -> None:
     assert not any(d["kind"] == "HorizontalPodAutoscaler" for d in fixed)
 
 
+def test_restricted_egress_lets_the_pods_reach_the_bootstrap_ports(tmp_path: Path) -> None:
+    """Kafka on 9093 (FULL's bootstrap) with egress restricted: the bootstrap's ports are allowed
+    out as well as networkPolicy.kafkaPorts, else no worker or gateway could reach the broker."""
+    docs = render(_values(tmp_path, "full"))
+    for component in ("worker", "gateway"):
+        egress = find(docs, "NetworkPolicy", f"-{component}")["spec"]["egress"]
+        ports = {p["port"] for rule in egress for p in rule.get("ports", [])}
+        assert {9093, 9092} <= ports, (component, ports)
+
+
 # --------------------------------------------------------------------------- refused values
 
 SCHEMA_REFUSALS = [
@@ -231,6 +241,8 @@ TEMPLATE_REFUSALS = [
     ({"gateway": {"auth": {"mode": "jwt"}}}, "needs gateway.auth.existingSecret"),
     ({"worker": {"enabled": False}, "gateway": {"enabled": False}}, "nothing to deploy"),
     ({"worker": {"drainTimeoutSeconds": 55}}, "worker.drainTimeoutSeconds (55) needs worker.terminationGracePeriodSeconds of at least 65"),
+    # (both on one container: the gateway could not bind its second listener and crash-looped)
+    ({"gateway": {"port": 9464}}, "gateway.port (9464) is metrics.port too"),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from ops_prometheus import Prometheus, check_exprs, promtool
 from ops_tools import CHART, REPO, Proc, free_port, harness_env, http_get, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.client import HarnessClient
 
@@ -107,6 +109,81 @@ def fleet_run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
         prometheus.stop()
         for w in workers:
             w.stop()
+
+
+# Labels Prometheus adds to every series of a target (namespace, pod ...: the Prometheus
+# Operator's ServiceMonitor); ``le``: a histogram's buckets.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+PROMQL_WORDS = {
+    "sum", "max", "min", "avg", "count", "by", "without", "and", "or", "unless", "rate", "increase", "delta",
+    "histogram_quantile", "min_over_time", "max_over_time", "count_over_time", "absent", "on", "ignoring",
+}
+
+
+def alert_exprs() -> dict[str, str]:
+    import yaml
+
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["alert"]: r["expr"] for g in groups for r in g["rules"] if "alert" in r}
+
+
+def referenced(expr: str) -> tuple[set[str], set[str]]:
+    """(metric names, label names) an expression selects, matches on or groups by."""
+    names = {n for n in re.findall(r"\b([a-z_:][a-z0-9_:]*)\s*(?=\{|\[|\)|$|\s)", expr)
+             if n not in PROMQL_WORDS and (n.startswith("harness_") or n == "up")}
+    labels: set[str] = set()
+    for matchers in re.findall(r"\{([^}]*)\}", expr):
+        labels |= set(re.findall(r"([a-zA-Z_]\w*)\s*[=!]~?", matchers))
+    for grouping in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+        labels |= {x.strip() for x in grouping.split(",") if x.strip()}
+    return names, labels
+
+
+def exposed(text: str) -> dict[str, set[str]]:
+    """Sample name -> its label names, from a /metrics exposition; a family with no sample
+    yet (a labelled counter never incremented) is there with its name only."""
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(family.type, [""])
+        for suffix in suffixes:
+            out.setdefault(family.name + suffix, set())
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+def test_every_metric_and_label_of_the_dashboard_and_alerts_is_exposed(fleet_run: Run) -> None:
+    """A panel or an alert over a metric (or a label) no process exposes shows nothing, and
+    silently: each name in their expressions is in a real worker's /metrics, each label is
+    one of that metric's or one Prometheus adds. A labelled counter an alert takes
+    ``increase()`` of exists at 0 from the start (a series born at its first increment
+    hides that increment from ``increase()``)."""
+    series = exposed(http_get(f"http://127.0.0.1:{fleet_run.metrics_ports[0]}/metrics")[1])
+    series["up"] = set()
+    # labels of families without a sample yet: what the sink declares (a scrape shows
+    # a labelled counter's labels only once it was incremented)
+    from harness.observability.prometheus import PrometheusSink
+
+    sink = PrometheusSink()
+    # (prometheus_client keeps a metric's label names in ``_labelnames``; no public reader)
+    declared = {n: set(getattr(c, "_labelnames", ())) for c, names in sink.registry._collector_to_names.items()
+                for n in names}
+    problems = []
+    exprs = {f"alert {a}": e for a, e in alert_exprs().items()}
+    exprs |= {f"panel {t}": e for t, es in dashboard_exprs().items() for e in es}
+    for where, expr in exprs.items():
+        names, labels = referenced(expr)
+        assert names, f"{where}: no metric found in {expr!r}"
+        for name in names:
+            if name not in series:
+                problems.append(f"{where}: {name} is not exposed")
+                continue
+            have = series[name] | declared.get(name, set()) | TARGET_LABELS | ({"le"} if name.endswith("_bucket") else set())
+            problems += [f"{where}: {name} has no label {label!r}" for label in sorted(labels - have)]
+    assert not problems, "\n".join(problems)
+    text = http_get(f"http://127.0.0.1:{fleet_run.metrics_ports[0]}/metrics")[1]
+    assert 'harness_turn_failures_total{code="attempts_exhausted",harness="harness/smoke"} 0.0' in text, \
+        "HarnessAttemptsExhaustedSpike's series starts at 0 for each harness the worker runs"
 
 
 def _returns_data(prometheus: Prometheus, exprs: list[str]) -> bool:

@@ -175,3 +175,24 @@ def test_the_blocking_line_is_quoted_without_its_comment() -> None:
     assert _without_comment('requests.get(url + "#frag")') == 'requests.get(url + "#frag")'
     assert _without_comment("x = (1,  # part of a bracket") == "x = (1,"
     assert _without_comment('s = """unterminated # x') == 's = """unterminated # x'
+
+
+async def test_a_stall_is_counted_while_it_lasts_not_only_once_it_ends() -> None:
+    """A loop hung for good never runs again (the liveness probe restarts the pod first), so
+    HarnessEventLoopStalled must see the stall while it lasts: ``harness_event_loop_stalls_total``
+    counts it when the WARNING is logged; the histogram takes its length when it ends."""
+    sink = enable_metrics()
+    dog = LoopWatchdog(list, warn_after=0.2, check_every=0.05)
+    dog.start(asyncio.get_running_loop())
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not sink.registry.get_sample_value("harness_event_loop_stalls_total"):
+            time.sleep(0.05)  # the loop is stuck
+        assert sink.registry.get_sample_value("harness_event_loop_stalls_total") == 1, "counted while stalled"
+        assert sink.registry.get_sample_value("harness_event_loop_stall_seconds_count") == 0
+        await asyncio.sleep(0.3)  # it runs again
+        assert sink.registry.get_sample_value("harness_event_loop_stall_seconds_count") == 1
+        assert sink.registry.get_sample_value("harness_event_loop_stalls_total") == 1, "one stall, counted once"
+    finally:
+        dog.stop()
+        disable_metrics()

@@ -66,6 +66,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- $url -}}
 {{- end -}}
 
+{{/* Kafka ports the pods may reach when egress is restricted: networkPolicy.kafkaPorts plus
+the ports of kafka.bootstrap (a bootstrap on 9093 with the default [9092] left every pod
+unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
+{{- define "harness.kafkaEgressPorts" -}}
+{{- $ports := list -}}
+{{- range .Values.networkPolicy.kafkaPorts -}}
+{{- $ports = append $ports (int .) -}}
+{{- end -}}
+{{- range (splitList "," .Values.kafka.bootstrap) -}}
+{{- $ports = append $ports (int (last (splitList ":" .))) -}}
+{{- end -}}
+{{- $ports | uniq | join "," -}}
+{{- end -}}
+
 {{/* Cross-field checks the schema cannot express; each fails with one line saying how to fix it. */}}
 {{- define "harness.validate" -}}
 {{- $k := .Values.kafka -}}
@@ -110,6 +124,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if and .Values.gateway.enabled .Values.gateway.ingress.enabled (eq $auth.mode "open") (not $auth.allowOpenIngress) -}}
 {{- fail "the gateway has no authentication (gateway.auth.mode open) and an Ingress would expose it: set gateway.auth.mode, or gateway.auth.allowOpenIngress=true if you really mean it" -}}
+{{- end -}}
+{{- if and .Values.gateway.enabled (eq (int .Values.gateway.port) (int .Values.metrics.port)) -}}
+{{- fail (printf "gateway.port (%d) is metrics.port too: the gateway serves /metrics on its own port, so give gateway.port or metrics.port another value" (int .Values.gateway.port)) -}}
 {{- end -}}
 {{- if not (or .Values.worker.enabled .Values.gateway.enabled) -}}
 {{- fail "worker.enabled and gateway.enabled are both false: nothing to deploy" -}}
