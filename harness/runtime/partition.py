@@ -12,8 +12,11 @@ written, the next owner carries on (docs/architecture.md, "Hand-over drain").
 A session whose log has an unreadable record (a changed byte, a body that does not
 decode) is PARKED: it is never driven, since nobody can know what that record said
 (a lost step result would run its charge again). The worker says so at ERROR, reports
-the record on its dead-letter path, and keeps driving the others. An operator repairs
-the record (or the session) and restarts the worker.
+the record on its dead-letter path, and keeps driving the others. Every input of a
+parked session that no turn took yet (and every one that comes later) is settled
+``rejected`` / ``session_unreadable`` with where the record is, so its sender gets an
+answer instead of waiting for good. An operator repairs the record (SQLite) and restarts
+the worker, or continues in a new session (Kafka).
 
 Bounded memory and rebuild: ended sessions are forgotten but for their ids and
 first positions (a new input for one reads its history back from there, and a
@@ -43,7 +46,7 @@ from harness.log.base import Checkpoint, CheckpointWritten
 from harness.logs import SECRETS, lease_wait_message
 from harness.observability import metrics
 from harness.records import InputMessage, InputSettled, LogEntry
-from harness.replay import CONTROL_TYPES, SessionState, control_fields, ended_from_control, fold
+from harness.replay import CONTROL_TYPES, InputState, SessionState, control_fields, ended_from_control, fold
 from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.gate import Active, SessionGate
 from harness.secrets import secret_values
@@ -92,6 +95,9 @@ class PartitionRuntime:
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
         self._parked: dict[str, CorruptRecord] = {}  # sessions with an unreadable record: never driven
+        self._parked_entries: dict[str, list[LogEntry]] = {}  # their records held (for their inputs)
+        self._parked_settled: set[tuple[str, int]] = set()  # (session, input position) rejected here
+        self._settling: dict[str, asyncio.Task[None]] = {}  # a parked session's rejections being written
         self._closing: set[asyncio.Task[None]] = set()
         self.live = False
         self.stopped = False  # stop() was called: this runtime never drives anything again
@@ -119,6 +125,7 @@ class PartitionRuntime:
                 continue
             sid = entry.session_id
             if sid in self._parked:
+                self._parked_entries.setdefault(sid, []).append(entry)
                 self.position = entry.seq
                 continue
             known = self._entries.get(sid)
@@ -200,6 +207,7 @@ class PartitionRuntime:
         if sid in self._parked:
             return
         self._parked[sid] = corrupt
+        self._parked_entries[sid] = self._entries.get(sid) or []
         log.error(
             "session %s is parked, not driven: its log has an unreadable record at position %s "
             "(%s); on Kafka it stays parked (one record cannot be removed: continue in a new session), "
@@ -214,6 +222,60 @@ class PartitionRuntime:
         self._entries.pop(sid, None)
         self._recent.pop(sid, None)
         self._retry.discard(sid)
+        self.settle_parked_soon(sid)
+
+    def settle_parked_soon(self, sid: str) -> None:
+        """Refuse the waiting inputs of parked ``sid`` (in a task; live runtimes only)."""
+        if not self.live or self.stopped or self.draining:
+            return
+        running = self._settling.get(sid)
+        if running is not None and not running.done():
+            running.add_done_callback(lambda _: self.settle_parked_soon(sid))  # new inputs meanwhile
+            return
+        task = asyncio.ensure_future(self._settle_parked(sid))
+        self._settling[sid] = task
+        task.add_done_callback(lambda done: self._settling.pop(sid, None) if self._settling.get(sid) is done else None)
+
+    async def _settle_parked(self, sid: str) -> None:
+        """Settle every input of parked ``sid`` that no turn took ``rejected`` /
+        ``session_unreadable``: nothing of the session runs, so its senders are told so."""
+        if self._closing:  # its handle, if it was driven, closes first (it writes nothing)
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
+        corrupt = self._parked.get(sid)
+        if corrupt is None or self.stopped:
+            return
+        state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
+        todo: list[tuple[InputState, int | None]] = [(i, None) for i in state.pending_inputs()]
+        todo += [(c, c.seq) for c in state.pending_conflicts()]
+        todo = [(i, at) for i, at in todo if (sid, i.seq) not in self._parked_settled]
+        if not todo:
+            return
+        fix = (
+            "repair or remove that record and restart the worker, or continue in a new session"
+            if getattr(self.host.log, "has_leases", False)
+            else "continue in a new session (one Kafka record cannot be removed)"
+        )
+        reason = (
+            f"session {sid!r} is not driven: its log has an unreadable record at position {corrupt.seq}; "
+            f"{fix} (runbook: HarnessDeadLetters)"
+        )
+        now = int(self.host.clock.now() * 1000)
+        try:
+            writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
+            try:
+                await writer.append(
+                    [InputSettled(sid, now, i.input_id, "rejected", "session_unreadable", reason, at) for i, at in todo]
+                )
+            finally:
+                with contextlib.suppress(LogError):
+                    await writer.release()
+        except (SessionBusy, FencedError):
+            return  # another owner has it (it parks it too)
+        except (LogError, HarnessError) as exc:
+            log.warning("could not refuse the inputs of parked session %s: %s", sid, exc)
+            return
+        self._parked_settled.update((sid, i.seq) for i, _ in todo)
+        log.warning("refused %d input(s) of parked session %s (session_unreadable)", len(todo), sid)
 
     @property
     def parked(self) -> Mapping[str, CorruptRecord]:
@@ -258,6 +320,8 @@ class PartitionRuntime:
         for sid, state in live.items():
             await self._start(sid, state)
         self.live = True
+        for sid in self._parked:
+            self.settle_parked_soon(sid)
 
     def checkpoint(self) -> Checkpoint:
         """What a new owner needs to start from ``self.position``: the live sessions'
@@ -298,6 +362,8 @@ class PartitionRuntime:
             self.records_since_checkpoint += 1
         for sid, batch in by_session.items():
             if sid in self._parked:
+                self._parked_entries.setdefault(sid, []).extend(batch)
+                self.settle_parked_soon(sid)
                 continue
             known = self._entries.get(sid)
             if known is not None:
@@ -323,8 +389,10 @@ class PartitionRuntime:
                     continue
                 try:
                     history = await self._history(sid, batch)  # an ended session comes back
-                except CorruptRecord:
-                    continue  # parked
+                except CorruptRecord:  # parked: its new inputs are refused
+                    self._parked_entries.setdefault(sid, []).extend(batch)
+                    self.settle_parked_soon(sid)
+                    continue
                 self._entries[sid] = history
                 state = fold(sid, history)
             else:
@@ -357,6 +425,10 @@ class PartitionRuntime:
         a stopped runtime starts no session again (a new owner makes a new runtime)."""
         self.stopped = True
         self._retry.clear()
+        settling, self._settling = list(self._settling.values()), {}
+        for task in settling:  # a rejection not written yet: the next owner writes it
+            task.cancel()
+        await asyncio.gather(*settling, return_exceptions=True)
         sessions, self._sessions = list(self._sessions.values()), {}
         self._gate.drop(self)
         for session in sessions:
@@ -532,6 +604,14 @@ class PartitionRuntime:
                     ", ".join(sorted(self._harnesses)) or "none")
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
+
+
+def _decodable(entry: LogEntry) -> bool:
+    try:
+        entry.record  # noqa: B018 - decodes a lazily read entry
+    except CodecError:
+        return False
+    return True
 
 
 async def drain_all(

@@ -123,6 +123,12 @@ async def test_a_kafka_worker_parks_a_session_with_an_unreadable_record(kafka_bo
         bad = [e.type for e in await reader.read("bad")]
         assert "harness.tool.result" not in bad and "harness.turn.resumed" not in bad  # never driven
         assert charges == []  # the good charge came from the log; the bad one never ran again
+        # A message sent to it later gets an answer, not silence: refused, with what to do.
+        client = HarnessClient(log=reader)
+        receipt = await client.send("bad", "hello?", input_id="in-2")
+        settled = await asyncio.wait_for(client.wait_settled("bad", receipt), 60)
+        assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
+        assert "continue in a new session" in (settled.reason or "")
     finally:
         stop.set()
         await run

@@ -76,3 +76,66 @@ async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the
     assert bad_types[-1] == "harness.step.result"  # nothing more was written for it
     await host.close()
     await log.close()
+
+
+async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_path: Path):
+    """A message queued before the worker parks the session, and one sent after, are
+    settled rejected / session_unreadable: their senders get an answer (a client waits
+    for good otherwise); the session's unfinished turn is left as it is (nothing runs)."""
+    from harness.client import HarnessClient
+
+    clock = FakeClock()
+    path = tmp_path / "shop.db"
+    charges: list[str] = []
+    release = asyncio.Event()
+
+    async def checkout(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("charge", lambda: charges.append(ctx.session_id) or {"amount": 100})
+        await release.wait()
+        return "ok"
+
+    def shop() -> Any:
+        t = durable_tool(tool_definition(name="checkout", description="d", input_schema=Args), checkout)
+        return define_harness(name="shop", model=script([call("c1", "checkout")], "paid"), tools=[t])
+
+    log = SqliteLog(path, clock=clock.now)
+    host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    session = await host.open(shop(), session_id="bad")
+    send = asyncio.create_task(session.send("check out", input_id="in-1"))
+    await eventually(lambda: session.state.calls.get("c1") is not None and bool(session.state.calls["c1"].steps))
+    await crash(session)
+    send.cancel()
+    client = HarnessClient(log=log)
+    queued = await client.send("bad", "and again", input_id="in-2")  # behind the unfinished turn
+    bad_step = next(e for e in await log.read("bad") if isinstance(e.record, StepResult))
+    with sqlite3.connect(path) as raw:
+        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (bad_step.seq,)).fetchone()
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), bad_step.seq))
+    clock.advance(LEASE.total_seconds() + 1)
+    release.set()
+
+    worker = Worker(log=log, harnesses=[shop()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    stop = asyncio.Event()
+    run = asyncio.create_task(worker.run(stop))
+    try:
+        first = await asyncio.wait_for(client.wait_settled("bad", queued), 30)
+        later = await client.send("bad", "hello?", input_id="in-3")
+        second = await asyncio.wait_for(client.wait_settled("bad", later), 30)
+        for settled in (first, second):
+            assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
+            assert f"unreadable record at position {bad_step.seq}" in (settled.reason or "")
+            assert "restart the worker" in (settled.reason or "")  # (SQLite: it can be repaired)
+        await asyncio.sleep(0.05)  # the worker runs on: no second refusal of either
+    finally:
+        stop.set()
+        await run
+    assert charges == ["bad"]  # nothing of it ran again
+    settled = [
+        row[0] for row in sqlite3.connect(path).execute(
+            "SELECT type FROM records WHERE session_id = 'bad' AND type = 'harness.input.settled'"
+        )
+    ]
+    assert len(settled) == 2  # in-2 and in-3, once each; in-1's turn is left unfinished
+    await client.close()
+    await host.close()
+    await log.close()
