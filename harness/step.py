@@ -428,6 +428,12 @@ class DurableStep:
         ask = s.call.asks.get(name)
         if ask is None:
             expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
+            try:  # what the log cannot hold, named here rather than by the codec at the commit
+                check_text(message, what=f"the message of ask {name!r}")
+                json_schema = json_copy(schema.model_json_schema(), what=f"the JSON schema of ask {name!r}'s model")
+            except StepError as exc:
+                exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
+                raise
             await s.commit(
                 [
                     AskOpened(
@@ -436,7 +442,7 @@ class DurableStep:
                         s.tool_call_id,
                         name,
                         s.scrubber.redact_text(message),
-                        schema.model_json_schema(),
+                        json_schema,
                         expires_ms,
                     )
                 ]
