@@ -163,13 +163,30 @@ def _takes_info(fn: Callable[..., Any]) -> bool:
     return len(params) >= 1
 
 
+def on_thread(call: Callable[[], Any]) -> Any:
+    """``call()``, run on a pool thread (a sync step fn or a sync tool).
+
+    A ``SystemExit`` there (``sys.exit()`` in the code or in a library it calls, e.g.
+    argparse) would be handed to the event loop, which ends the whole process without a
+    word, and every restart would run it again: it becomes this code's error instead.
+    """
+    try:
+        return call()
+    except SystemExit as exc:
+        raise StepError(
+            f"sync code called sys.exit({exc.code!r}) on a harness thread: it cannot end the process "
+            "from there; raise an exception instead"
+        ) from exc
+
+
 async def _call_fn(fn: Callable[..., Any], info: StepInfo, run_sync: RunSync | None) -> Any:
     """``fn``'s value: an async fn on the loop, a sync one on the thread pool."""
     takes = _takes_info(fn)
     if _is_async(fn):
         out = fn(info) if takes else fn()
     else:
-        out = await (run_sync or _default_run_sync)(functools.partial(fn, info) if takes else fn)
+        call = functools.partial(fn, info) if takes else fn
+        out = await (run_sync or _default_run_sync)(functools.partial(on_thread, call))
     if inspect.isawaitable(out):  # a sync callable that returned a coroutine
         out = await out
     return out
