@@ -210,13 +210,29 @@ class FencedError(LogError):
 
 
 class SessionBusy(LogError):
-    """Another live owner holds the session's lease."""
+    """Another live owner holds the session's lease.
 
-    def __init__(self, message: str, *, session_id: str, owner: str | None = None, lease_until: float | None = None) -> None:
+    ``holder_pid`` is set when that lease has run out but its holder is a process still
+    alive on this machine (SQLite: see ``harness.log.holder``); it keeps the session
+    until ``keep_until``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        owner: str | None = None,
+        lease_until: float | None = None,
+        holder_pid: int | None = None,
+        keep_until: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.session_id = session_id
         self.owner = owner
         self.lease_until = lease_until
+        self.holder_pid = holder_pid
+        self.keep_until = keep_until
 
 
 class CorruptRecord(LogError):

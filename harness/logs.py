@@ -239,10 +239,22 @@ def configure(
     return handler
 
 
-def lease_wait_message(session: str, owner: str | None, lease_until: float | None, now: float) -> str:
+def lease_wait_message(
+    session: str, owner: str | None, lease_until: float | None, now: float, *, holder_pid: int | None = None,
+    keep_until: float | None = None,
+) -> str:
     """``waiting for the lease of session s-1, held by HOST until 12:00:31 (14 s)``
-    (local time; the seconds left rounded up)."""
+    (local time; the seconds left rounded up). With ``holder_pid``: the lease ran out
+    but its holder is alive on this machine (``harness.log.holder``), said so with the fix."""
     holder = owner or "another owner"
+    if holder_pid is not None and keep_until is not None:
+        return (
+            f"waiting for session {session}: the lease of {holder} ran out, but its process {holder_pid} is still "
+            f"alive on this machine, likely in a call that holds the GIL (a long C computation) and stops its "
+            f"renewals; it keeps the session until {time.strftime('%H:%M:%S', time.localtime(keep_until))} "
+            f"({max(0, int(-(-(keep_until - now) // 1)))} s) unless it goes on first: stop process {holder_pid} to "
+            "take over at once, or run such code in a subprocess"
+        )
     if lease_until is None:
         return f"waiting for the lease of session {session}, held by {holder}"
     left = max(0, int(-(-(lease_until - now) // 1)))

@@ -163,13 +163,30 @@ def _takes_info(fn: Callable[..., Any]) -> bool:
     return len(params) >= 1
 
 
+def on_thread(call: Callable[[], Any]) -> Any:
+    """``call()``, run on a pool thread (a sync step fn or a sync tool).
+
+    A ``SystemExit`` there (``sys.exit()`` in the code or in a library it calls, e.g.
+    argparse) would be handed to the event loop, which ends the whole process without a
+    word, and every restart would run it again: it becomes this code's error instead.
+    """
+    try:
+        return call()
+    except SystemExit as exc:
+        raise StepError(
+            f"sync code called sys.exit({exc.code!r}) on a harness thread: it cannot end the process "
+            "from there; raise an exception instead"
+        ) from exc
+
+
 async def _call_fn(fn: Callable[..., Any], info: StepInfo, run_sync: RunSync | None) -> Any:
     """``fn``'s value: an async fn on the loop, a sync one on the thread pool."""
     takes = _takes_info(fn)
     if _is_async(fn):
         out = fn(info) if takes else fn()
     else:
-        out = await (run_sync or _default_run_sync)(functools.partial(fn, info) if takes else fn)
+        call = functools.partial(fn, info) if takes else fn
+        out = await (run_sync or _default_run_sync)(functools.partial(on_thread, call))
     if inspect.isawaitable(out):  # a sync callable that returned a coroutine
         out = await out
     return out
@@ -428,6 +445,12 @@ class DurableStep:
         ask = s.call.asks.get(name)
         if ask is None:
             expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
+            try:  # what the log cannot hold, named here rather than by the codec at the commit
+                check_text(message, what=f"the message of ask {name!r}")
+                json_schema = json_copy(schema.model_json_schema(), what=f"the JSON schema of ask {name!r}'s model")
+            except StepError as exc:
+                exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
+                raise
             await s.commit(
                 [
                     AskOpened(
@@ -436,7 +459,7 @@ class DurableStep:
                         s.tool_call_id,
                         name,
                         s.scrubber.redact_text(message),
-                        schema.model_json_schema(),
+                        json_schema,
                         expires_ms,
                     )
                 ]

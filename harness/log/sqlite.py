@@ -75,6 +75,7 @@ from harness.log import (
     _strict,
 )
 from harness.log.base import LeaseInfo, LogEntry
+from harness.log.holder import HOLDER_GRACE_S, running_holder
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_schema import (
@@ -318,13 +319,27 @@ class SqliteLog:
         ).fetchone()
         if row is not None:
             cur_owner, _, cur_until = row
-            if cur_owner is not None and cur_owner != owner and cur_until is not None and cur_until > now:
-                raise SessionBusy(
-                    f"session {session_id!r} is owned by {cur_owner!r} until {cur_until}",
-                    session_id=session_id,
-                    owner=cur_owner,
-                    lease_until=cur_until,
-                )
+            if cur_owner is not None and cur_owner != owner and cur_until is not None:
+                if cur_until > now:
+                    raise SessionBusy(
+                        f"session {session_id!r} is owned by {cur_owner!r} until {cur_until}",
+                        session_id=session_id,
+                        owner=cur_owner,
+                        lease_until=cur_until,
+                    )
+                # Its lease ran out, but a holder still alive here may be in a step that
+                # keeps the GIL (its renewals stopped with it): taking over now would run
+                # that step again (see harness.log.holder).
+                if now < cur_until + HOLDER_GRACE_S and (pid := running_holder(cur_owner)) is not None:
+                    raise SessionBusy(
+                        f"session {session_id!r}: the lease of {cur_owner!r} ran out at {cur_until}, but its "
+                        f"process {pid} is still alive on this machine",
+                        session_id=session_id,
+                        owner=cur_owner,
+                        lease_until=cur_until,
+                        holder_pid=pid,
+                        keep_until=cur_until + HOLDER_GRACE_S,
+                    )
         epoch: int = (row[1] if row is not None else 0) + 1
         db.execute(
             "INSERT OR REPLACE INTO owners (session_id, owner, epoch, lease_until) VALUES (?, ?, ?, ?)",

@@ -107,6 +107,10 @@ def _payload(record: Record) -> tuple[Any, ...]:
     return input_payload(record.TYPE, record_data(record))
 
 
+STALLED_HOLDER_RETRY_S = 1.0
+"""How often a core claims again while a holder alive on this machine keeps a session past
+its lease (each claim is a write: not at every LEASE_POLL_S)."""
+
 LEASE_POLL_S = 0.25
 """While another owner holds a session, how often a waiting core looks whether it was given
 up before its lease ran out (a closed host releases at once; the log tells no one)."""
@@ -165,7 +169,7 @@ class SessionCore:
         self.fatal: BaseException | None = None
         self.closed = False
         self.live = LiveHub()  # text deltas of streamed model answers, for events(live=True)
-        self._told_busy: str | None = None  # the holder a lease wait was last logged for
+        self._told_busy: tuple[str | None, bool] | None = None  # the holder a lease wait was last logged for
         if follow:
             host.watch(self)
 
@@ -464,16 +468,24 @@ class SessionCore:
         its lease runs out. A wait of a second or more is a warning: a script that
         configured no logging shows it (it would otherwise sit silent for a lease)."""
         now = self.clock.now()
-        until = busy.lease_until if busy.lease_until is not None else now + 0.05
-        if busy.owner != self._told_busy:  # once per holder, not at every retry
-            self._told_busy = busy.owner
-            log.log(logging.WARNING if until - now >= 1 else logging.INFO,
-                    logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, now))
+        stalled = busy.holder_pid is not None  # its lease ran out, its process lives on
+        if stalled:
+            until = min(now + STALLED_HOLDER_RETRY_S, busy.keep_until or now)
+        else:
+            until = busy.lease_until if busy.lease_until is not None else now + 0.05
+        told = (busy.owner, stalled)
+        if told != self._told_busy:  # once per holder, not at every retry
+            self._told_busy = told
+            log.log(logging.WARNING if until - now >= 1 or stalled else logging.INFO,
+                    logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, now,
+                                            holder_pid=busy.holder_pid, keep_until=busy.keep_until))
         self._busy_until = until
         if self._standby is None or self._standby.done():
-            self._standby = asyncio.ensure_future(self._retry_at(until))
+            self._standby = asyncio.ensure_future(self._retry_at(until, lapsed_ok=stalled))
 
-    async def _retry_at(self, when: float) -> None:
+    async def _retry_at(self, when: float, *, lapsed_ok: bool = False) -> None:
+        """Claim again at ``when``, or sooner once the holder gives the session up (or, unless
+        ``lapsed_ok``: the holder is known to live on past its lease, its lease runs out)."""
         while not self.closed:
             try:
                 await asyncio.wait_for(self.clock.sleep_until(when + 0.001), LEASE_POLL_S)
@@ -484,7 +496,9 @@ class SessionCore:
                 info = await self.log.lease_info(self.session_id)
             except LogError:
                 continue  # (the claim that follows the lease's end says what is wrong)
-            if info.owner is None or (info.lease_until is not None and info.lease_until <= self.clock.now()):
+            if info.owner is None or (
+                not lapsed_ok and info.lease_until is not None and info.lease_until <= self.clock.now()
+            ):
                 break  # given up before its lease ran out (its host closed the session)
         self._busy_until = 0.0
         if not self.closed:

@@ -22,7 +22,7 @@ from harness.definition import Hooks, ToolCallEvent, ToolOutcome
 from harness.errors import LogError, RecordTooLarge, StepValueError
 from harness.jsonvalues import json_copy, storable_text
 from harness.secrets import SecretScrubber
-from harness.step import DurableStep, PlainStep, RunSync, SyncStep
+from harness.step import DurableStep, PlainStep, RunSync, SyncStep, on_thread
 from harness.tools import Tool
 
 __all__ = ["CallRun", "apply_after_hook", "error_outcome", "run_tool_call"]
@@ -167,7 +167,8 @@ async def _run(
         else:
             ctx.step = SyncStep(step, asyncio.get_running_loop())
             fn = tool.execute
-            call = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
+            run = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
+            call = functools.partial(on_thread, run)
             if run_sync is not None:
                 value = await run_sync(call)
             else:

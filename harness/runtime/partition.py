@@ -458,9 +458,11 @@ class PartitionRuntime:
             if isinstance(error, SessionBusy):
                 # SQLite / memory: another process holds the session's lease (it may also
                 # release it early): say so once per holder, and keep trying each sweep.
-                if self._lease_told.get(sid, "") != error.owner:
-                    self._lease_told[sid] = error.owner
-                    log.info(lease_wait_message(sid, error.owner, error.lease_until, self.host.clock.now()))
+                told = f"{error.owner}/{error.holder_pid}"
+                if self._lease_told.get(sid, "") != told:
+                    self._lease_told[sid] = told
+                    log.info(lease_wait_message(sid, error.owner, error.lease_until, self.host.clock.now(),
+                                                holder_pid=error.holder_pid, keep_until=error.keep_until))
             else:
                 log.warning(
                     "session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import decimal
+import sys
 from typing import Any
 
 import pytest
@@ -380,6 +381,28 @@ async def test_s2_11_sync_tool_steps_work_and_are_durable(host, log):
     [result] = await entries(log, SID, "harness.tool.result")
     assert result["content"] == {"a": [1, 2]}
     assert [e["name"] for e in await entries(log, SID, "harness.step.result")] == ["a"]
+
+
+@pytest.mark.parametrize("where", ["step", "tool"])
+async def test_s2_10_sys_exit_in_sync_code_is_the_calls_error_not_the_end_of_the_process(host, log, where):
+    """sys.exit() in a sync step fn or sync tool runs on a pool thread; handed to the loop it
+    ended the whole process without a word (and each restart ran it again)."""
+
+    def bad() -> Any:
+        sys.exit(2)
+
+    async def async_execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("a", bad)
+
+    def sync_execute(args: Args, ctx: Any) -> Any:
+        return bad()
+
+    session = await host.open(harness_of(async_execute if where == "step" else sync_execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and result["content"]["error"] == "tool_failed"
+    assert "called sys.exit(2) on a harness thread" in result["content"]["message"]
+    assert await entries(log, SID, "harness.step.result") == []
 
 
 # --- slow synchronous code (issue 7) --------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer, StepError
+from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer, StepError, StepValueError
 from harness.records import InputAnswer
 
 from .conftest import LEASE, Args, call, crash, entries, eventually, script
@@ -390,6 +390,39 @@ async def test_s3_naive_datetimes_are_refused_naming_the_argument(host, log, clo
     for argument, exc in caught.items():
         assert argument in str(exc) and "timezone" in str(exc)
     assert await entries(log, SID, "harness.sleep.scheduled") == []
+    assert await entries(log, SID, "harness.ask.opened") == []
+
+
+class Unbounded(BaseModel):
+    limit: float = float("inf")  # its JSON schema's default is Infinity: no JSON, no log
+
+
+async def test_s3_2_an_ask_the_log_cannot_hold_is_a_step_value_error_naming_it(host, log):
+    """A message that is not text, or holds a lone surrogate, or a schema whose JSON schema
+    is not JSON: a StepValueError naming the ask and the bad part, before anything is logged
+    (it was a CodecError from deep in the codec: 'must be string on field message')."""
+    caught: dict[str, BaseException] = {}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for case, kwargs in {
+            "int": {"message": 42, "schema": Approval},
+            "surrogate": {"message": "ok\ud800?", "schema": Approval},
+            "schema": {"message": "how far?", "schema": Unbounded},
+        }.items():
+            try:
+                await ctx.step.ask(f"q-{case}", **kwargs)
+            except StepValueError as exc:
+                caught[case] = exc
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert set(caught) == {"int", "surrogate", "schema"}
+    assert "the message of ask 'q-int' must be a string, not int" in str(caught["int"])
+    assert "the message of ask 'q-surrogate'" in str(caught["surrogate"]) and "surrogate" in str(caught["surrogate"])
+    assert "the JSON schema of ask 'q-schema'" in str(caught["schema"])
+    assert "$.properties.limit.default is inf" in str(caught["schema"])
+    assert all(exc.step_name == f"q-{case}" for case, exc in caught.items())
     assert await entries(log, SID, "harness.ask.opened") == []
 
 
