@@ -6,7 +6,10 @@ Pure functions from the views (``harness.views``) to lines; colour only when ask
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from typing import IO
@@ -18,6 +21,7 @@ __all__ = [
     "age",
     "ask_lines",
     "clock",
+    "printable",
     "session_header",
     "sessions_table",
     "state_text",
@@ -161,14 +165,16 @@ def ask_lines(
         if a.expires_at is not None:  # a person should know how long they have
             at_ms = int(a.expires_at * 1000)
             expires = f" (expires {clock(at_ms, now_ms)}, in {_duration(max(0, at_ms - now_ms) // 1000)})"
-        out.append(f"{style('ask', 'yellow', 'bold')} {a.tool_call_id}/{a.name}: {a.message}{expires}")
+        where = printable(f"{a.tool_call_id}/{a.name}")
+        out.append(f"{style('ask', 'yellow', 'bold')} {where}: {printable(a.message, lines=True)}{expires}")
         fields = ", ".join(sorted((a.schema or {}).get("properties", {}))) if isinstance(a.schema, dict) else ""
         hint = f" (fields: {fields})" if fields else ""
         answer = (waiting or {}).get((a.tool_call_id, a.name))
         if answer is not None:
-            out.append(style(f"  answered by {answer}: waits for the session's worker to take it", "dim"))
+            out.append(style(f"  answered by {printable(answer)}: waits for the session's worker to take it", "dim"))
             continue
-        out.append(style(f"  answer with: harness answer {session_id} {a.tool_call_id} {a.name} 'JSON'{hint}", "dim"))
+        command = " ".join(shlex.quote(printable(part)) for part in ("harness", "answer", session_id, a.tool_call_id, a.name))
+        out.append(style(f"  answer with: {command} 'JSON'{hint}", "dim"))
     return out
 
 
@@ -253,8 +259,31 @@ def _body(item: TimelineItem, now_ms: int, style: Style) -> str:
     return item.kind
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TEXT_FIELDS = ("input_id", "tool_call_id", "name", "text", "preview", "code", "status")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): a name or a value
+    holding a newline keeps its item on one line, and one holding terminal escape
+    sequences cannot recolour or rewrite the screen. ``lines``: keep line breaks and tabs
+    (a question for a person may have several lines)."""
+    return _CONTROL.sub(lambda m: m.group() if lines and m.group() in "\n\t" else repr(m.group())[1:-1], text)
+
+
+def _printable_item(item: TimelineItem) -> TimelineItem:
+    changes = {
+        # (a text's line breaks and tabs read as spaces, as its quoted form shows them)
+        name: printable(" ".join(value.split()) if name == "text" else value)
+        for name in _TEXT_FIELDS
+        if isinstance(value := getattr(item, name, None), str) and _CONTROL.search(value)
+    }
+    return dataclasses.replace(item, **changes) if changes else item
+
+
 def timeline_line(item: TimelineItem, now_ms: int, style: Style) -> str:
     """``12:00:01.123    tool     checkout [c1] started (attempt 1)``"""
+    item = _printable_item(item)
     colours: tuple[str, ...]
     if item.kind.startswith("turn."):
         label, colours = f"turn {item.turn}", ("bold",)

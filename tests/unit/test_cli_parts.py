@@ -238,6 +238,22 @@ def test_timeline_line_nests_by_depth() -> None:
     assert "  error    charge [c1] (tool_failed) → {}" in timeline_line(error, now, Style(False))
 
 
+def test_a_timeline_line_escapes_control_characters_of_names_and_values() -> None:
+    """A step name with a newline stays on its line; terminal escapes in a name, a value
+    or a message are shown, not obeyed (they could recolour or rewrite the screen)."""
+    now = int(time.time() * 1000)
+    step = TimelineItem(seq=5, ts=now, kind="step", depth=2, tool_call_id="c1", name="charge\nrefund",
+                        preview='"\x1b[2J"')
+    line = timeline_line(step, now, Style(False))
+    assert "\n" not in line and "\x1b" not in line
+    assert line.endswith('step     charge\\nrefund = "\\x1b[2J"')
+    message = TimelineItem(seq=1, ts=now, kind="input.message", depth=0, input_id="in-1", text="two\nlines\x07",
+                           status="completed")
+    assert '"two lines\\x07"' in timeline_line(message, now, Style(False))
+    coloured = timeline_line(step, now, Style(True))
+    assert coloured.count("\x1b[") >= 1 and "\x1b[2J" not in coloured  # only the style's own codes
+
+
 def test_show_prints_model_usage_retries_and_truncation() -> None:
     now = int(time.time() * 1000)
     used = TimelineItem(seq=7, ts=now, kind="model.usage", depth=1, turn=1, name="gpt-test",
