@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -65,6 +66,36 @@ class WorkerStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _check_secrets_for(secrets_for: object) -> None:
+    """Refuse a ``secrets_for`` the worker could not call as ``secrets_for(session_id,
+    harness_name)`` (the message shows its type, never what it holds)."""
+    if secrets_for is None:
+        return
+    if not callable(secrets_for):
+        raise DefinitionError(
+            f"Worker(secrets_for=) takes a function (session_id, harness_name) -> {{name: value}}, not "
+            f"{type(secrets_for).__name__}: for the same secrets in every session, "
+            "secrets_for=lambda session_id, harness_name: secrets"
+        )
+    if inspect.iscoroutinefunction(secrets_for) or inspect.iscoroutinefunction(
+        getattr(secrets_for, "__call__", None)  # noqa: B004 - an object with an async __call__
+    ):
+        raise DefinitionError(
+            "Worker(secrets_for=) must be a plain function, not 'async def': the worker calls it as it "
+            "starts each session; fetch the secrets ahead (or cache them) and return them from a plain function"
+        )
+    try:
+        signature = inspect.signature(secrets_for)
+    except (TypeError, ValueError):
+        return  # (a builtin without a signature: called as it is)
+    try:
+        signature.bind("session-id", "harness-name")
+    except TypeError:
+        raise DefinitionError(
+            f"Worker(secrets_for=) is called as secrets_for(session_id, harness_name); this one takes {signature}"
+        ) from None
+
+
 class Worker:
     """Runs the sessions of ``harnesses`` found in ``log``.
 
@@ -79,8 +110,12 @@ class Worker:
             for other processes (``HarnessClient.events(sid, live=True)``); default True.
         secrets_for: ``secrets_for(session_id, harness_name) -> {name: value}``: the
             secrets of a session's tools (``ctx.secrets``), asked for each session when
-            the worker starts to drive it. Values never reach the log (SPEC 2.9) nor a
-            log line (they are registered with ``harness.logs.SECRETS``).
+            the worker starts to drive it: a plain (not async) function returning a
+            mapping of str names to str or ``SecretStr`` values, or None. Values never
+            reach the log (SPEC 2.9) nor a log line (they are registered with
+            ``harness.logs.SECRETS``). When it raises or returns anything else for a
+            session, that session is held (not driven, nothing written, one WARNING
+            line) and it is asked again each sweep; the other sessions go on.
         max_sessions: at most this many sessions running at once (None: no limit);
             the others wait in order. A session parked on a person or a sleep gives its
             slot back (see ``harness.runtime.gate``).
@@ -108,6 +143,7 @@ class Worker:
         sync_threads: int = DEFAULT_SYNC_THREADS,
         drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
+        _check_secrets_for(secrets_for)
         if drain_timeout < timedelta(0):
             raise DefinitionError(f"drain_timeout must be zero or more, not {drain_timeout}")
         by_name: dict[str, Harness] = {}
