@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from harness.clock import Clock
-from harness.definition import Harness
+from harness.definition import Harness, parameter_list
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
 from harness.log.follow import ChangeSource, watch_changes
@@ -92,7 +92,8 @@ def _check_secrets_for(secrets_for: object) -> None:
         signature.bind("session-id", "harness-name")
     except TypeError:
         raise DefinitionError(
-            f"Worker(secrets_for=) is called as secrets_for(session_id, harness_name); this one takes {signature}"
+            "Worker(secrets_for=) is called as secrets_for(session_id, harness_name); this one takes "
+            f"{parameter_list(signature)}"
         ) from None
 
 

@@ -15,8 +15,10 @@ import pytest
 from pydantic import SecretStr
 
 from harness import (
+    FakeClock,
     Harness,
     HarnessHost,
+    Hooks,
     Tool,
     chat,
     define_harness,
@@ -252,3 +254,112 @@ async def test_records_type_must_be_a_string_or_none(host, bad):
         await session.records(type=bad)
     assert isinstance(refused.value, StepValueError)
     assert await session.records(type="app.memory") == await session.records() == [{"type": "app.memory", "n": 1}]
+
+
+# --- chat() and define_harness options ---------------------------------------------------------
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", True, 2.5, None])
+async def test_chat_max_model_calls_is_a_whole_number_of_at_least_one(bad):
+    model = script("done")
+    says = f"chat(): max_model_calls must be a whole number of at least 1, not {bad!r}"
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, max_model_calls=bad)
+    assert model.requests == []
+
+
+async def test_chat_max_model_calls_of_one_is_one_call():
+    assert [m["role"] for m in await chat(model=script("done"), messages=HI, max_model_calls=1)] == ["user", "assistant"]
+
+
+def _before(event: Any) -> None:
+    return None
+
+
+HOOK_NAMES = "the hooks are on_before_tool_call and on_after_tool_call"
+
+
+@pytest.mark.parametrize(
+    ("hooks", "says"),
+    [
+        (_before, "takes hooks= as Hooks(on_before_tool_call=..., on_after_tool_call=...) or a dict of them, "
+                  "not function"),
+        ([_before], "or a dict of them, not list"),
+        ({"before": _before}, f"hooks= has no hook 'before'; {HOOK_NAMES}"),
+        ({"on_before_tool_call": 5}, "hooks: on_before_tool_call takes a function on_before_tool_call(event), "
+                                     "sync or async, not int"),
+        ({"on_after_tool_call": _before}, "hooks: on_after_tool_call is called as on_after_tool_call(event, "
+                                          "outcome); this one takes (event)"),
+        ({"on_before_tool_call": lambda: None}, "hooks: on_before_tool_call is called as "
+                                                "on_before_tool_call(event); this one takes ()"),
+    ],
+    ids=["function", "list", "unknown-name", "not-callable", "after-one-argument", "before-no-argument"],
+)
+async def test_define_harness_and_chat_take_hooks_or_a_dict_of_them(hooks, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), hooks=hooks)
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, hooks=hooks)
+    assert model.requests == []
+
+
+def test_hooks_refuses_what_it_cannot_call():
+    with pytest.raises(DefinitionError, match=re.escape("hooks: on_after_tool_call takes a function")):
+        Hooks(on_after_tool_call="log")  # type: ignore[arg-type]
+
+
+DURABILITY_FIELDS = ("max_attempts, step_value_limit, cut_call_error, max_model_calls, truncated_call_error, "
+                     "model_retries, model_backoff, model_backoff_max, timeout")
+
+
+@pytest.mark.parametrize(
+    ("durability", "says"),
+    [
+        ("strict", f"takes durability= as Durability(...) or a dict of its fields ({DURABILITY_FIELDS}), not str"),
+        (5, "or a dict of its fields"),
+        ({"retries": 1}, f"durability= has no field 'retries'; its fields are {DURABILITY_FIELDS}"),
+        ({"model_retries": -1}, "durability.model_retries must be a whole number of at least 0, not -1"),
+        ({"cut_call_error": 5}, "durability.cut_call_error is the text the model gets: a non-empty string, not int"),
+        ({"truncated_call_error": " "}, "durability.truncated_call_error is the text the model gets: a non-empty "
+                                        "string, not ' '"),
+    ],
+)
+async def test_define_harness_and_chat_take_durability_or_a_dict_of_its_fields(durability, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), durability=durability)
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, durability=durability)
+    assert model.requests == []
+
+
+async def test_chat_takes_hooks_and_durability_as_dicts():
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="book", arguments={})]),
+                           ModelResponse(text="done")])
+    out = await chat(model=model, messages=HI, tools=[_book()],
+                     hooks={"on_before_tool_call": lambda event: {"answered": "by the hook"}},
+                     durability={"model_retries": 0})
+    assert [m["content"] for m in out if m["role"] == "tool"] == ['{"answered":"by the hook"}']
+
+
+@pytest.mark.parametrize("bad", [5, ["be brief"]])
+async def test_define_harness_and_chat_take_a_system_prompt_string(bad):
+    says = f"takes system_prompt= as a string or None, not {type(bad).__name__}"
+    with pytest.raises(DefinitionError, match=re.escape(f"harness 't/args' {says}")):
+        define_harness(name="t/args", model=script("done"), system_prompt=bad)
+    with pytest.raises(DefinitionError, match=re.escape(f"chat() {says}")):
+        await chat(model=script("done"), messages=HI, system_prompt=bad)
+
+
+async def test_chat_clock_and_stream_are_checked_at_the_call():
+    with pytest.raises(DefinitionError, match=re.escape("chat() takes clock= as a Clock (now() and async "
+                                                        "sleep_until()), e.g. FakeClock(), not float")):
+        await chat(model=script("done"), messages=HI, clock=1.5)
+    with pytest.raises(DefinitionError, match=re.escape("chat() takes stream= as a function called with each "
+                                                        "text delta, not list")):
+        await chat(model=script("done"), messages=HI, stream=[])
+    assert (await chat(model=script("done"), messages=HI, clock=FakeClock(), stream=lambda delta: None))[-1] == {
+        "role": "assistant", "content": "done"}

@@ -165,7 +165,7 @@ async def test_a_failing_secrets_for_holds_its_session_and_nothing_else(monkeypa
     await _until(asked_again)  # at each sweep
     assert not run.done()
     assert [e.type for e in await log.read("bad")] == ["harness.input.message"]  # nothing written
-    held = [r.getMessage() for r in caplog.records if "held" in r.getMessage()]
+    held = [r.getMessage() for r in caplog.records if "is held, not driven" in r.getMessage()]
     assert held == [f"session bad is held, not driven: {says}; nothing was written; secrets_for is asked again "
                     "each second and the session goes on once it answers"]
     assert held[0].count("\n") == 0
