@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from harness.clock import Clock
+from harness.clock import Clock, duration_seconds
 from harness.definition import Harness, parameter_list
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
@@ -97,6 +97,17 @@ def _check_secrets_for(secrets_for: object) -> None:
         ) from None
 
 
+def _drain_seconds(drain_timeout: object) -> float:
+    """``drain_timeout`` (a timedelta or a number of seconds, zero or more) in seconds."""
+    try:
+        seconds = duration_seconds(drain_timeout, "Worker(drain_timeout=)")
+    except ValueError as exc:
+        raise DefinitionError(f"{exc}, e.g. drain_timeout=timedelta(seconds=20) or drain_timeout=20") from None
+    if seconds < 0:
+        raise DefinitionError(f"Worker(drain_timeout=) must be zero or more (zero: no drain), not {seconds:g} s")
+    return seconds
+
+
 class Worker:
     """Runs the sessions of ``harnesses`` found in ``log``.
 
@@ -125,7 +136,15 @@ class Worker:
         drain_timeout: a hand-over (stopping; on Kafka also a revoked partition) first
             drains: nothing new starts, a running tool call goes on to its result and a
             model call to its logged answer, for at most this long; what still runs then
-            is cut (its next owner recovers it, as after a crash). Zero: no drain.
+            is cut (its next owner recovers it, as after a crash). A ``timedelta`` or a
+            number of seconds; zero: no drain.
+
+    Raises:
+        DefinitionError: ``harnesses`` is not a list of harnesses (or is empty, or two
+            share a name), ``secrets_for`` is not a plain function of (session_id,
+            harness_name), ``max_sessions`` not a whole number of at least 1,
+            ``drain_timeout`` not a duration of zero or more, ``owner_id`` or
+            ``instance_id`` not a string; the host's own checks (``HarnessHost``) too.
     """
 
     def __init__(
@@ -142,13 +161,31 @@ class Worker:
         live: bool = True,
         max_sessions: int | None = None,
         sync_threads: int = DEFAULT_SYNC_THREADS,
-        drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT,
+        drain_timeout: timedelta | float = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
         _check_secrets_for(secrets_for)
-        if drain_timeout < timedelta(0):
-            raise DefinitionError(f"drain_timeout must be zero or more, not {drain_timeout}")
+        drain_s = _drain_seconds(drain_timeout)
+        if max_sessions is not None and (
+            isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1
+        ):
+            raise DefinitionError(f"max_sessions must be a whole number of at least 1 or None, not {max_sessions!r}")
+        if not isinstance(live, bool):
+            raise DefinitionError(f"Worker(live=) takes True or False, not {live!r}")
+        for option, value in (("owner_id", owner_id), ("instance_id", instance_id)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise DefinitionError(f"Worker({option}=) takes a non-empty string or None, not {value!r}")
+        if isinstance(harnesses, Harness | str | bytes | Mapping) or not isinstance(harnesses, Iterable):
+            alone = "; one harness goes in a list too: harnesses=[harness]" if isinstance(harnesses, Harness) else ""
+            raise DefinitionError(
+                f"Worker takes harnesses= as a list of harnesses made by define_harness(), not "
+                f"{type(harnesses).__name__}{alone}"
+            )
         by_name: dict[str, Harness] = {}
         for h in harnesses:
+            if not isinstance(h, Harness):
+                raise DefinitionError(
+                    f"Worker(harnesses=): {h!r} is not a harness (make one with define_harness())"
+                )
             if h.name in by_name:
                 raise DefinitionError(f"two harnesses are named {h.name!r}")
             by_name[h.name] = h
@@ -174,7 +211,7 @@ class Worker:
         self.health = WorkerHealth(needs_broker=hasattr(log, "own_partition"))
         self.observation = Observation()  # published by the loop, read by the metrics thread
         self._live = live
-        self._drain_timeout = drain_timeout.total_seconds()
+        self._drain_timeout = drain_s
         self._hurry = asyncio.Event()  # set: a drain under way ends at once
 
     @property

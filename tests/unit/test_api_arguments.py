@@ -17,9 +17,12 @@ from pydantic import SecretStr
 from harness import (
     FakeClock,
     Harness,
+    HarnessClient,
     HarnessHost,
     Hooks,
     Tool,
+    Worker,
+    agent_tool,
     chat,
     define_harness,
     durable_tool,
@@ -27,7 +30,7 @@ from harness import (
     tool,
     tool_definition,
 )
-from harness.errors import DefinitionError, StepError, StepValueError
+from harness.errors import DefinitionError, InvalidId, StepError, StepValueError
 from harness.log import open_client_log
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 
@@ -363,3 +366,123 @@ async def test_chat_clock_and_stream_are_checked_at_the_call():
         await chat(model=script("done"), messages=HI, stream=[])
     assert (await chat(model=script("done"), messages=HI, clock=FakeClock(), stream=lambda delta: None))[-1] == {
         "role": "assistant", "content": "done"}
+
+
+# --- Worker, HarnessHost, HarnessClient, tool_definition, agent_tool ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"harnesses": "H"}, "Worker takes harnesses= as a list of harnesses made by define_harness(), not str"),
+        ({"harnesses": ["t/args"]}, "Worker(harnesses=): 't/args' is not a harness (make one with define_harness())"),
+        ({"max_sessions": 0}, "max_sessions must be a whole number of at least 1 or None, not 0"),
+        ({"max_sessions": "5"}, "max_sessions must be a whole number of at least 1 or None, not '5'"),
+        ({"max_sessions": True}, "max_sessions must be a whole number of at least 1 or None, not True"),
+        ({"drain_timeout": "20"}, "Worker(drain_timeout=) takes a timedelta or a number of seconds as its duration, "
+                                  "not str, e.g. drain_timeout=timedelta(seconds=20) or drain_timeout=20"),
+        ({"drain_timeout": -1}, "Worker(drain_timeout=) must be zero or more (zero: no drain), not -1 s"),
+        ({"owner_id": 5}, "Worker(owner_id=) takes a non-empty string or None, not 5"),
+        ({"instance_id": ""}, "Worker(instance_id=) takes a non-empty string or None, not ''"),
+        ({"live": "no"}, "Worker(live=) takes True or False, not 'no'"),
+        ({"clock": 5}, "HarnessHost takes clock= as a Clock (now() and async sleep_until()), e.g. FakeClock(), not int"),
+    ],
+    ids=lambda v: str(v)[:40] if not isinstance(v, dict) else "-".join(f"{k}={w!r}" for k, w in v.items()),
+)
+def test_worker_options_are_checked_at_construction(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        Worker(log=open_log("memory:"), **({"harnesses": [_harness()]} | options))
+
+
+def test_worker_takes_a_list_of_harnesses():
+    with pytest.raises(DefinitionError, match=re.escape("not Harness; one harness goes in a list too: "
+                                                        "harnesses=[harness]")):
+        Worker(log=open_log("memory:"), harnesses=_harness())  # type: ignore[arg-type]
+
+
+def test_worker_takes_a_drain_timeout_in_seconds():
+    assert Worker(log=open_log("memory:"), harnesses=[_harness()], drain_timeout=2.5).drain_timeout == 2.5
+    assert Worker(log=open_log("memory:"), harnesses=[_harness()], drain_timeout=0).drain_timeout == 0
+
+
+def test_host_owner_id_is_a_string():
+    with pytest.raises(DefinitionError, match=re.escape("HarnessHost(owner_id=) takes a non-empty string or None, "
+                                                        "not 5")):
+        HarnessHost(log="memory:", owner_id=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"bootstrap": 9092}, "HarnessClient takes bootstrap= as a string 'host:port[,host:port]', not 9092: "
+                              "e.g. bootstrap='127.0.0.1:9092'"),
+        ({"bootstrap": "h:1", "partitions": "3"}, "HarnessClient(partitions=) must be a whole number of at least 1, "
+                                                  "or None (read from the broker), not '3'"),
+        ({"bootstrap": "h:1", "topic_prefix": ""}, "HarnessClient takes topic_prefix= as a non-empty string, not ''"),
+        ({"log": "memory:", "client_config": [("sasl.password", "hunter2")]},
+         "HarnessClient takes client_config= as a dict of librdkafka settings, not list"),
+    ],
+)
+def test_client_options_are_checked_at_construction(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        HarnessClient(**options)
+    assert "hunter2" not in str(refused.value)
+
+
+async def test_client_calls_check_their_arguments_before_anything_is_sent():
+    log = open_log("memory:")
+    async with HarnessClient(log=log) as client:
+        with pytest.raises(DefinitionError, match=re.escape("send(harness=) takes the name of a harness "
+                                                            "(define_harness(name=...)) or None, not 5")):
+            await client.send("s-1", "hi", harness=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match="a tool call id must be a string, not int"):
+            await client.answer("s-1", 5, "approve", True)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match=re.escape("the name of an ask must be a non-empty string, not 5")):
+            await client.answer("s-1", "c1", 5, True)  # type: ignore[arg-type]
+        assert await log.read("s-1") == []
+        with pytest.raises(DefinitionError, match=re.escape("wait_settled() takes the receipt of "
+                                                            "send/answer/append_records or an input id, not int")):
+            await client.wait_settled("s-1", 5, timeout=1)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match="a session id must be a string, not int"):
+            await client.wait_settled(5, "in-1", timeout=1)  # type: ignore[arg-type]
+        for bad, says in (("1", "takes a timedelta or a number of seconds as its duration, not str"),
+                          (-1, "must be zero or more seconds, or None, not -1")):
+            with pytest.raises(DefinitionError, match=re.escape(f"wait_settled(timeout=) {says}")):
+                await client.wait_settled("s-1", "in-1", timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError, match=re.escape("was not settled within 0.01 s")):
+            await client.wait_settled("s-1", "in-1", timeout=timedelta(milliseconds=10))
+        with pytest.raises(InvalidId, match="a session id must be a string, not int"):
+            client.events(5)  # type: ignore[arg-type]
+        with pytest.raises(DefinitionError, match=re.escape("events(after=) takes a position (the seq of the last "
+                                                            "entry seen) or None, not '3'")):
+            client.events("s-1", "3")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"description": 5}, "description of tool 'book' must be a string (the model reads it), not int"),
+        ({"input_schema": Args()}, "input_schema of tool 'book' must be a pydantic BaseModel class, not an instance "
+                                   "of it: input_schema=Args"),
+        ({"input_schema": {"type": "object"}}, "must be a pydantic BaseModel class, not dict"),
+    ],
+)
+def test_tool_definition_checks_its_description_and_schema(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        tool_definition(**({"name": "book", "description": "d", "input_schema": Args} | options))
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"prompt": "say hi"}, "agent_tool() takes prompt= as a function arguments -> the sub-agent's message, "
+                               "not str"),
+        ({"max_model_calls": 0}, "agent_tool(): max_model_calls must be a whole number of at least 1, or None "
+                                 "(the harness's durability.max_model_calls), not 0"),
+        ({"max_model_calls": "5"}, "not '5'"),
+    ],
+)
+def test_agent_tool_checks_its_options(options, says):
+    definition = tool_definition(name="helper", description="d", input_schema=Args)
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        agent_tool(definition, _harness(), **options)
