@@ -22,9 +22,12 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from harness.clock import duration_seconds
 from harness.context import check_app_records
+from harness.errors import DefinitionError, InvalidId
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live import LiveEvent, merge_live
@@ -69,6 +72,44 @@ class InputReceipt:
     input_id: str
     position: int
 
+def _check_options(bootstrap: object, topic_prefix: object, partitions: object, client_config: object) -> None:
+    """Refuse options of ``HarnessClient`` that would fail only at its first call, or never.
+
+    Raises:
+        DefinitionError: what is wrong, and what to give instead.
+    """
+    if bootstrap is not None and (not isinstance(bootstrap, str) or not bootstrap.strip()):
+        raise DefinitionError(
+            f"HarnessClient takes bootstrap= as a string 'host:port[,host:port]', not {bootstrap!r}: "
+            "e.g. bootstrap='127.0.0.1:9092'"
+        )
+    if not isinstance(topic_prefix, str) or not topic_prefix.strip():
+        raise DefinitionError(f"HarnessClient takes topic_prefix= as a non-empty string, not {topic_prefix!r}")
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1):
+        raise DefinitionError(
+            f"HarnessClient(partitions=) must be a whole number of at least 1, or None (read from the broker), "
+            f"not {partitions!r}"
+        )
+    if client_config is not None and not isinstance(client_config, Mapping):
+        # (its type only: a config may hold a password)
+        raise DefinitionError(
+            f"HarnessClient takes client_config= as a dict of librdkafka settings, not {type(client_config).__name__}"
+        )
+
+
+def _timeout_seconds(timeout: object) -> float | None:
+    """``wait_settled``'s ``timeout``: None, or a timedelta or a number of seconds, zero or more."""
+    if timeout is None:
+        return None
+    try:
+        seconds = duration_seconds(timeout, "wait_settled(timeout=)")
+    except ValueError as exc:
+        raise DefinitionError(f"{exc}, or None to wait as long as it takes") from None
+    if seconds < 0:
+        raise DefinitionError(f"wait_settled(timeout=) must be zero or more seconds, or None, not {timeout!r}")
+    return seconds
+
+
 class HarnessClient:
     """Send inputs to sessions and read their records.
 
@@ -97,6 +138,7 @@ class HarnessClient:
     ) -> None:
         if (bootstrap is None) == (log is None):
             raise ValueError("give bootstrap= (Kafka) or log=, one of them")
+        _check_options(bootstrap, topic_prefix, partitions, client_config)
         if isinstance(log, str):
             from harness.log import open_client_log
 
@@ -152,13 +194,24 @@ class HarnessClient:
         """Send a user message; resending an ``input_id`` with the same text has no second
         effect; with another text it is settled ``rejected`` / ``input_conflict``."""
         check_text(text, what="the message text")
+        if harness is not None and (not isinstance(harness, str) or not harness):
+            raise DefinitionError(
+                f"send(harness=) takes the name of a harness (define_harness(name=...)) or None, not {harness!r}"
+            )
         input_id = f"in-{uuid.uuid4().hex}" if input_id is None else check_sent_input_id(input_id)
         return await self._submit(InputMessage(session_id, self._now(), input_id, text, harness), input_id)
 
     async def answer(
         self, session_id: str, tool_call_id: str, name: str, value: Any, *, input_id: str | None = None
     ) -> InputReceipt:
-        """Answer a ``step.ask``; the owner validates it against the ask's schema."""
+        """Answer a ``step.ask``; the owner validates it against the ask's schema.
+
+        Raises:
+            InvalidId: ``tool_call_id`` is not a usable id, ``name`` not a non-empty string.
+        """
+        check_id(tool_call_id, "tool call id")
+        if not isinstance(name, str) or not name:
+            raise InvalidId(f"the name of an ask must be a non-empty string, not {name!r}", kind="ask name")
         input_id = f"answer:{tool_call_id}:{name}" if input_id is None else input_id
         value = json_copy(value, what="answer")
         return await self._submit(
@@ -195,6 +248,11 @@ class HarnessClient:
         (``after=None``) starts where the session starts in the log (on Kafka: from the
         partition's checkpoint), not at the log's beginning.
         """
+        check_id(session_id, "session id")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise DefinitionError(
+                f"events(after=) takes a position (the seq of the last entry seen) or None, not {after!r}"
+            )
         committed = self._committed_events(session_id, after)
         settings = getattr(self.log, "settings", None)
         if not live or settings is None or not hasattr(self.log, "partition_for"):
@@ -220,7 +278,7 @@ class HarnessClient:
                 yield entry
 
     async def wait_settled(
-        self, session_id: str, input: InputReceipt | str, *, timeout: float | None = None  # noqa: A002
+        self, session_id: str, input: InputReceipt | str, *, timeout: float | timedelta | None = None  # noqa: A002
     ) -> InputSettled:
         """Wait until the owner settled the input; returns its verdict.
 
@@ -228,9 +286,23 @@ class HarnessClient:
         from the input's position on), or an ``input_id`` alone (the wait looks through
         the session's whole history).
 
+        ``timeout``: seconds (or a ``timedelta``); None waits as long as it takes.
+
         Raises:
             TimeoutError: not settled within ``timeout`` seconds.
+            DefinitionError: ``input`` is neither a receipt nor an input id, or ``timeout``
+                not a duration of zero or more.
+            InvalidId: ``session_id`` (or the input id) is not a usable id.
         """
+        check_id(session_id, "session id")
+        if not isinstance(input, InputReceipt | str):
+            raise DefinitionError(
+                f"wait_settled() takes the receipt of send/answer/append_records or an input id, "
+                f"not {type(input).__name__}"
+            )
+        if isinstance(input, str):
+            check_id(input, "input id")
+        timeout_s = _timeout_seconds(timeout)
         mine: int | None
         after: int | None
         if isinstance(input, InputReceipt):
@@ -246,7 +318,7 @@ class HarnessClient:
         first: int | None = None  # position of the first input record of this id seen
         committed = self._committed_events(session_id, after, _SETTLING)
         try:
-            async with asyncio.timeout(timeout), contextlib.aclosing(committed) as entries:
+            async with asyncio.timeout(timeout_s), contextlib.aclosing(committed) as entries:
                 async for entry in entries:
                     record = entry.record
                     if record.IS_INPUT and getattr(record, "input_id", None) == input_id and first is None:
@@ -258,10 +330,10 @@ class HarnessClient:
                         if mine is None or settles == mine:
                             return record
         except TimeoutError:
-            if timeout is None:
+            if timeout_s is None:
                 raise
             raise TimeoutError(
-                f"input {input_id!r} of session {session_id!r} was not settled within {timeout:g} s; "
+                f"input {input_id!r} of session {session_id!r} was not settled within {timeout_s:g} s; "
                 "it stays in the log and its owner settles it when it runs"
             ) from None
         raise AssertionError("unreachable: events() never ends")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +23,12 @@ __all__ = [
     "Hooks",
     "ToolCallEvent",
     "ToolOutcome",
+    "check_durability",
+    "check_hooks",
     "check_model",
+    "check_system_prompt",
     "define_harness",
+    "parameter_list",
     "tools_by_name",
 ]
 
@@ -39,6 +44,12 @@ DEFAULT_CUT_CALL_ERROR = (
     "This tool call was cut off by a crash and was not run again: nobody knows whether "
     "it ran, in whole or in part. Check its effects before trying again."
 )
+
+
+def parameter_list(signature: inspect.Signature) -> str:
+    """``(a, b=1, *rest)``: a function's parameters as an error message shows them (no
+    annotations: under ``from __future__ import annotations`` they are quoted strings)."""
+    return f"({', '.join(str(p.replace(annotation=p.empty)) for p in signature.parameters.values())})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +90,26 @@ class Hooks:
     on_before_tool_call: BeforeHook | None = None
     on_after_tool_call: AfterHook | None = None
 
+    def __post_init__(self) -> None:
+        for hook_name, arguments in (("on_before_tool_call", ("event",)), ("on_after_tool_call", ("event", "outcome"))):
+            hook = getattr(self, hook_name)
+            if hook is None:
+                continue
+            call = f"{hook_name}({', '.join(arguments)})"
+            if not callable(hook):
+                raise DefinitionError(f"hooks: {hook_name} takes a function {call}, sync or async, "
+                                      f"not {type(hook).__name__}")
+            try:
+                signature = inspect.signature(hook)
+            except (TypeError, ValueError):
+                continue  # (a builtin without a signature: called as it is)
+            try:
+                signature.bind(*arguments)
+            except TypeError:
+                raise DefinitionError(
+                    f"hooks: {hook_name} is called as {call}; this one takes {parameter_list(signature)}"
+                ) from None
+
 
 @dataclass(frozen=True, slots=True)
 class Durability:
@@ -110,6 +141,11 @@ class Durability:
     answer already logged still completes the turn."""
 
     def __post_init__(self) -> None:
+        for field_name in ("cut_call_error", "truncated_call_error"):
+            text = getattr(self, field_name)
+            if not isinstance(text, str) or not text.strip():
+                raise DefinitionError(f"durability.{field_name} is the text the model gets: a non-empty string, "
+                                      f"not {type(text).__name__ if not isinstance(text, str) else repr(text)}")
         for field_name, least in (("max_attempts", 1), ("step_value_limit", 1), ("max_model_calls", 1),
                                   ("model_retries", 0)):
             value = getattr(self, field_name)
@@ -185,6 +221,64 @@ def tools_by_name(tools: object, what: str) -> dict[str, Tool]:
     return by_name
 
 
+def check_hooks(hooks: object, what: str) -> Hooks:
+    """``hooks`` of ``what`` as ``Hooks``: a ``Hooks``, a dict of its fields, or None.
+
+    Raises:
+        DefinitionError: anything else, a dict key that names no hook, or a hook that is
+            not a function taking the hook's arguments.
+    """
+    if hooks is None:
+        return Hooks()
+    if isinstance(hooks, Hooks):
+        return hooks
+    names = ("on_before_tool_call", "on_after_tool_call")
+    if isinstance(hooks, Mapping):
+        for key in hooks:
+            if key not in names:
+                raise DefinitionError(f"{what}: hooks= has no hook {key!r}; the hooks are {' and '.join(names)}")
+        return Hooks(**hooks)
+    raise DefinitionError(
+        f"{what} takes hooks= as Hooks(on_before_tool_call=..., on_after_tool_call=...) or a dict of them, "
+        f"not {type(hooks).__name__}"
+    )
+
+
+def check_durability(durability: object, what: str) -> Durability:
+    """``durability`` of ``what`` as ``Durability``: a ``Durability``, a dict of its
+    fields, or None (the defaults).
+
+    Raises:
+        DefinitionError: anything else, a dict key that is no field, or a field's value
+            that ``Durability`` refuses.
+    """
+    if durability is None:
+        return Durability()
+    if isinstance(durability, Durability):
+        return durability
+    names = [f.name for f in dataclasses.fields(Durability)]
+    if isinstance(durability, Mapping):
+        for key in durability:
+            if key not in names:
+                raise DefinitionError(f"{what}: durability= has no field {key!r}; its fields are {', '.join(names)}")
+        return Durability(**durability)
+    raise DefinitionError(
+        f"{what} takes durability= as Durability(...) or a dict of its fields ({', '.join(names)}), "
+        f"not {type(durability).__name__}"
+    )
+
+
+def check_system_prompt(system_prompt: object, what: str) -> str | None:
+    """``system_prompt`` if it is a string or None.
+
+    Raises:
+        DefinitionError: anything else (a list of lines ...).
+    """
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise DefinitionError(f"{what} takes system_prompt= as a string or None, not {type(system_prompt).__name__}")
+    return system_prompt
+
+
 def define_harness(
     *,
     name: str,
@@ -197,7 +291,13 @@ def define_harness(
     """Put a model and its tools together under a stable name.
 
     The name is written into each session's log, so a worker can find the
-    harness of a session it takes over: keep it stable.
+    harness of a session it takes over: keep it stable. ``hooks`` and ``durability``
+    are a ``Hooks`` / ``Durability`` or a dict of their fields.
+
+    Raises:
+        DefinitionError: a name that is empty, too long or unprintable; a model without an
+            async ``complete()``; ``tools`` that is not a list of tools; a ``system_prompt``
+            that is not a string; ``hooks`` or ``durability`` that is neither.
     """
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a harness needs a non-empty name")
@@ -208,16 +308,12 @@ def define_harness(
         )
     check_model(model, f"harness {name!r}")
     by_name = tools_by_name(tools, f"harness {name!r}")
-    if isinstance(hooks, Mapping):
-        hooks = Hooks(**hooks)
-    if isinstance(durability, Mapping):
-        durability = Durability(**durability)
     return Harness(
         name=name,
         model=model,
         tools=MappingProxyType(by_name),
-        system_prompt=system_prompt,
-        hooks=hooks or Hooks(),
-        durability=durability or Durability(),
+        system_prompt=check_system_prompt(system_prompt, f"harness {name!r}"),
+        hooks=check_hooks(hooks, f"harness {name!r}"),
+        durability=check_durability(durability, f"harness {name!r}"),
         model_keywords=model_keywords(model),
     )

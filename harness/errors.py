@@ -3,8 +3,9 @@
 ::
 
     HarnessError
-    ├── DefinitionError            misuse caught when a tool, harness or host is set up (define_harness,
-    │                              HarnessHost, host.open, chat), before anything runs or is written
+    ├── DefinitionError            misuse caught when a tool, harness, host, worker or client is set up
+    │                              or called (define_harness, HarnessHost, host.open, chat, Worker,
+    │                              HarnessClient), before anything runs or is written
     ├── StepError                  a step was used wrongly or its value is refused
     │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
     │   ├── StepValueError         (also a TypeError) a value that is not JSON
@@ -84,8 +85,9 @@ class HarnessError(Exception):
 
 
 class DefinitionError(HarnessError):
-    """A tool or harness definition is wrong, or a host, a session or ``chat()`` was given
-    something it cannot use (caught at that call, before anything runs or is written)."""
+    """A tool or harness definition is wrong, or a host, a worker, a client, a session or
+    ``chat()`` was given something it cannot use (caught at that call, before anything runs
+    or is written)."""
 
 
 class StepError(HarnessError):

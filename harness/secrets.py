@@ -53,6 +53,7 @@ __all__ = [
     "redact_record",
     "secret_forms",
     "secret_values",
+    "secrets_for_result",
 ]
 
 MIN_SUBSTRING_SECRET = 8
@@ -94,6 +95,22 @@ def given_secrets(secrets: object, where: str) -> Mapping[str, str]:
                 f"{where}: secret {name!r} must be a str or a pydantic SecretStr, not {type(value).__name__}"
             )
     return secret_values(secrets)
+
+
+def secrets_for_result(given: object) -> Mapping[str, str]:
+    """:func:`given_secrets` of what a worker's ``secrets_for(session_id, harness_name)``
+    hook returned: a mapping of str names to str or ``SecretStr`` values, or None (no
+    secrets).
+
+    Raises:
+        DefinitionError: anything else (the message names types, never a value).
+    """
+    if given is not None and not isinstance(given, Mapping):
+        raise DefinitionError(
+            f"secrets_for returned {type(given).__name__}, not a mapping of name -> value "
+            "(or None for no secrets)"
+        )
+    return given_secrets(given, "secrets_for")
 
 
 def secret_forms(secret: str) -> set[str]:

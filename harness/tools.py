@@ -83,8 +83,13 @@ def tool_definition(
     """Define a tool the model can call; ``input_schema`` validates its arguments."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise DefinitionError(f"tool name {name!r} must match {_NAME.pattern}")
+    if description is not None and not isinstance(description, str):
+        raise DefinitionError(f"description of tool {name!r} must be a string (the model reads it), "
+                              f"not {type(description).__name__}")
     if not isinstance(input_schema, type) or not issubclass(input_schema, BaseModel):
-        raise DefinitionError(f"input_schema of tool {name!r} must be a pydantic BaseModel class")
+        given = (f"an instance of it: input_schema={type(input_schema).__name__}" if isinstance(input_schema, BaseModel)
+                 else type(input_schema).__name__)
+        raise DefinitionError(f"input_schema of tool {name!r} must be a pydantic BaseModel class, not {given}")
     if replay is not None:
         _check_replay(replay)
     return ToolDefinition(name=name, description=description or "", input_schema=input_schema, replay=replay)

@@ -143,6 +143,17 @@ def agent_tool(
         raise DefinitionError("agent_tool() takes a ToolDefinition made by tool_definition()")
     if not isinstance(harness, Harness):
         raise DefinitionError("agent_tool() takes a Harness made by define_harness()")
+    if prompt is not None and not callable(prompt):
+        raise DefinitionError(
+            f"agent_tool() takes prompt= as a function arguments -> the sub-agent's message, not {type(prompt).__name__}"
+        )
+    if max_model_calls is not None and (
+        isinstance(max_model_calls, bool) or not isinstance(max_model_calls, int) or max_model_calls < 1
+    ):
+        raise DefinitionError(
+            f"agent_tool(): max_model_calls must be a whole number of at least 1, or None (the harness's "
+            f"durability.max_model_calls), not {max_model_calls!r}"
+        )
     limit = max_model_calls or harness.durability.max_model_calls
     specs = [t.definition.spec() for t in harness.tools.values()]
 

@@ -17,7 +17,10 @@ from harness.definition import (
     Durability,
     Hooks,
     ToolCallEvent,
+    check_durability,
+    check_hooks,
     check_model,
+    check_system_prompt,
     tools_by_name,
 )
 from harness.errors import DefinitionError, HarnessError
@@ -56,18 +59,40 @@ def _copied_messages(messages: object) -> list[dict[str, Any]]:
     return out
 
 
+def _check_options(max_model_calls: object, clock: object, stream: object) -> None:
+    """Refuse the options of ``chat()`` that would fail only later, inside its loop.
+
+    Raises:
+        DefinitionError: ``max_model_calls`` not a whole number of at least 1, ``clock``
+            not a ``Clock``, ``stream`` not a function.
+    """
+    if isinstance(max_model_calls, bool) or not isinstance(max_model_calls, int) or max_model_calls < 1:
+        raise DefinitionError(
+            f"chat(): max_model_calls must be a whole number of at least 1, not {max_model_calls!r}"
+        )
+    if clock is not None and not isinstance(clock, Clock):
+        raise DefinitionError(
+            f"chat() takes clock= as a Clock (now() and async sleep_until()), e.g. FakeClock(), "
+            f"not {type(clock).__name__}"
+        )
+    if stream is not None and not callable(stream):
+        raise DefinitionError(
+            f"chat() takes stream= as a function called with each text delta, not {type(stream).__name__}"
+        )
+
+
 async def chat(
     *,
     model: Model,
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Tool] = (),
     system_prompt: str | None = None,
-    hooks: Hooks | None = None,
+    hooks: Hooks | Mapping[str, Any] | None = None,
     secrets: Mapping[str, str | SecretStr] | None = None,
     max_model_calls: int = 50,
     clock: Clock | None = None,
     stream: StreamSink | None = None,
-    durability: Durability | None = None,
+    durability: Durability | Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
@@ -84,23 +109,32 @@ async def chat(
     it starts again with each ``chat()``. A permanent error, or the last transient one,
     is raised.
 
+    ``hooks`` and ``durability`` are a ``Hooks`` / ``Durability`` or a dict of their
+    fields, as for ``define_harness``.
+
     Raises:
         DefinitionError: a model without an async ``complete()``, ``tools`` that is not a
-            list of tools, ``messages`` that is not a list of message dicts, or
-            ``secrets`` that is not a mapping of names to str or SecretStr values.
+            list of tools, ``messages`` that is not a list of message dicts, ``secrets``
+            that is not a mapping of names to str or SecretStr values, a ``system_prompt``
+            that is not a string, ``hooks`` or ``durability`` that is neither,
+            ``max_model_calls`` that is not a whole number of at least 1, a ``clock`` that
+            is not a ``Clock`` or a ``stream`` that is not a function.
     """
     check_model(model, "chat()")
     by_name = tools_by_name(tools, "chat()")
     plain_secrets = given_secrets(secrets, "chat()")
+    system_prompt = check_system_prompt(system_prompt, "chat()")
+    hooks = check_hooks(hooks, "chat()")
+    durability = check_durability(durability, "chat()")
+    _check_options(max_model_calls, clock, stream)
     out = _copied_messages(messages)
     if system_prompt and not (out and out[0].get("role") == "system"):
         out.insert(0, {"role": "system", "content": system_prompt})
     specs = [t.definition.spec() for t in by_name.values()]
     scrubber = SecretScrubber(plain_secrets)
-    hooks = hooks or Hooks()
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
-    retrying = ModelRetrier(durability or Durability(), clock, scrubber)
+    retrying = ModelRetrier(durability, clock, scrubber)
     seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
         response = await retrying.call(

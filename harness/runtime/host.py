@@ -68,8 +68,9 @@ class HarnessHost:
 
     Raises:
         TypeError: ``log`` is neither a session log nor a URL.
-        DefinitionError: ``lease`` or ``poll_interval`` is not a positive duration, or
-            ``sync_threads`` not a whole number of at least 1.
+        DefinitionError: ``lease`` or ``poll_interval`` is not a positive duration,
+            ``sync_threads`` not a whole number of at least 1, ``clock`` not a ``Clock`` or
+            ``owner_id`` not a string.
     """
 
     def __init__(
@@ -89,6 +90,13 @@ class HarnessHost:
         self.poll_interval = _positive_duration(poll_interval, "poll_interval").total_seconds()
         self.log: SessionLog = open_log(log) if isinstance(log, str) else check_log(log)
         self._owns_log = isinstance(log, str)
+        if clock is not None and not isinstance(clock, Clock):
+            raise DefinitionError(
+                f"HarnessHost takes clock= as a Clock (now() and async sleep_until()), e.g. FakeClock(), "
+                f"not {type(clock).__name__}"
+            )
+        if owner_id is not None and (not isinstance(owner_id, str) or not owner_id.strip()):
+            raise DefinitionError(f"HarnessHost(owner_id=) takes a non-empty string or None, not {owner_id!r}")
         self.clock: Clock = clock or SystemClock()
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.live = live

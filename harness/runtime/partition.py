@@ -18,6 +18,11 @@ parked session that no turn took yet (and every one that comes later) is settled
 answer instead of waiting for good. An operator repairs the record (SQLite) and restarts
 the worker, or continues in a new session (Kafka).
 
+A session whose secrets cannot be had (the worker's ``secrets_for`` hook raised, or
+returned something that is not a mapping of names to text) is HELD: not driven, nothing
+written, said once at WARNING (types and the hook's error, never a value); each sweep
+asks the hook again and the session goes on once it answers. The others go on meanwhile.
+
 Bounded memory and rebuild: ended sessions are forgotten but for their ids and
 first positions (a new input for one reads its history back from there, and a
 new session never needs a read); the last ``RECENT_ENDED`` ended sessions keep
@@ -40,7 +45,15 @@ from datetime import timedelta
 from typing import Any
 
 from harness.definition import Harness
-from harness.errors import CodecError, CorruptRecord, FencedError, HarnessError, LogError, SessionBusy
+from harness.errors import (
+    CodecError,
+    CorruptRecord,
+    DefinitionError,
+    FencedError,
+    HarnessError,
+    LogError,
+    SessionBusy,
+)
 from harness.gcpause import collector_paused
 from harness.log.base import Checkpoint, CheckpointWritten
 from harness.logs import SECRETS, lease_wait_message
@@ -49,7 +62,7 @@ from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import CONTROL_TYPES, InputState, SessionState, control_fields, ended_from_control, fold
 from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.gate import Active, SessionGate
-from harness.secrets import secret_values
+from harness.secrets import secret_values, secrets_for_result
 from harness.views import classify
 
 __all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor", "drain_all"]
@@ -61,8 +74,8 @@ RECENT_ENDED = 1000
 DRAIN_CHECK_S = 0.02
 """How often a drain looks whether its sessions reached a boundary."""
 
-SecretsFor = Callable[[str, str], Mapping[str, str]]
-"""(session id, harness name) -> the session's secrets."""
+SecretsFor = Callable[[str, str], Mapping[str, Any] | None]
+"""(session id, harness name) -> the session's secrets: names to str or ``SecretStr`` values."""
 
 
 class PartitionRuntime:
@@ -98,6 +111,7 @@ class PartitionRuntime:
         self._parked_entries: dict[str, list[LogEntry]] = {}  # their records held (for their inputs)
         self._parked_settled: set[tuple[str, int]] = set()  # (session, input position) rejected here
         self._settling: dict[str, asyncio.Task[None]] = {}  # a parked session's rejections being written
+        self._held: dict[str, str] = {}  # sessions whose secrets_for failed: why (as logged)
         self._closing: set[asyncio.Task[None]] = set()
         self.live = False
         self.stopped = False  # stop() was called: this runtime never drives anything again
@@ -222,6 +236,7 @@ class PartitionRuntime:
         self._entries.pop(sid, None)
         self._recent.pop(sid, None)
         self._retry.discard(sid)
+        self._held.pop(sid, None)
         self.settle_parked_soon(sid)
 
     def settle_parked_soon(self, sid: str) -> None:
@@ -425,6 +440,7 @@ class PartitionRuntime:
         a stopped runtime starts no session again (a new owner makes a new runtime)."""
         self.stopped = True
         self._retry.clear()
+        self._held.clear()
         settling, self._settling = list(self._settling.values()), {}
         for task in settling:  # a rejection not written yet: the next owner writes it
             task.cancel()
@@ -468,6 +484,16 @@ class PartitionRuntime:
                     "session %s stopped (%s: %s); restarting it from the log", sid, type(error).__name__, error
                 )
             self._retry.add(sid)
+        for sid in list(self._held):
+            entries = self._entries.get(sid)
+            if sid in self._sessions or sid in self._parked or sid in self._retry or entries is None:
+                self._held.pop(sid, None)  # driven, parked, read again below, or forgotten
+                continue
+            state = self._fold(sid, entries)
+            if state.ended:
+                self._held.pop(sid, None)
+            else:
+                await self._start(sid, state)
         for sid in list(self._retry):
             self._retry.discard(sid)
             if sid in self._sessions or sid in self._parked:
@@ -523,16 +549,47 @@ class PartitionRuntime:
         if not self._gate.try_take(sid, self._active_check(sid)):
             self._queue(sid)
             return
-        self._launch(sid, state, harness)
+        if not self._launch(sid, state, harness):
+            self._gate.release(sid)
 
-    def _launch(self, sid: str, state: SessionState, harness: Harness) -> None:
-        secrets = secret_values(self._secrets_for(sid, harness.name) if self._secrets_for else None)
+    def _launch(self, sid: str, state: SessionState, harness: Harness) -> bool:
+        """Drive ``sid``; False if it is held instead (its secrets cannot be had)."""
+        secrets = self._session_secrets(sid, harness)
+        if secrets is None:
+            return False
         SECRETS.add(secrets)  # log lines never show them
         session = SessionCore(
             host=self.host, harness=harness, session_id=sid, secrets=secrets, state=state, follow=False
         )
         self._sessions[sid] = session
         session.resume()
+        return True
+
+    def _session_secrets(self, sid: str, harness: Harness) -> Mapping[str, str] | None:
+        """The session's secrets from ``secrets_for``; None when the hook raised or gave
+        something else than names to text: the session is held (said once per reason,
+        asked again at each sweep), and the partition goes on."""
+        if self._secrets_for is None:
+            return secret_values(None)
+        try:
+            secrets = secrets_for_result(self._secrets_for(sid, harness.name))
+        except Exception as exc:  # noqa: BLE001 - a user's hook: its failure holds one session, no more
+            # (the check's own messages name types, never a value; the hook's own error is
+            # the operator's best clue, its text scrubbed of known secrets by the log filter)
+            why = str(exc) if isinstance(exc, DefinitionError) else f"secrets_for raised {type(exc).__name__}: {exc}"
+            if self._held.get(sid) != why:
+                log.warning("session %s is held, not driven: %s; nothing was written; secrets_for is asked "
+                            "again each second and the session goes on once it answers", sid, why)
+            self._held[sid] = why
+            return None
+        if self._held.pop(sid, None) is not None:
+            log.info("session %s got its secrets: driving it", sid)
+        return secrets
+
+    @property
+    def held(self) -> Mapping[str, str]:
+        """Sessions not driven because ``secrets_for`` failed for them: why."""
+        return self._held
 
     # -- max_sessions (the gate) --------------------------------------------------------
 
@@ -573,7 +630,8 @@ class PartitionRuntime:
         harness = self._harness_for(state)
         if state.ended or harness is None:
             return None
-        self._launch(sid, state, harness)
+        if not self._launch(sid, state, harness):
+            return None
         return self._active_check(sid)
 
     async def _reject_all(self, sid: str, state: SessionState) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -24,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from harness.clock import Clock
-from harness.definition import Harness
+from harness.clock import Clock, duration_seconds
+from harness.definition import Harness, parameter_list
 from harness.errors import CorruptRecord, DefinitionError, LogError
 from harness.log.base import SessionLog
 from harness.log.follow import ChangeSource, watch_changes
@@ -65,6 +66,48 @@ class WorkerStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def _check_secrets_for(secrets_for: object) -> None:
+    """Refuse a ``secrets_for`` the worker could not call as ``secrets_for(session_id,
+    harness_name)`` (the message shows its type, never what it holds)."""
+    if secrets_for is None:
+        return
+    if not callable(secrets_for):
+        raise DefinitionError(
+            f"Worker(secrets_for=) takes a function (session_id, harness_name) -> {{name: value}}, not "
+            f"{type(secrets_for).__name__}: for the same secrets in every session, "
+            "secrets_for=lambda session_id, harness_name: secrets"
+        )
+    if inspect.iscoroutinefunction(secrets_for) or inspect.iscoroutinefunction(
+        getattr(secrets_for, "__call__", None)  # noqa: B004 - an object with an async __call__
+    ):
+        raise DefinitionError(
+            "Worker(secrets_for=) must be a plain function, not 'async def': the worker calls it as it "
+            "starts each session; fetch the secrets ahead (or cache them) and return them from a plain function"
+        )
+    try:
+        signature = inspect.signature(secrets_for)
+    except (TypeError, ValueError):
+        return  # (a builtin without a signature: called as it is)
+    try:
+        signature.bind("session-id", "harness-name")
+    except TypeError:
+        raise DefinitionError(
+            "Worker(secrets_for=) is called as secrets_for(session_id, harness_name); this one takes "
+            f"{parameter_list(signature)}"
+        ) from None
+
+
+def _drain_seconds(drain_timeout: object) -> float:
+    """``drain_timeout`` (a timedelta or a number of seconds, zero or more) in seconds."""
+    try:
+        seconds = duration_seconds(drain_timeout, "Worker(drain_timeout=)")
+    except ValueError as exc:
+        raise DefinitionError(f"{exc}, e.g. drain_timeout=timedelta(seconds=20) or drain_timeout=20") from None
+    if seconds < 0:
+        raise DefinitionError(f"Worker(drain_timeout=) must be zero or more (zero: no drain), not {seconds:g} s")
+    return seconds
+
+
 class Worker:
     """Runs the sessions of ``harnesses`` found in ``log``.
 
@@ -79,8 +122,12 @@ class Worker:
             for other processes (``HarnessClient.events(sid, live=True)``); default True.
         secrets_for: ``secrets_for(session_id, harness_name) -> {name: value}``: the
             secrets of a session's tools (``ctx.secrets``), asked for each session when
-            the worker starts to drive it. Values never reach the log (SPEC 2.9) nor a
-            log line (they are registered with ``harness.logs.SECRETS``).
+            the worker starts to drive it: a plain (not async) function returning a
+            mapping of str names to str or ``SecretStr`` values, or None. Values never
+            reach the log (SPEC 2.9) nor a log line (they are registered with
+            ``harness.logs.SECRETS``). When it raises or returns anything else for a
+            session, that session is held (not driven, nothing written, one WARNING
+            line) and it is asked again each sweep; the other sessions go on.
         max_sessions: at most this many sessions running at once (None: no limit);
             the others wait in order. A session parked on a person or a sleep gives its
             slot back (see ``harness.runtime.gate``).
@@ -89,7 +136,15 @@ class Worker:
         drain_timeout: a hand-over (stopping; on Kafka also a revoked partition) first
             drains: nothing new starts, a running tool call goes on to its result and a
             model call to its logged answer, for at most this long; what still runs then
-            is cut (its next owner recovers it, as after a crash). Zero: no drain.
+            is cut (its next owner recovers it, as after a crash). A ``timedelta`` or a
+            number of seconds; zero: no drain.
+
+    Raises:
+        DefinitionError: ``harnesses`` is not a list of harnesses (or is empty, or two
+            share a name), ``secrets_for`` is not a plain function of (session_id,
+            harness_name), ``max_sessions`` not a whole number of at least 1,
+            ``drain_timeout`` not a duration of zero or more, ``owner_id`` or
+            ``instance_id`` not a string; the host's own checks (``HarnessHost``) too.
     """
 
     def __init__(
@@ -106,12 +161,31 @@ class Worker:
         live: bool = True,
         max_sessions: int | None = None,
         sync_threads: int = DEFAULT_SYNC_THREADS,
-        drain_timeout: timedelta = DEFAULT_DRAIN_TIMEOUT,
+        drain_timeout: timedelta | float = DEFAULT_DRAIN_TIMEOUT,
     ) -> None:
-        if drain_timeout < timedelta(0):
-            raise DefinitionError(f"drain_timeout must be zero or more, not {drain_timeout}")
+        _check_secrets_for(secrets_for)
+        drain_s = _drain_seconds(drain_timeout)
+        if max_sessions is not None and (
+            isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1
+        ):
+            raise DefinitionError(f"max_sessions must be a whole number of at least 1 or None, not {max_sessions!r}")
+        if not isinstance(live, bool):
+            raise DefinitionError(f"Worker(live=) takes True or False, not {live!r}")
+        for option, value in (("owner_id", owner_id), ("instance_id", instance_id)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise DefinitionError(f"Worker({option}=) takes a non-empty string or None, not {value!r}")
+        if isinstance(harnesses, Harness | str | bytes | Mapping) or not isinstance(harnesses, Iterable):
+            alone = "; one harness goes in a list too: harnesses=[harness]" if isinstance(harnesses, Harness) else ""
+            raise DefinitionError(
+                f"Worker takes harnesses= as a list of harnesses made by define_harness(), not "
+                f"{type(harnesses).__name__}{alone}"
+            )
         by_name: dict[str, Harness] = {}
         for h in harnesses:
+            if not isinstance(h, Harness):
+                raise DefinitionError(
+                    f"Worker(harnesses=): {h!r} is not a harness (make one with define_harness())"
+                )
             if h.name in by_name:
                 raise DefinitionError(f"two harnesses are named {h.name!r}")
             by_name[h.name] = h
@@ -137,7 +211,7 @@ class Worker:
         self.health = WorkerHealth(needs_broker=hasattr(log, "own_partition"))
         self.observation = Observation()  # published by the loop, read by the metrics thread
         self._live = live
-        self._drain_timeout = drain_timeout.total_seconds()
+        self._drain_timeout = drain_s
         self._hurry = asyncio.Event()  # set: a drain under way ends at once
 
     @property

@@ -15,9 +15,14 @@ import pytest
 from pydantic import SecretStr
 
 from harness import (
+    FakeClock,
     Harness,
+    HarnessClient,
     HarnessHost,
+    Hooks,
     Tool,
+    Worker,
+    agent_tool,
     chat,
     define_harness,
     durable_tool,
@@ -25,7 +30,7 @@ from harness import (
     tool,
     tool_definition,
 )
-from harness.errors import DefinitionError, StepError, StepValueError
+from harness.errors import DefinitionError, InvalidId, StepError, StepValueError
 from harness.log import open_client_log
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 
@@ -252,3 +257,232 @@ async def test_records_type_must_be_a_string_or_none(host, bad):
         await session.records(type=bad)
     assert isinstance(refused.value, StepValueError)
     assert await session.records(type="app.memory") == await session.records() == [{"type": "app.memory", "n": 1}]
+
+
+# --- chat() and define_harness options ---------------------------------------------------------
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", True, 2.5, None])
+async def test_chat_max_model_calls_is_a_whole_number_of_at_least_one(bad):
+    model = script("done")
+    says = f"chat(): max_model_calls must be a whole number of at least 1, not {bad!r}"
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, max_model_calls=bad)
+    assert model.requests == []
+
+
+async def test_chat_max_model_calls_of_one_is_one_call():
+    assert [m["role"] for m in await chat(model=script("done"), messages=HI, max_model_calls=1)] == ["user", "assistant"]
+
+
+def _before(event: Any) -> None:
+    return None
+
+
+HOOK_NAMES = "the hooks are on_before_tool_call and on_after_tool_call"
+
+
+@pytest.mark.parametrize(
+    ("hooks", "says"),
+    [
+        (_before, "takes hooks= as Hooks(on_before_tool_call=..., on_after_tool_call=...) or a dict of them, "
+                  "not function"),
+        ([_before], "or a dict of them, not list"),
+        ({"before": _before}, f"hooks= has no hook 'before'; {HOOK_NAMES}"),
+        ({"on_before_tool_call": 5}, "hooks: on_before_tool_call takes a function on_before_tool_call(event), "
+                                     "sync or async, not int"),
+        ({"on_after_tool_call": _before}, "hooks: on_after_tool_call is called as on_after_tool_call(event, "
+                                          "outcome); this one takes (event)"),
+        ({"on_before_tool_call": lambda: None}, "hooks: on_before_tool_call is called as "
+                                                "on_before_tool_call(event); this one takes ()"),
+    ],
+    ids=["function", "list", "unknown-name", "not-callable", "after-one-argument", "before-no-argument"],
+)
+async def test_define_harness_and_chat_take_hooks_or_a_dict_of_them(hooks, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), hooks=hooks)
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, hooks=hooks)
+    assert model.requests == []
+
+
+def test_hooks_refuses_what_it_cannot_call():
+    with pytest.raises(DefinitionError, match=re.escape("hooks: on_after_tool_call takes a function")):
+        Hooks(on_after_tool_call="log")  # type: ignore[arg-type]
+
+
+DURABILITY_FIELDS = ("max_attempts, step_value_limit, cut_call_error, max_model_calls, truncated_call_error, "
+                     "model_retries, model_backoff, model_backoff_max, timeout")
+
+
+@pytest.mark.parametrize(
+    ("durability", "says"),
+    [
+        ("strict", f"takes durability= as Durability(...) or a dict of its fields ({DURABILITY_FIELDS}), not str"),
+        (5, "or a dict of its fields"),
+        ({"retries": 1}, f"durability= has no field 'retries'; its fields are {DURABILITY_FIELDS}"),
+        ({"model_retries": -1}, "durability.model_retries must be a whole number of at least 0, not -1"),
+        ({"cut_call_error": 5}, "durability.cut_call_error is the text the model gets: a non-empty string, not int"),
+        ({"truncated_call_error": " "}, "durability.truncated_call_error is the text the model gets: a non-empty "
+                                        "string, not ' '"),
+    ],
+)
+async def test_define_harness_and_chat_take_durability_or_a_dict_of_its_fields(durability, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        define_harness(name="t/args", model=script("done"), durability=durability)
+    model = script("done")
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        await chat(model=model, messages=HI, durability=durability)
+    assert model.requests == []
+
+
+async def test_chat_takes_hooks_and_durability_as_dicts():
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="book", arguments={})]),
+                           ModelResponse(text="done")])
+    out = await chat(model=model, messages=HI, tools=[_book()],
+                     hooks={"on_before_tool_call": lambda event: {"answered": "by the hook"}},
+                     durability={"model_retries": 0})
+    assert [m["content"] for m in out if m["role"] == "tool"] == ['{"answered":"by the hook"}']
+
+
+@pytest.mark.parametrize("bad", [5, ["be brief"]])
+async def test_define_harness_and_chat_take_a_system_prompt_string(bad):
+    says = f"takes system_prompt= as a string or None, not {type(bad).__name__}"
+    with pytest.raises(DefinitionError, match=re.escape(f"harness 't/args' {says}")):
+        define_harness(name="t/args", model=script("done"), system_prompt=bad)
+    with pytest.raises(DefinitionError, match=re.escape(f"chat() {says}")):
+        await chat(model=script("done"), messages=HI, system_prompt=bad)
+
+
+async def test_chat_clock_and_stream_are_checked_at_the_call():
+    with pytest.raises(DefinitionError, match=re.escape("chat() takes clock= as a Clock (now() and async "
+                                                        "sleep_until()), e.g. FakeClock(), not float")):
+        await chat(model=script("done"), messages=HI, clock=1.5)
+    with pytest.raises(DefinitionError, match=re.escape("chat() takes stream= as a function called with each "
+                                                        "text delta, not list")):
+        await chat(model=script("done"), messages=HI, stream=[])
+    assert (await chat(model=script("done"), messages=HI, clock=FakeClock(), stream=lambda delta: None))[-1] == {
+        "role": "assistant", "content": "done"}
+
+
+# --- Worker, HarnessHost, HarnessClient, tool_definition, agent_tool ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"harnesses": "H"}, "Worker takes harnesses= as a list of harnesses made by define_harness(), not str"),
+        ({"harnesses": ["t/args"]}, "Worker(harnesses=): 't/args' is not a harness (make one with define_harness())"),
+        ({"max_sessions": 0}, "max_sessions must be a whole number of at least 1 or None, not 0"),
+        ({"max_sessions": "5"}, "max_sessions must be a whole number of at least 1 or None, not '5'"),
+        ({"max_sessions": True}, "max_sessions must be a whole number of at least 1 or None, not True"),
+        ({"drain_timeout": "20"}, "Worker(drain_timeout=) takes a timedelta or a number of seconds as its duration, "
+                                  "not str, e.g. drain_timeout=timedelta(seconds=20) or drain_timeout=20"),
+        ({"drain_timeout": -1}, "Worker(drain_timeout=) must be zero or more (zero: no drain), not -1 s"),
+        ({"owner_id": 5}, "Worker(owner_id=) takes a non-empty string or None, not 5"),
+        ({"instance_id": ""}, "Worker(instance_id=) takes a non-empty string or None, not ''"),
+        ({"live": "no"}, "Worker(live=) takes True or False, not 'no'"),
+        ({"clock": 5}, "HarnessHost takes clock= as a Clock (now() and async sleep_until()), e.g. FakeClock(), not int"),
+    ],
+    ids=lambda v: str(v)[:40] if not isinstance(v, dict) else "-".join(f"{k}={w!r}" for k, w in v.items()),
+)
+def test_worker_options_are_checked_at_construction(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        Worker(log=open_log("memory:"), **({"harnesses": [_harness()]} | options))
+
+
+def test_worker_takes_a_list_of_harnesses():
+    with pytest.raises(DefinitionError, match=re.escape("not Harness; one harness goes in a list too: "
+                                                        "harnesses=[harness]")):
+        Worker(log=open_log("memory:"), harnesses=_harness())  # type: ignore[arg-type]
+
+
+def test_worker_takes_a_drain_timeout_in_seconds():
+    assert Worker(log=open_log("memory:"), harnesses=[_harness()], drain_timeout=2.5).drain_timeout == 2.5
+    assert Worker(log=open_log("memory:"), harnesses=[_harness()], drain_timeout=0).drain_timeout == 0
+
+
+def test_host_owner_id_is_a_string():
+    with pytest.raises(DefinitionError, match=re.escape("HarnessHost(owner_id=) takes a non-empty string or None, "
+                                                        "not 5")):
+        HarnessHost(log="memory:", owner_id=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"bootstrap": 9092}, "HarnessClient takes bootstrap= as a string 'host:port[,host:port]', not 9092: "
+                              "e.g. bootstrap='127.0.0.1:9092'"),
+        ({"bootstrap": "h:1", "partitions": "3"}, "HarnessClient(partitions=) must be a whole number of at least 1, "
+                                                  "or None (read from the broker), not '3'"),
+        ({"bootstrap": "h:1", "topic_prefix": ""}, "HarnessClient takes topic_prefix= as a non-empty string, not ''"),
+        ({"log": "memory:", "client_config": [("sasl.password", "hunter2")]},
+         "HarnessClient takes client_config= as a dict of librdkafka settings, not list"),
+    ],
+)
+def test_client_options_are_checked_at_construction(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)) as refused:
+        HarnessClient(**options)
+    assert "hunter2" not in str(refused.value)
+
+
+async def test_client_calls_check_their_arguments_before_anything_is_sent():
+    log = open_log("memory:")
+    async with HarnessClient(log=log) as client:
+        with pytest.raises(DefinitionError, match=re.escape("send(harness=) takes the name of a harness "
+                                                            "(define_harness(name=...)) or None, not 5")):
+            await client.send("s-1", "hi", harness=5)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match="a tool call id must be a string, not int"):
+            await client.answer("s-1", 5, "approve", True)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match=re.escape("the name of an ask must be a non-empty string, not 5")):
+            await client.answer("s-1", "c1", 5, True)  # type: ignore[arg-type]
+        assert await log.read("s-1") == []
+        with pytest.raises(DefinitionError, match=re.escape("wait_settled() takes the receipt of "
+                                                            "send/answer/append_records or an input id, not int")):
+            await client.wait_settled("s-1", 5, timeout=1)  # type: ignore[arg-type]
+        with pytest.raises(InvalidId, match="a session id must be a string, not int"):
+            await client.wait_settled(5, "in-1", timeout=1)  # type: ignore[arg-type]
+        for bad, says in (("1", "takes a timedelta or a number of seconds as its duration, not str"),
+                          (-1, "must be zero or more seconds, or None, not -1")):
+            with pytest.raises(DefinitionError, match=re.escape(f"wait_settled(timeout=) {says}")):
+                await client.wait_settled("s-1", "in-1", timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError, match=re.escape("was not settled within 0.01 s")):
+            await client.wait_settled("s-1", "in-1", timeout=timedelta(milliseconds=10))
+        with pytest.raises(InvalidId, match="a session id must be a string, not int"):
+            client.events(5)  # type: ignore[arg-type]
+        with pytest.raises(DefinitionError, match=re.escape("events(after=) takes a position (the seq of the last "
+                                                            "entry seen) or None, not '3'")):
+            client.events("s-1", "3")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"description": 5}, "description of tool 'book' must be a string (the model reads it), not int"),
+        ({"input_schema": Args()}, "input_schema of tool 'book' must be a pydantic BaseModel class, not an instance "
+                                   "of it: input_schema=Args"),
+        ({"input_schema": {"type": "object"}}, "must be a pydantic BaseModel class, not dict"),
+    ],
+)
+def test_tool_definition_checks_its_description_and_schema(options, says):
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        tool_definition(**({"name": "book", "description": "d", "input_schema": Args} | options))
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"prompt": "say hi"}, "agent_tool() takes prompt= as a function arguments -> the sub-agent's message, "
+                               "not str"),
+        ({"max_model_calls": 0}, "agent_tool(): max_model_calls must be a whole number of at least 1, or None "
+                                 "(the harness's durability.max_model_calls), not 0"),
+        ({"max_model_calls": "5"}, "not '5'"),
+    ],
+)
+def test_agent_tool_checks_its_options(options, says):
+    definition = tool_definition(name="helper", description="d", input_schema=Args)
+    with pytest.raises(DefinitionError, match=re.escape(says)):
+        agent_tool(definition, _harness(), **options)
