@@ -621,7 +621,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         after: Annotated[int | None, Query(ge=0, le=2**62, description="resume strictly after this position")] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> StreamingResponse:
-        """Server-Sent Events: a hello, then every committed record (id = its position), live."""
+        """Server-Sent Events: a hello, then every committed record (id = its position), live.
+
+        A session with no record yet streams too (open it, then send the first message: every
+        event comes); ``GET /v1/sessions/{id}`` stays 404 until its first record."""
         cursor = after
         if last_event_id is not None and last_event_id.strip():
             try:
@@ -630,22 +633,30 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
-        view = gw.sessions.known(log_id(who, session_id))
-        if view is None or not view.entries or (cursor is not None and cursor > view.position):
-            # Read only when it can change the answer: an unknown session may not exist,
-            # and a cursor past what is known may be past the session's end. A cursor
-            # within what was read (a client resuming, or streaming the answer to the
-            # message it just posted) needs no read: the stream starts right after it.
-            view = await existing(who, session_id)
+        log_session_id = log_id(who, session_id)
+        gw.breaker.check()  # a log known to be down: 503 now, as a read would answer
+        # A session with no record yet is streamed like any other: its records come from
+        # the shared reader of the log (of its partition on Kafka) once they are written,
+        # so a subscriber before the first message costs a key in that reader's table.
+        position = 0
+        if cursor:
+            # A cursor past what this process read of the session may be past its end:
+            # read (an empty session's end is 0). One within it (a client resuming, or
+            # streaming the answer to the message it just posted) needs no read. With no
+            # cursor there is nothing to read first: the stream starts at the beginning.
+            view = gw.sessions.known(log_session_id)
+            if view is None or cursor > view.position:
+                view = await gw.sessions.get(log_session_id)
+            position = view.position
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.
         stream = session_stream(
             gw.log,
             gw.live,
-            log_session_id=view.session_id,
+            log_session_id=log_session_id,
             public_session_id=session_id,
-            after=min(cursor or 0, view.position),
+            after=min(cursor or 0, position),
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
         )
