@@ -155,11 +155,13 @@ def tenant_session_id(tenant: str | None, session_id: str) -> str:
     """The log's session id of ``session_id`` as seen by ``tenant``: ``t/<tenant>/<session id>``.
 
     The tenant is percent-encoded (``urllib.parse.quote(tenant, safe="")``), so it
-    never holds a ``/``, and the mapping is one-to-one for session ids without a
-    ``/`` (the gateway accepts no other): two tenants may use the same session id,
-    and the tenant that created a session is recorded in every record's key. With no
-    tenant (``--open-access`` without a token, the CLI, the Python API) the log's id
-    is the raw id, so every tool sees the same sessions in embedded mode.
+    never holds a ``/`` and the id splits at the second ``/``: the mapping is
+    one-to-one whatever the session id holds (``team/alice`` too): two tenants may use
+    the same session id, and the tenant that created a session is recorded in every
+    record's key. With no tenant (``--open-access`` without a token, the CLI, the
+    Python API) the log's id is the raw id, so every tool sees the same sessions in
+    embedded mode; the gateway refuses such a caller an id of the form
+    ``t/<tenant>/<id>``, which would be a tenant's session.
     """
     if tenant is None:
         return session_id

@@ -264,7 +264,9 @@ def test_views_are_the_clis(served: ServerThread, http: httpx.Client) -> None:
     assert [(i["kind"], i["name"]) for i in d["timeline"] if i["kind"].startswith("model.")] == [
         ("model.response", None), ("model.usage", "scripted")]
     listed = cli_json(served, "sessions")
-    assert http.get("/v1/sessions").json()["sessions"] == listed
+    rows = http.get("/v1/sessions").json()["sessions"]
+    assert [row.pop("path") for row in rows] == ["/v1/sessions/v-2", "/v1/sessions/v-1"]  # and where each is
+    assert rows == listed
     assert [s["session_id"] for s in listed] == ["v-2", "v-1"]
 
 

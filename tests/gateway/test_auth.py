@@ -20,7 +20,7 @@ from harness.log import open_log
 from harness.services.gateway.auth import Authenticator, AuthError
 from harness.services.gateway.settings import GatewaySettings
 from tests.apps.approvals import approvals
-from tests.gateway.helpers import HARNESS, ServerThread, child_env, harness_command, wait_for
+from tests.gateway.helpers import HARNESS, ServerThread, child_env, harness_command, read_events, wait_for
 
 ISSUER = "https://id.example.test"
 AUDIENCE = "harness-gateway"
@@ -101,7 +101,11 @@ def test_tenants_are_isolated_on_every_endpoint(secured: ServerThread, tmp_path:
         for sid in ("shared", "t", "t%2Facme%2Fshared"):
             assert http.get(f"/v1/sessions/{sid}", headers=globex).status_code in (404, 422)
         assert http.get("/v1/sessions/shared", headers=globex).status_code == 404
-        assert http.get("/v1/sessions/shared/events", headers=globex).status_code == 404
+        # globex's stream of "shared" is of globex's own session (none yet): nothing of acme's comes
+        with http.stream("GET", "/v1/sessions/shared/events", headers=globex) as response:
+            comments: list[str] = []
+            events = read_events(response, until=lambda evs: len(comments) >= 2, comments=comments)
+        assert [e.event for e in events] == ["hello"]
         assert http.post("/v1/sessions/shared/answers", headers=globex,
                          json={"tool_call_id": ask["tool_call_id"], "name": "approval",
                                "value": {"approved": True}}).status_code == 404

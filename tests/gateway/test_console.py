@@ -153,3 +153,33 @@ def test_console_shows_when_an_ask_expires_and_takes_its_form_away_live(served: 
     assert "nobody answered in time" in result, result
     page.screenshot(path=str(ARTIFACTS / "console-ask-expired.png"), full_page=True)
     assert errors == []
+
+
+def test_console_starts_and_opens_a_session_whose_id_holds_a_slash(served: ServerThread, http: httpx.Client,
+                                                                  browser: Any) -> None:
+    """``team/alice`` (as ``harness send team/alice`` makes): started from the console's form,
+    listed, opened, its ask answered and its turn seen live; every URL holds it as team%2Falice."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.goto(served.url + "/")
+    form = page.locator("#new-session")
+    form.wait_for(timeout=20_000)
+    form.locator('input[name="session_id"]').fill("team/alice")
+    form.locator('input[name="text"]').fill("please approve the refund")
+    form.locator('button[type="submit"]').click()
+    page.wait_for_url("**/#/s/team%2Falice")
+    ask = page.locator('form[data-ask="approval"]')
+    ask.wait_for(timeout=30_000)
+    page.locator("#stream-state").filter(has_text="live").wait_for(timeout=20_000)
+    ask.locator('input[name="approved"]').check()
+    ask.locator('button[type="submit"]').click()
+    page.locator("#timeline li", has_text="turn 1 completed").wait_for(timeout=30_000)
+    page.goto(served.url + "/#/")
+    row = page.locator('#sessions tr[data-session="team/alice"]')
+    row.wait_for(timeout=20_000)
+    assert row.locator("a").get_attribute("href") == "#/s/team%2Falice"
+    assert http.get("/v1/sessions/team%2Falice").json()["summary"]["state"] == "idle"
+    assert errors == [] and failed == []

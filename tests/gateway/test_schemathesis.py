@@ -39,7 +39,9 @@ def test_no_server_error_on_any_request(live: ServerThread) -> None:
     failures: list[str] = []
     statuses: Counter[int] = Counter()
     for operation in operations:
-        pinned = "{session_id}" in operation.path and not operation.path.endswith("/events")
+        if operation.path.endswith("/events"):
+            continue  # any valid id opens a stream that never ends (tests/gateway/test_sse.py drives it)
+        pinned = "{session_id}" in operation.path
         for mode in schemathesis.GenerationMode:
             for path_parameters in [None, {"session_id": "known"}] if pinned else [None]:
                 strategy = operation.as_strategy(mode, path_parameters=path_parameters)

@@ -15,6 +15,7 @@ import pytest
 from harness.ids import tenant_session_id
 from harness.live.kafka import KafkaLiveTails
 from harness.log import open_log
+from harness.log.follow import shared_reader
 from harness.log.kafka import log as kafka_log_module
 from harness.testing.model_server import ModelServer, Reply
 from tests.apps.approvals import approvals
@@ -88,11 +89,47 @@ def test_sse_cut_and_resume_sqlite(tmp_path: Path) -> None:
         cut_and_resume(http, url, "sse-2", use_header=False)
 
 
-def test_sse_heartbeats_while_idle_and_404_for_unknown(tmp_path: Path) -> None:
+def test_a_stream_opened_before_the_first_message_gets_every_event(tmp_path: Path) -> None:
+    """A client opens the stream of a new session, then sends its first message: every record
+    of the session comes, from the first; the plain GET stays 404 until then."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
     with ServerThread(open_settings(url, heartbeat_s=0.1), harnesses=[approvals], worker=True) as server, \
             httpx.Client(base_url=server.url, timeout=30) as http:
-        assert http.get("/v1/sessions/nobody/events").status_code == 404
+        assert http.get("/v1/sessions/early").status_code == 404
+        with http.stream("GET", "/v1/sessions/early/events") as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            [hello] = read_events_from(lines, until=lambda evs: len(evs) >= 1)
+            assert hello.event == "hello" and hello.data == {"session_id": "early", "after": 0, "heartbeat_s": 0.1}
+            # the stream waits on the log's one shared reader, as any other stream does
+            assert server.state is not None
+            fanout = shared_reader(server.state.log)
+            assert fanout is not None
+            wait_for(lambda: fanout.subscribers("early") == 1, timeout=10, what="the stream's subscription")
+            assert http.get("/v1/sessions/early").status_code == 404
+            r = http.post("/v1/sessions/early/messages", json={"text": "hello", "harness": HARNESS, "input_id": "m1"})
+            assert r.json()["status"] == "accepted"
+            events = read_events_from(lines, until=lambda evs: settled(evs, "m1"))
+        seen = [e.id for e in events if e.id is not None]
+        on_log = log_positions(url, "early")
+        assert seen == on_log[: len(seen)] and seen[0] == on_log[0], (seen, on_log)
+        # A cursor given for a session with no record yet starts at its beginning too.
+        with http.stream("GET", "/v1/sessions/later/events", headers={"Last-Event-ID": "7"}) as response:
+            lines = response.iter_lines()
+            [hello] = read_events_from(lines, until=lambda evs: len(evs) >= 1)
+            assert hello.data["after"] == 0
+            http.post("/v1/sessions/later/messages", json={"text": "hello", "harness": HARNESS, "input_id": "m1"})
+            events = read_events_from(lines, until=lambda evs: settled(evs, "m1"))
+        assert next(e.id for e in events if e.id is not None) == log_positions(url, "later")[0]
+        # An id the gateway does not take is refused, in one line.
+        r = http.get("/v1/sessions/bad%20id/events")
+        assert r.status_code == 422 and r.json()["detail"][0]["msg"].startswith("a session id is"), r.text
+
+
+def test_sse_heartbeats_while_idle(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with ServerThread(open_settings(url, heartbeat_s=0.1), harnesses=[approvals], worker=True) as server, \
+            httpx.Client(base_url=server.url, timeout=30) as http:
         http.post("/v1/sessions/hb/messages", json={"text": "hello", "harness": HARNESS, "input_id": "x"})
         wait_for(lambda: http.get("/v1/sessions/hb").json()["summary"]["state"] == "idle", timeout=30, what="idle")
         comments: list[str] = []
@@ -131,6 +168,26 @@ def test_sse_cut_and_resume_kafka(kafka_gateway: tuple[str, str, Process]) -> No
         cut_and_resume(http, url, "k-1", use_header=True)
         # a second session in the same process shares the partition readers
         cut_and_resume(http, url, "k-2", use_header=False)
+
+
+@pytest.mark.kafka
+def test_a_kafka_stream_opened_before_the_first_message_gets_every_event(
+    kafka_gateway: tuple[str, str, Process]
+) -> None:
+    """On Kafka the stream of a session with no record yet waits on its partition's shared
+    tail, like any other; the first message's records all come."""
+    url, base, _worker = kafka_gateway
+    with httpx.Client(base_url=base, timeout=60) as http, http.stream("GET", "/v1/sessions/k-early/events") as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        [hello] = read_events_from(lines, until=lambda evs: len(evs) >= 1)
+        assert hello.data["after"] == 0
+        r = http.post("/v1/sessions/k-early/messages", json={"text": "hello", "harness": HARNESS, "input_id": "m1"})
+        assert r.json()["status"] == "accepted"
+        events = read_events_from(lines, until=lambda evs: settled(evs, "m1"))
+    seen = [e.id for e in events if e.id is not None]
+    on_log = log_positions(url, "k-early")
+    assert seen == on_log[: len(seen)] and seen[0] == on_log[0], (seen, on_log)
 
 
 REAL_MODEL_APP = "tests.apps.real_model:assistant"

@@ -22,12 +22,23 @@ from harness.records import (
 )
 from harness.replay.state import fold
 from harness.services.gateway.receipts import receipt_for
-from harness.services.gateway.routes import SummaryOut, _cursor, _order, _parse_cursor, _public
+from harness.services.gateway.routes import (
+    SummaryOut,
+    _cursor,
+    _from_path,
+    _order,
+    _parse_cursor,
+    _public,
+    session_path,
+    session_url_path,
+)
 from harness.services.gateway.settings import parse_settings
 from harness.services.gateway.sse import event_frame
 from harness.views import SessionSummary, summarize, timeline
 
-SESSION_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,40}", fullmatch=True)
+SESSION_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,20}(/[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,10}){0,3}",
+                            fullmatch=True)
+"""The ids the gateway takes (``routes.SESSION_ID``), '/' included."""
 
 
 @given(tenant=st.text(min_size=1, max_size=30), session_id=SESSION_IDS)
@@ -50,6 +61,26 @@ def test_tenant_session_id_format_is_stable() -> None:
     assert tenant_session_id(None, "s-1") == "s-1"
     assert split_tenant_session_id("s-1") == (None, "s-1")
     assert split_tenant_session_id("t/x") == (None, "t/x")
+
+
+@given(session_id=SESSION_IDS, tail=st.sampled_from(["", "/events", "/messages"]))
+def test_a_session_id_sent_percent_encoded_reaches_its_route_whole(session_id: str, tail: str) -> None:
+    from urllib.parse import unquote
+
+    raw = session_url_path(session_id) + tail  # as an HTTP client sends it (a '/' of the id as %2F)
+    path = session_path(raw, unquote(raw)) or unquote(raw)  # what the router gets
+    segments = path.split("/")
+    assert segments[:3] == ["", "v1", "sessions"] and "/".join(segments[4:]) == tail.lstrip("/")
+    assert _from_path(segments[3]) == session_id
+
+
+def test_only_the_session_segment_is_kept_whole() -> None:
+    assert session_path("/v1/sessions/a%2Fb/events", "/v1/sessions/a/b/events") == "/v1/sessions/a%2Fb/events"
+    assert session_path("/v1/sessions/a%252Fb", "/v1/sessions/a%2Fb") == "/v1/sessions/a%252Fb"  # a '%' stays one
+    assert _from_path("a%252Fb") == "a%2Fb"
+    assert session_path("/v1/sessions/a/b", "/v1/sessions/a/b") is None  # a real '/' separates
+    assert session_path("/v1/sessions/a%2Fb", "/elsewhere") is None  # the server rewrote it: left alone
+    assert session_url_path("team/alice", "/gw") == "/gw/v1/sessions/team%2Falice"
 
 
 def _log(*records: object) -> list[LogEntry]:

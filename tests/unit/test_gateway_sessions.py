@@ -154,7 +154,8 @@ async def test_changes_yield_the_kept_view_at_each_new_record_of_the_session() -
 def test_an_event_stream_from_a_known_position_reads_nothing_first() -> None:
     """``GET .../events?after=`` within what the gateway read already (a client streaming
     the answer to the message it just posted) starts on the shared subscription at once;
-    a cursor past what it knows, or an unknown session, is read first (404, clamping)."""
+    so does a session this process does not know (it may have no record yet: it streams from
+    its start); a cursor past what it knows is read first (clamping)."""
     from fastapi.testclient import TestClient
 
     from harness.log.memory import MemoryLog
@@ -180,5 +181,12 @@ def test_an_event_stream_from_a_known_position_reads_nothing_first() -> None:
                 if line == f"id: {position}":
                     break
         assert len(reads) == before  # nothing read: the stream starts after the cursor at once
-        assert http.get("/v1/sessions/nobody/events").status_code == 404
-        assert len(reads) == before + 1  # an unknown session is read (and refused)
+        for params, reading in (({}, 0), ({"after": 3}, 1)):
+            with http.stream("GET", "/v1/sessions/nobody/events", params=params) as events:
+                assert events.status_code == 200
+                for line in events.iter_lines():
+                    if line.startswith("data:"):  # the hello
+                        assert '"after":0' in line
+                        break
+            # no cursor: nothing to read first; a cursor past what is known: read (and clamped)
+            assert len(reads) == before + reading, params

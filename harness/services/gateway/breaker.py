@@ -84,6 +84,16 @@ class LogBreaker:
         """Whole seconds for a ``Retry-After`` header."""
         return max(1, math.ceil(self.retry_every))
 
+    def check(self) -> None:
+        """Nothing while the log is taken to answer.
+
+        Raises:
+            LogDown: the breaker is open (the log is known to be down).
+        """
+        if self.reason is not None:
+            down = self._clock() - self._since
+            raise LogDown(f"the session log is not answering (for {down:.0f} s: {self.reason})")
+
     async def call(self, read: Callable[[], Awaitable[T]]) -> T:
         """``await read()``; at once ``LogUnavailable`` while open. A read still running
         after ``timeout`` goes on only if the probe finds the log answering.
@@ -91,9 +101,7 @@ class LogBreaker:
         Raises:
             LogDown: the log is down (known already, or found by this read).
         """
-        if self.reason is not None:
-            down = self._clock() - self._since
-            raise LogDown(f"the session log is not answering (for {down:.0f} s: {self.reason})")
+        self.check()
         task = asyncio.ensure_future(read())
         try:
             done, _ = await asyncio.wait({task}, timeout=self.timeout)

@@ -7,13 +7,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -29,10 +30,32 @@ from harness.views import SessionStateName, SessionSummary, summarize, timeline
 
 __all__ = ["install_routes"]
 
-SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,127}$"
+SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]*(?:/[A-Za-z0-9][A-Za-z0-9._:@~+=-]*)*$"
+"""A session id the gateway takes: parts of letters, digits and ``._:@~+=-``, each starting
+with a letter or digit, joined by ``/`` (``team/alice``, as the CLI and the library allow);
+at most ``MAX_SESSION_ID`` characters. In a URL its ``/`` is sent as ``%2F`` (see
+:class:`EncodedSlashes`)."""
+MAX_SESSION_ID = 128
+SESSION_ID_RULE = (
+    f"a session id is 1 to {MAX_SESSION_ID} letters, digits and . _ : @ ~ + = -, in parts joined by '/', "
+    "each starting with a letter or digit (in a URL, send each '/' of the id as %2F)"
+)
 INPUT_ID = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
-SessionId = Annotated[str, Path(pattern=SESSION_ID, description="the session's id (yours; tenant-scoped)")]
+
+
+def _from_path(value: Any) -> Any:
+    """A session id as the route got it, decoded: :class:`EncodedSlashes` sent its ``/`` and
+    ``%`` as ``%2F`` and ``%25``; a segment without ``%`` comes as it is (unquote keeps it)."""
+    return unquote(value) if isinstance(value, str) and "%" in value else value
+
+
+SessionId = Annotated[
+    str,
+    Path(pattern=SESSION_ID, max_length=MAX_SESSION_ID,
+         description="the session's id (yours; tenant-scoped); a '/' in it is sent as %2F"),
+    BeforeValidator(_from_path),
+]
 InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
 SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_sent_input_id)]
 """A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
@@ -136,8 +159,15 @@ class SummaryOut(BaseModel):
     usage: UsageOut | None = None
 
 
+class ListedOut(SummaryOut):
+    """A row of the list: the summary and where the session is."""
+
+    path: str = Field(description="the session's URL path, its id percent-encoded as one segment (a '/' in "
+                      "it as %2F): GET it, or add /events, /messages ... to it")
+
+
 class SessionPage(BaseModel):
-    sessions: list[SummaryOut]
+    sessions: list[ListedOut]
     next_cursor: str | None = None
 
 
@@ -184,6 +214,8 @@ def _plain(error: Any) -> dict[str, Any]:
     (a refused 1 MB text came back whole) nor pydantic's links."""
     loc, kind = list(error.get("loc", ())), error.get("type", "")
     msg = str(error.get("msg", ""))
+    if loc == ["path", "session_id"]:  # the rule in words, not the regular expression
+        msg = SESSION_ID_RULE
     if kind == "json_invalid":
         why = (error.get("ctx") or {}).get("error")
         at = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
@@ -305,6 +337,55 @@ class RequestMetrics:
             self.metrics.http_request(template, scope.get("method", "GET"), status, time.perf_counter() - started)
 
 
+SESSIONS_PATH = "/v1/sessions/"
+
+
+class EncodedSlashes:
+    """Lets a session id hold a ``/``: in a URL it is sent percent-encoded, ``team%2Falice``.
+
+    The ASGI server decodes the path before routing, so ``/v1/sessions/team%2Falice/events``
+    reaches the router as ``/v1/sessions/team/alice/events``, which no route takes. The
+    undecoded ``raw_path`` still tells an encoded ``/`` from a separator: this puts the
+    session id's segment back as ONE segment, its ``%`` and ``/`` encoded (``%25``, ``%2F``),
+    and the routes' ``SessionId`` decodes it. A path whose session segment holds no ``%``
+    is left as it is (nothing to tell apart), and so is one whose ``raw_path`` does not
+    decode to the server's ``path`` (a server that rewrote it: trust the server).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw and b"%" in raw and SESSIONS_PATH in scope["path"]:
+                path = session_path(raw.decode("latin-1"), scope["path"])
+                if path is not None:
+                    scope = {**scope, "path": path}
+        await self.app(scope, receive, send)
+
+
+def session_path(raw: str, path: str) -> str | None:
+    """``path`` with its session id's segment kept as one segment (see :class:`EncodedSlashes`),
+    or None to leave it as it is."""
+    segments = raw.split("/")
+    if unquote("/".join(segments)) != path:
+        return None
+    for at in range(2, len(segments)):
+        if segments[at - 2:at] == ["v1", "sessions"]:
+            if "%" not in segments[at]:
+                return None
+            decoded = [unquote(segment) for segment in segments]
+            decoded[at] = decoded[at].replace("%", "%25").replace("/", "%2F")
+            return "/".join(decoded)
+    return None
+
+
+def session_url_path(session_id: str, root_path: str = "") -> str:
+    """The URL path of a session: its id percent-encoded as one path segment (``/`` as ``%2F``)."""
+    return f"{root_path}{SESSIONS_PATH}{quote(session_id, safe='')}"
+
+
 _bearer = APIKeyHeader(
     name="Authorization",
     scheme_name="bearer",
@@ -329,6 +410,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     app.add_middleware(RequestMetrics, metrics=gw.metrics)
 
+    app.add_middleware(EncodedSlashes)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_problem(request, exc.errors())
@@ -337,6 +420,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:  # FastAPI's word for any body it could not read
             return unreadable_body(exc.__cause__)
+        if exc.status_code == 404 and exc.detail == "Not Found" and request.url.path.startswith(SESSIONS_PATH):
+            # No route: most likely a session id with a '/' sent as it is (team/alice).
+            return JSONResponse({"detail": (
+                f"no such route: {request.method} {request.url.path} (a '/' in a session id is sent as %2F: "
+                f"{SESSIONS_PATH}team%2Falice, not {SESSIONS_PATH}team/alice)")}, status_code=404)
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(AuthError)
@@ -356,8 +444,22 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         detail = f"{exc}; retry in {retry} s" if isinstance(exc, LogDown) else f"the session log failed: {exc}; retry later"
         return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(retry)})
 
+    def log_id(who: Principal, session_id: str) -> str:
+        """The log's id of the caller's ``session_id``.
+
+        Raises:
+            HTTPException: 422 for an id that would name another tenant's session: with no
+                tenant (open access) the log's id is the id itself, and ``t/<tenant>/<id>``
+                is how the log names a tenant's session (``harness.ids.tenant_session_id``).
+        """
+        log_session_id = gw.log_id(who, session_id)
+        if gw.owns(who, log_session_id) != session_id:
+            raise HTTPException(422, f"session id {session_id!r} has the form t/<tenant>/<id>, which is kept for "
+                                "the sessions of tenants: use another id")
+        return log_session_id
+
     async def existing(who: Principal, session_id: str) -> SessionView:
-        view = await gw.sessions.get(gw.log_id(who, session_id))
+        view = await gw.sessions.get(log_id(who, session_id))
         if not view.entries:
             raise HTTPException(404, f"no session {session_id!r}")
         return view
@@ -404,11 +506,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         """Send a user message (starts a turn, or waits behind the running one). With
         ``?wait=SECONDS`` the answer also says how the turn ended (``settlement``)."""
         input_id = body.input_id or f"in-{uuid.uuid4().hex}"
-        log_id = gw.log_id(who, session_id)
-        sent = await gw.inputs.message(log_id, body.text, body.harness, input_id)
+        log_session_id = log_id(who, session_id)
+        sent = await gw.inputs.message(log_session_id, body.text, body.harness, input_id)
         out = receipt(sent)
         if wait is not None and sent.status != "rejected":
-            out["settlement"] = (await gw.inputs.wait(log_id, input_id, wait)).to_json()
+            out["settlement"] = (await gw.inputs.wait(log_session_id, input_id, wait)).to_json()
         return out
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
@@ -449,6 +551,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ERRORS)
     async def list_sessions(
+        request: Request,
         who: Caller,
         state: Annotated[SessionStateName | None, Query()] = None,
         harness: Annotated[str | None, Query(max_length=200)] = None,
@@ -465,7 +568,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 continue
             if harness is not None and summary.harness != harness:
                 continue
-            rows.append((_order(summary, mine), _public(summary, mine)))
+            row = _public(summary, mine)
+            row["path"] = session_url_path(mine, request.scope.get("root_path", ""))
+            rows.append((_order(summary, mine), row))
         rows.sort(key=lambda row: row[0])  # the catalog's order, by the caller's ids
         after = _parse_cursor(cursor)
         page = [row for row in rows if after is None or row[0] > after][:limit]
@@ -516,7 +621,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         after: Annotated[int | None, Query(ge=0, le=2**62, description="resume strictly after this position")] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> StreamingResponse:
-        """Server-Sent Events: a hello, then every committed record (id = its position), live."""
+        """Server-Sent Events: a hello, then every committed record (id = its position), live.
+
+        A session with no record yet streams too (open it, then send the first message: every
+        event comes); ``GET /v1/sessions/{id}`` stays 404 until its first record."""
         cursor = after
         if last_event_id is not None and last_event_id.strip():
             try:
@@ -525,22 +633,30 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
             if not 0 <= cursor <= 2**62:
                 raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
-        view = gw.sessions.known(gw.log_id(who, session_id))
-        if view is None or not view.entries or (cursor is not None and cursor > view.position):
-            # Read only when it can change the answer: an unknown session may not exist,
-            # and a cursor past what is known may be past the session's end. A cursor
-            # within what was read (a client resuming, or streaming the answer to the
-            # message it just posted) needs no read: the stream starts right after it.
-            view = await existing(who, session_id)
+        log_session_id = log_id(who, session_id)
+        gw.breaker.check()  # a log known to be down: 503 now, as a read would answer
+        # A session with no record yet is streamed like any other: its records come from
+        # the shared reader of the log (of its partition on Kafka) once they are written,
+        # so a subscriber before the first message costs a key in that reader's table.
+        position = 0
+        if cursor:
+            # A cursor past what this process read of the session may be past its end:
+            # read (an empty session's end is 0). One within it (a client resuming, or
+            # streaming the answer to the message it just posted) needs no read. With no
+            # cursor there is nothing to read first: the stream starts at the beginning.
+            view = gw.sessions.known(log_session_id)
+            if view is None or cursor > view.position:
+                view = await gw.sessions.get(log_session_id)
+            position = view.position
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.
         stream = session_stream(
             gw.log,
             gw.live,
-            log_session_id=view.session_id,
+            log_session_id=log_session_id,
             public_session_id=session_id,
-            after=min(cursor or 0, view.position),
+            after=min(cursor or 0, position),
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
         )
