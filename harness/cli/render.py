@@ -12,7 +12,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO
+from typing import IO, Any
 
 from harness.views import OpenAsk, SessionSummary, TimelineItem, usage_text
 
@@ -272,7 +272,7 @@ def printable(text: str, *, lines: bool = False) -> str:
 
 
 def _printable_item(item: TimelineItem) -> TimelineItem:
-    changes = {
+    changes: dict[str, Any] = {
         # (a text's line breaks and tabs read as spaces, as its quoted form shows them)
         name: printable(" ".join(value.split()) if name == "text" else value)
         for name in _TEXT_FIELDS
