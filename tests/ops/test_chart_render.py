@@ -243,6 +243,9 @@ TEMPLATE_REFUSALS = [
     ({"worker": {"drainTimeoutSeconds": 55}}, "worker.drainTimeoutSeconds (55) needs worker.terminationGracePeriodSeconds of at least 65"),
     # (both on one container: the gateway could not bind its second listener and crash-looped)
     ({"gateway": {"port": 9464}}, "gateway.port (9464) is metrics.port too"),
+    # (rendered no Ingress at all, silently: the operator found the hosts unreachable)
+    ({"gateway": {"enabled": False, "ingress": {"enabled": True}}},
+     "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to"),
 ]
 
 

@@ -118,6 +118,9 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- fail (printf "kafka.config.%s looks like a credential: put it in a Secret (kafka.sasl.existingSecret / kafka.tls.existingSecret)" $key) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.gateway.ingress.enabled (not .Values.gateway.enabled) -}}
+{{- fail "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to; enable the gateway or set gateway.ingress.enabled=false" -}}
+{{- end -}}
 {{- $auth := .Values.gateway.auth -}}
 {{- if and .Values.gateway.enabled (ne $auth.mode "open") (or (not $auth.existingSecret) (not $auth.secretKey)) -}}
 {{- fail (printf "gateway.auth.mode %s needs gateway.auth.existingSecret and gateway.auth.secretKey (the file in that Secret)" $auth.mode) -}}
