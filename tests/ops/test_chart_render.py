@@ -30,8 +30,12 @@ FULL: dict[str, Any] = {
     },
     "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
     "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
-    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32},
+    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32,
+               # every form of a quantity the schema lets through, which Kubernetes accepts too
+               "resources": {"requests": {"cpu": 1, "memory": "1.5Gi"},
+                             "limits": {"cpu": "2", "memory": "2e9", "ephemeral-storage": "1G"}}},
     "gateway": {
+        "resources": {"requests": {"cpu": 0.5, "memory": ".5Gi"}},
         "auth": {"mode": "jwt", "existingSecret": "gw-auth", "secretKey": "jwt.key",
                  "jwtIssuer": "https://id.example.com", "tenantClaim": "org"},
         "ingress": {"enabled": True, "className": "nginx",
@@ -229,6 +233,11 @@ SCHEMA_REFUSALS = [
     ({"logging": {"level": "LOUD"}}, "level"),
     ({"metrics": {"port": 70000}}, "port"),
     ({"worker": {"replicas": "three"}}, "replicas"),
+    # (only the API server refused them, at install: the schema names the value)
+    ({"worker": {"resources": {"limits": {"memory": "lots"}}}}, "/worker/resources/limits/memory"),
+    ({"worker": {"resources": {"requests": {"cpu": "250 m"}}}}, "/worker/resources/requests/cpu"),
+    ({"gateway": {"resources": {"requests": {"memory": "128MB"}}}}, "/gateway/resources/requests/memory"),
+    ({"gateway": {"resources": {"limits": {"cpu": -1}}}}, "/gateway/resources/limits/cpu"),
 ]
 TEMPLATE_REFUSALS = [
     ({"worker": {"replicas": 13}}, "worker.replicas (13) is above kafka.partitions (12)"),
