@@ -141,6 +141,9 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["app-secrets"]["mountPath"] == "/var/run/harness/secrets" and mounts["app-secrets"]["readOnly"]
     assert c["args"] == ["worker"]
+    gw_env = {e["name"] for e in container(find(docs, "Deployment", "-gateway"))["env"]}
+    assert "HARNESS_KAFKA_CONFIG_SASL_PASSWORD" in gw_env, "the gateway is a Kafka client too"
+    assert not any(n.startswith("HARNESS_SECRET_") for n in gw_env), "app secrets are the workers' only"
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
     pod = worker["spec"]["template"]["spec"]
