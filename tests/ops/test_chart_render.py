@@ -195,9 +195,24 @@ def test_service_monitors_select_the_services_and_their_metrics_port(tmp_path: P
 
 
 def test_prometheus_rule_and_dashboard_configmap_ship_the_files(tmp_path: Path) -> None:
+    """The PrometheusRule is the rules file, but for HarnessWorkerDown narrowed to the
+    release's workers (promtool tests it: tests/ops/test_alerts.py) and runbook_url built from
+    prometheusRule.runbookBaseUrl; a release without workers has no HarnessWorkerDown."""
     docs = render(_values(tmp_path, "full"))
     rules = yaml.safe_load((CHART / "alerts" / "durable-harness.rules.yaml").read_text())
+    (worker_down,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "HarnessWorkerDown"]
+    selector = 'up{job="durable-harness-worker"}'
+    assert worker_down["expr"].count(selector) == 2  # up == 0, and absent()
+    worker_down["expr"] = worker_down["expr"].replace(
+        selector, 'up{job="durable-harness-worker", namespace="default", service="t-durable-harness-worker"}')
     assert find(docs, "PrometheusRule")["spec"] == rules
+    base = "https://wiki.acme.internal/ops/harness-runbook"
+    other = render(write_values(tmp_path / "other.yaml", {
+        "worker": {"enabled": False}, "prometheusRule": {"enabled": True, "runbookBaseUrl": base + "/"}}))
+    shipped = [r for g in find(other, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert "HarnessWorkerDown" not in {r["alert"] for r in shipped}
+    assert len(shipped) == sum(len(g["rules"]) for g in rules["groups"]) - 1
+    assert {r["annotations"]["runbook_url"] for r in shipped} == {f"{base}#{r['alert'].lower()}" for r in shipped}
     dashboard = find(docs, "ConfigMap", "-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = json.loads(dashboard["data"]["durable-harness.json"])
@@ -235,6 +250,7 @@ SCHEMA_REFUSALS = [
     ({"kafka": {"bootstrap": "kafka"}}, "bootstrap"),  # (no port: every worker exited 2 on it)
     ({"logging": {"level": "LOUD"}}, "level"),
     ({"metrics": {"port": 70000}}, "port"),
+    ({"prometheusRule": {"runbookBaseUrl": "docs/runbook.md"}}, "/prometheusRule/runbookBaseUrl"),
     ({"worker": {"replicas": "three"}}, "replicas"),
     # (only the API server refused them, at install: the schema names the value)
     ({"worker": {"resources": {"limits": {"memory": "lots"}}}}, "/worker/resources/limits/memory"),
