@@ -17,17 +17,21 @@ def write_values(path: Path, values: Mapping[str, Any]) -> Path:
     return path
 
 
-def template(values: Path | None = None, *, release: str = RELEASE, check: bool = True) -> tuple[int, str, str]:
+def template(
+    values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None, check: bool = True
+) -> tuple[int, str, str]:
     """``helm template`` (always for Kubernetes KUBE_VERSION): (exit code, manifests, stderr)."""
     argv = [tool("helm"), "template", release, str(CHART), "--kube-version", KUBE_VERSION]
+    if namespace is not None:
+        argv += ["--namespace", namespace]
     if values is not None:
         argv += ["-f", str(values)]
     proc = run(argv, check=check)
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def render(values: Path | None = None, *, release: str = RELEASE) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(template(values, release=release)[1]) if d]
+def render(values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(template(values, release=release, namespace=namespace)[1]) if d]
 
 
 def validate(manifests: str, workdir: Path) -> str:

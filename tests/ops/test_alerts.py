@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import yaml
+from chart import find, render, write_values
 from ops_prometheus import promtool
 from ops_tools import CHART, REPO
 
 RULES = CHART / "alerts" / "durable-harness.rules.yaml"
 ALERT_TESTS = Path(__file__).resolve().parent / "promtool" / "alerts.test.yaml"
+CHART_ALERT_TESTS = ALERT_TESTS.with_name("chart-alerts.test.yaml")
+# runbook_url = <base>#<alert>: the rules file's base is the chart's default
+RUNBOOK_BASE = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseUrl"]
 RUNBOOK = REPO / "docs" / "runbook.md"
 EXPECTED = {
     "HarnessWorkerDown", "HarnessInputLagGrowing", "HarnessDeadLetters", "HarnessFencingStorm",
@@ -36,6 +41,25 @@ def test_promtool_unit_tests_of_the_alerts_pass() -> None:
     assert tested == {a["alert"] for a in _alerts()}, "every alert has a promtool unit test"
 
 
+def test_the_charts_prometheus_rule_passes_its_promtool_unit_tests(tmp_path: Path) -> None:
+    """The PrometheusRule as the chart renders it for a release: HarnessWorkerDown watches
+    that release's workers only (a target down, or none at all), runbook_url is built from
+    prometheusRule.runbookBaseUrl (full URLs Alertmanager links)."""
+    values = write_values(tmp_path / "values.yaml", {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True,
+                           "runbookBaseUrl": "https://git.acme.internal/harness/blob/main/docs/runbook.md"},
+    })
+    spec = find(render(values, release="acme", namespace="prod"), "PrometheusRule")["spec"]
+    rules = tmp_path / "chart.rules.yaml"
+    rules.write_text(yaml.safe_dump(spec))
+    out = promtool("check", "rules", str(rules))
+    assert f"SUCCESS: {len(_alerts())} rules found" in out, out
+    tests = shutil.copy(CHART_ALERT_TESTS, tmp_path / CHART_ALERT_TESTS.name)
+    out = promtool("test", "rules", str(tests))
+    assert "SUCCESS" in out, out
+
+
 def test_every_alert_has_a_runbook_entry() -> None:
     alerts = _alerts()
     assert {a["alert"] for a in alerts} == EXPECTED
@@ -46,7 +70,7 @@ def test_every_alert_has_a_runbook_entry() -> None:
         assert name in headings, f"docs/runbook.md has no '## {name}' entry"
         annotations = alert["annotations"]
         assert isinstance(annotations, dict)
-        assert annotations["runbook_url"] == f"docs/runbook.md#{name.lower()}"
+        assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}"
         section = runbook.split(f"## {name}", 1)[1].split("\n## ", 1)[0]
         for part in ("Meaning", "Impact", "Diagnosis", "Mitigation"):
             assert f"**{part}**" in section, f"runbook entry {name} lacks its {part}"

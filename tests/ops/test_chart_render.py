@@ -30,8 +30,12 @@ FULL: dict[str, Any] = {
     },
     "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
     "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
-    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32},
+    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32,
+               # every form of a quantity the schema lets through, which Kubernetes accepts too
+               "resources": {"requests": {"cpu": 1, "memory": "1.5Gi"},
+                             "limits": {"cpu": "2", "memory": "2e9", "ephemeral-storage": "1G"}}},
     "gateway": {
+        "resources": {"requests": {"cpu": 0.5, "memory": ".5Gi"}},
         "auth": {"mode": "jwt", "existingSecret": "gw-auth", "secretKey": "jwt.key",
                  "jwtIssuer": "https://id.example.com", "tenantClaim": "org"},
         "ingress": {"enabled": True, "className": "nginx",
@@ -137,6 +141,9 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["app-secrets"]["mountPath"] == "/var/run/harness/secrets" and mounts["app-secrets"]["readOnly"]
     assert c["args"] == ["worker"]
+    gw_env = {e["name"] for e in container(find(docs, "Deployment", "-gateway"))["env"]}
+    assert "HARNESS_KAFKA_CONFIG_SASL_PASSWORD" in gw_env, "the gateway is a Kafka client too"
+    assert not any(n.startswith("HARNESS_SECRET_") for n in gw_env), "app secrets are the workers' only"
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
     pod = worker["spec"]["template"]["spec"]
@@ -188,9 +195,24 @@ def test_service_monitors_select_the_services_and_their_metrics_port(tmp_path: P
 
 
 def test_prometheus_rule_and_dashboard_configmap_ship_the_files(tmp_path: Path) -> None:
+    """The PrometheusRule is the rules file, but for HarnessWorkerDown narrowed to the
+    release's workers (promtool tests it: tests/ops/test_alerts.py) and runbook_url built from
+    prometheusRule.runbookBaseUrl; a release without workers has no HarnessWorkerDown."""
     docs = render(_values(tmp_path, "full"))
     rules = yaml.safe_load((CHART / "alerts" / "durable-harness.rules.yaml").read_text())
+    (worker_down,) = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "HarnessWorkerDown"]
+    selector = 'up{job="durable-harness-worker"}'
+    assert worker_down["expr"].count(selector) == 2  # up == 0, and absent()
+    worker_down["expr"] = worker_down["expr"].replace(
+        selector, 'up{job="durable-harness-worker", namespace="default", service="t-durable-harness-worker"}')
     assert find(docs, "PrometheusRule")["spec"] == rules
+    base = "https://wiki.acme.internal/ops/harness-runbook"
+    other = render(write_values(tmp_path / "other.yaml", {
+        "worker": {"enabled": False}, "prometheusRule": {"enabled": True, "runbookBaseUrl": base + "/"}}))
+    shipped = [r for g in find(other, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert "HarnessWorkerDown" not in {r["alert"] for r in shipped}
+    assert len(shipped) == sum(len(g["rules"]) for g in rules["groups"]) - 1
+    assert {r["annotations"]["runbook_url"] for r in shipped} == {f"{base}#{r['alert'].lower()}" for r in shipped}
     dashboard = find(docs, "ConfigMap", "-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = json.loads(dashboard["data"]["durable-harness.json"])
@@ -228,7 +250,13 @@ SCHEMA_REFUSALS = [
     ({"kafka": {"bootstrap": "kafka"}}, "bootstrap"),  # (no port: every worker exited 2 on it)
     ({"logging": {"level": "LOUD"}}, "level"),
     ({"metrics": {"port": 70000}}, "port"),
+    ({"prometheusRule": {"runbookBaseUrl": "docs/runbook.md"}}, "/prometheusRule/runbookBaseUrl"),
     ({"worker": {"replicas": "three"}}, "replicas"),
+    # (only the API server refused them, at install: the schema names the value)
+    ({"worker": {"resources": {"limits": {"memory": "lots"}}}}, "/worker/resources/limits/memory"),
+    ({"worker": {"resources": {"requests": {"cpu": "250 m"}}}}, "/worker/resources/requests/cpu"),
+    ({"gateway": {"resources": {"requests": {"memory": "128MB"}}}}, "/gateway/resources/requests/memory"),
+    ({"gateway": {"resources": {"limits": {"cpu": -1}}}}, "/gateway/resources/limits/cpu"),
 ]
 TEMPLATE_REFUSALS = [
     ({"worker": {"replicas": 13}}, "worker.replicas (13) is above kafka.partitions (12)"),
@@ -243,6 +271,9 @@ TEMPLATE_REFUSALS = [
     ({"worker": {"drainTimeoutSeconds": 55}}, "worker.drainTimeoutSeconds (55) needs worker.terminationGracePeriodSeconds of at least 65"),
     # (both on one container: the gateway could not bind its second listener and crash-looped)
     ({"gateway": {"port": 9464}}, "gateway.port (9464) is metrics.port too"),
+    # (rendered no Ingress at all, silently: the operator found the hosts unreachable)
+    ({"gateway": {"enabled": False, "ingress": {"enabled": True}}},
+     "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to"),
 ]
 
 

@@ -19,6 +19,7 @@ from ops_tools import REPO, Proc, free_port, http_get, wait_for
 from harness import ids
 from harness.client import HarnessClient
 from harness.records import TurnFinished
+from harness.services.worker.secrets import ENV_PREFIX, secrets_from_env
 
 pytestmark = pytest.mark.kafka
 
@@ -57,6 +58,13 @@ def test_rendered_worker_pod_runs_a_session(kafka_bootstrap: str, unique_prefix:
     argv, env = process_of(docs, sts, pod_name=pod_name, secrets=SECRETS)
     assert argv == ["harness", "worker"]
     assert env["HARNESS_INSTANCE_ID"] == pod_name
+    # App secrets (model API keys) reach the sessions' tools through the worker only (as the
+    # worker reads them); the gateway never calls a model or runs a tool, so its pods get none.
+    assert secrets_from_env(env) == {"openai": "sk-test-not-a-real-key"}
+    gw_argv, gw_env = process_of(docs, find(docs, "Deployment", "-gateway"), pod_name="gw", secrets=SECRETS)
+    assert gw_argv[:2] == ["harness", "gateway"]
+    assert not [k for k in gw_env if k.startswith(ENV_PREFIX)], "a gateway pod got the workers' app secrets"
+    assert "sk-test-not-a-real-key" not in gw_env.values()
 
     # The image's `harness` is this checkout's CLI: run it with this interpreter.
     proc_env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}

@@ -118,6 +118,9 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- fail (printf "kafka.config.%s looks like a credential: put it in a Secret (kafka.sasl.existingSecret / kafka.tls.existingSecret)" $key) -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.gateway.ingress.enabled (not .Values.gateway.enabled) -}}
+{{- fail "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to; enable the gateway or set gateway.ingress.enabled=false" -}}
+{{- end -}}
 {{- $auth := .Values.gateway.auth -}}
 {{- if and .Values.gateway.enabled (ne $auth.mode "open") (or (not $auth.existingSecret) (not $auth.secretKey)) -}}
 {{- fail (printf "gateway.auth.mode %s needs gateway.auth.existingSecret and gateway.auth.secretKey (the file in that Secret)" $auth.mode) -}}
@@ -133,8 +136,9 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* Environment shared by workers and gateways: secrets and Kafka credentials (the rest is in the ConfigMap). */}}
-{{- define "harness.secretEnv" -}}
+{{/* Environment shared by workers and gateways: the Kafka credentials (the rest is in the ConfigMap).
+App secrets are not here: only workers read them (harness.appSecretEnv). */}}
+{{- define "harness.kafkaCredentialEnv" -}}
 {{- $k := .Values.kafka -}}
 {{- if $k.sasl.existingSecret }}
 - name: HARNESS_KAFKA_CONFIG_SASL_USERNAME
@@ -148,6 +152,12 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
       name: {{ $k.sasl.existingSecret }}
       key: {{ $k.sasl.passwordKey }}
 {{- end }}
+{{- end -}}
+
+{{/* App secrets (model API keys ...) as HARNESS_SECRET_<NAME>: the workers' only. The worker
+gives them to its sessions' tools and model calls; the gateway never calls a model nor runs a
+tool and never reads HARNESS_SECRET_* (least privilege: a gateway pod cannot leak them). */}}
+{{- define "harness.appSecretEnv" -}}
 {{- range .Values.appSecrets.env }}
 - name: {{ printf "HARNESS_SECRET_%s" (.name | upper | replace "-" "_" | replace "." "_") }}
   valueFrom:
@@ -196,7 +206,8 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 - name: HARNESS_SECRETS_DIR
   value: /var/run/harness/secrets
 {{- end }}
-{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with (include "harness.kafkaCredentialEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with (include "harness.appSecretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
 {{- with $.Values.worker.extraEnv }}
 {{- toYaml . | nindent 0 }}
 {{- end }}
@@ -204,7 +215,7 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 
 {{/* The gateway container's env entries (may be none). */}}
 {{- define "harness.gatewayEnv" -}}
-{{- with (include "harness.secretEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
+{{- with (include "harness.kafkaCredentialEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
 {{- with .Values.gateway.extraEnv }}
 {{- toYaml . | nindent 0 }}
 {{- end }}
