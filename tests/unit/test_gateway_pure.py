@@ -21,6 +21,7 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay.state import fold
+from harness.services.gateway.middleware import session_path, session_url_path
 from harness.services.gateway.receipts import receipt_for
 from harness.services.gateway.routes import (
     SummaryOut,
@@ -29,8 +30,6 @@ from harness.services.gateway.routes import (
     _order,
     _parse_cursor,
     _public,
-    session_path,
-    session_url_path,
 )
 from harness.services.gateway.settings import parse_settings
 from harness.services.gateway.sse import event_frame

@@ -1,0 +1,143 @@
+"""The gateway's ASGI middleware: the body size limit, request metrics, and session ids
+holding a ``/`` (sent percent-encoded) kept as one path segment."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote, unquote
+
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["SESSIONS_PATH", "BodyLimit", "EncodedSlashes", "RequestMetrics", "session_path", "session_url_path"]
+
+
+class BodyLimit:
+    """413 for a body over ``limit`` bytes, by Content-Length or as it streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._refuse(scope, receive, send)
+                    return
+        # A body without a Content-Length (chunked) is counted as it streams in. Past the
+        # limit the route is told the body ended there and its answer is replaced by the 413
+        # (an exception raised here would reach the route's body parsing as a 400).
+        seen = 0
+        too_big = False
+        refused = False
+
+        async def limited() -> Message:
+            nonlocal seen, too_big
+            if too_big:
+                return {"type": "http.request", "body": b"", "more_body": False}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    too_big = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal refused
+            if not too_big:
+                await send(message)
+            elif not refused:
+                refused = True
+                await self._refuse(scope, receive, send)
+
+        await self.app(scope, limited, sending)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413)
+        await response(scope, receive, send)
+
+
+class RequestMetrics:
+    """Counts each request by its route template (pure ASGI: streams pass through untouched)."""
+
+    def __init__(self, app: ASGIApp, metrics: Any) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            template = getattr(scope.get("route"), "path", "other")
+            self.metrics.http_request(template, scope.get("method", "GET"), status, time.perf_counter() - started)
+
+
+SESSIONS_PATH = "/v1/sessions/"
+
+
+class EncodedSlashes:
+    """Lets a session id hold a ``/``: in a URL it is sent percent-encoded, ``team%2Falice``.
+
+    The ASGI server decodes the path before routing, so ``/v1/sessions/team%2Falice/events``
+    reaches the router as ``/v1/sessions/team/alice/events``, which no route takes. The
+    undecoded ``raw_path`` still tells an encoded ``/`` from a separator: this puts the
+    session id's segment back as ONE segment, its ``%`` and ``/`` encoded (``%25``, ``%2F``),
+    and the routes' ``SessionId`` decodes it. A path whose session segment holds no ``%``
+    is left as it is (nothing to tell apart), and so is one whose ``raw_path`` does not
+    decode to the server's ``path`` (a server that rewrote it: trust the server).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw and b"%" in raw and SESSIONS_PATH in scope["path"]:
+                path = session_path(raw.decode("latin-1"), scope["path"])
+                if path is not None:
+                    scope = {**scope, "path": path}
+        await self.app(scope, receive, send)
+
+
+def session_path(raw: str, path: str) -> str | None:
+    """``path`` with its session id's segment kept as one segment (see :class:`EncodedSlashes`),
+    or None to leave it as it is."""
+    segments = raw.split("/")
+    if unquote("/".join(segments)) != path:
+        return None
+    for at in range(2, len(segments)):
+        if segments[at - 2:at] == ["v1", "sessions"]:
+            if "%" not in segments[at]:
+                return None
+            decoded = [unquote(segment) for segment in segments]
+            decoded[at] = decoded[at].replace("%", "%25").replace("/", "%2F")
+            return "/".join(decoded)
+    return None
+
+
+def session_url_path(session_id: str, root_path: str = "") -> str:
+    """The URL path of a session: its id percent-encoded as one path segment (``/`` as ``%2F``)."""
+    return f"{root_path}{SESSIONS_PATH}{quote(session_id, safe='')}"
