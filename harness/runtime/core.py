@@ -465,8 +465,10 @@ class SessionCore:
 
     def _stand_by(self, busy: SessionBusy) -> None:
         """Another live owner holds the session: try again once it gives the session up or
-        its lease runs out. A wait of a second or more is a warning: a script that
-        configured no logging shows it (it would otherwise sit silent for a lease)."""
+        its lease runs out. In a host a wait of a second or more is a warning: a script that
+        configured no logging shows it (it would otherwise sit silent for a lease). In a
+        worker (``follow=False``) another worker holding the session is how workers on one
+        file share it: INFO, unless its holder outlives its lease (a stalled process)."""
         now = self.clock.now()
         stalled = busy.holder_pid is not None  # its lease ran out, its process lives on
         if stalled:
@@ -476,7 +478,8 @@ class SessionCore:
         told = (busy.owner, stalled)
         if told != self._told_busy:  # once per holder, not at every retry
             self._told_busy = told
-            log.log(logging.WARNING if until - now >= 1 or stalled else logging.INFO,
+            warn = stalled or (self.follow and until - now >= 1)
+            log.log(logging.WARNING if warn else logging.INFO,
                     logs.lease_wait_message(self.session_id, busy.owner, busy.lease_until, now,
                                             holder_pid=busy.holder_pid, keep_until=busy.keep_until))
         self._busy_until = until
