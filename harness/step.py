@@ -547,12 +547,28 @@ class SyncStep:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        """Like ``await step.do``; ``fn`` runs on this thread (already off the loop)."""
-        self._inner._names.check_fn(name, fn)
-        stored, info = self._run(_call_on_loop(self._inner.begin, name))
+        """Like ``await step.do``; ``fn`` runs on this thread (already off the loop). As
+        the async one: a step stored already is served; a new one first stops here if
+        the owner is handing over (the drain's boundary); both are counted in the step
+        metrics."""
+        inner = self._inner
+        inner._names.check_fn(name, fn)
+        stored, info = self._run(_call_on_loop(inner.begin, name))
+        if not isinstance(inner, DurableStep):  # plain mode: no log, no drain, no metrics
+            assert info is not None
+            return self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
         if info is None:
+            metrics.step(inner._s.harness_name, "served")
             return stored
-        return self._run(self._inner.finish(name, _call_fn_here(fn, info, self._loop)))
+        self._run(inner._boundary())
+        started = time.perf_counter()
+        try:
+            value = self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
+        except BaseException:
+            metrics.step(inner._s.harness_name, "failed", time.perf_counter() - started)
+            raise
+        metrics.step(inner._s.harness_name, "ran", time.perf_counter() - started)
+        return value
 
     def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         self._run(self._inner.sleep(name, duration, until=until))

@@ -72,6 +72,17 @@ async def test_a_turn_reports_its_steps_tool_call_turn_and_model_calls(host, log
     assert all(isinstance(d, float) and d >= 0 for d in durations)
 
 
+async def test_a_sync_tools_steps_are_counted_as_an_async_tools_are(host, recorder):
+    def execute(args: Args, ctx: Any) -> Any:  # a def tool: it runs on a thread
+        ctx.step.do("one", lambda: 1)
+        ctx.step.do("two", lambda: 2)
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert recorder.count("step", "test/metrics", "ran") == 2
+
+
 async def test_a_failing_tool_is_an_error_and_a_refused_call_is_rejected(host, recorder):
     async def execute(args: Args, ctx: Any) -> Any:
         raise RuntimeError("boom")

@@ -265,3 +265,53 @@ async def test_the_worker_reads_its_drain_timeout_from_a_flag_or_the_environment
         parse(["--app", "a:b"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": "-1"})
     with pytest.raises(SystemExit):
         parse(["--app", "a:b", "--drain-timeout", "inf"], {})
+
+
+async def test_a_sync_safe_call_stops_at_its_next_step_boundary_too() -> None:
+    """A sync tool (``def``, run on a thread) has the same boundary as an async one: the
+    drain lets its running step finish and stops it before the next step's fn."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    entered = asyncio.Event()
+    release = threading.Event()
+    ran: list[str] = []
+
+    def two_steps(args: Args, ctx: Any) -> dict[str, Any]:
+        def first() -> str:
+            ran.append("first")
+            loop.call_soon_threadsafe(entered.set)
+            release.wait(30)
+            return "one"
+
+        def second() -> str:
+            ran.append("second")
+            return "two"
+
+        return {"first": ctx.step.do("first", first), "second": ctx.step.do("second", second)}
+
+    def script(messages: list[dict[str, Any]]) -> ModelResponse:
+        if messages[-1]["role"] == "tool":
+            return ModelResponse(text="done")
+        return ModelResponse(tool_calls=[ToolCall(id="c1", name="two_steps", arguments={})])
+
+    harness = define_harness(name="drain", model=ScriptedModel(script), tools=[durable_tool(
+        tool_definition(name="two_steps", description="d", input_schema=Args), two_steps, replay="safe")])
+    log = MemoryLog()
+    _, stop, run = await start(log, harness)
+    await log.submit(InputMessage("s", 0, "in-1", "go", "drain"))
+    await entered.wait()
+    stop.set()
+    await asyncio.sleep(0.05)
+    assert not run.done(), "the step that runs goes on to its result"
+    release.set()
+    async with asyncio.timeout(30):
+        await run
+    entries = await log.read_all()
+    assert [e.record.name for e in entries if e.type == "harness.step.result"] == ["first"]
+    assert records(entries, ToolResult) == [] and ran == ["first"]
+
+    entries = await finish(log, harness)
+    [result] = records(entries, ToolResult)
+    assert (result.is_error, result.content) == (False, {"first": "one", "second": "two"})
+    assert ran == ["first", "second"], "the finished step is replayed from the log, not run again"
