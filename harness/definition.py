@@ -10,6 +10,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
+from harness.clock import duration_seconds
 from harness.errors import DefinitionError
 from harness.models.base import Model, model_keywords
 from harness.replay.planner import ToolPolicy
@@ -130,13 +131,13 @@ class Durability:
     """Retries of one model call after transient errors (429, 5xx, timeouts, connection
     resets, a stream cut half-way) before the turn fails with ``model_error``; 0: none."""
     model_backoff: timedelta = timedelta(seconds=1)
-    """The wait before the first retry; each retry doubles it (with jitter: a wait is
+    """The wait before the first retry (a timedelta, or seconds: ``model_backoff=0.5``); each retry doubles it (with jitter: a wait is
     drawn between half and all of it), up to ``model_backoff_max``."""
     model_backoff_max: timedelta = timedelta(seconds=60)
     """The longest wait between two tries of a model call, ``Retry-After`` included (a
     provider asking for a longer wait gets this long, then the next try)."""
     timeout: timedelta | None = None
-    """How long a turn may take, from its first start (takeovers included), before it
+    """How long a turn may take (a timedelta, or seconds: ``timeout=300``), from its first start (takeovers included), before it
     stops at its next boundary and fails with code ``timeout``; None: no limit. A final
     answer already logged still completes the turn."""
 
@@ -153,14 +154,24 @@ class Durability:
                 raise DefinitionError(
                     f"durability.{field_name} must be a whole number of at least {least}, not {value!r}"
                 )
-        if not isinstance(self.model_backoff, timedelta) or not isinstance(self.model_backoff_max, timedelta):
-            raise DefinitionError("durability.model_backoff and model_backoff_max are timedeltas")
+        for field_name in ("model_backoff", "model_backoff_max", "timeout"):  # seconds as a number too
+            value = getattr(self, field_name)
+            if value is None or isinstance(value, timedelta):
+                continue
+            try:
+                seconds = duration_seconds(value, f"durability.{field_name}")
+            except ValueError as exc:
+                raise DefinitionError(str(exc)) from None
+            object.__setattr__(self, field_name, timedelta(seconds=seconds))
         if self.model_backoff <= timedelta(0) or self.model_backoff_max < self.model_backoff:
             raise DefinitionError("durability.model_backoff must be positive and at most model_backoff_max")
         if self.timeout is not None and (
             not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
         ):
-            raise DefinitionError(f"durability.timeout must be a positive timedelta or None, not {self.timeout!r}")
+            raise DefinitionError(
+                f"durability.timeout must be positive (a timedelta or seconds) or None, "
+                f"not {self.timeout.total_seconds():g} s"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,6 +284,16 @@ async def test_a_new_owner_waits_until_the_logged_deadline(hosts, log, clock):
     assert (result.text, second.calls) == ("resumed", 1)
 
 
+
+def test_durations_of_durability_take_seconds_as_well_as_timedeltas() -> None:
+    d = Durability(model_backoff=0.5, model_backoff_max=30, timeout=300)  # type: ignore[arg-type]
+    assert (d.model_backoff, d.model_backoff_max, d.timeout) == (
+        timedelta(seconds=0.5), timedelta(seconds=30), timedelta(minutes=5))
+    for bad, says in (("5", "not str"), (True, "not bool"), (float("nan"), "finite"), (-1, "positive")):
+        with pytest.raises(DefinitionError, match=says):
+            Durability(timeout=bad)  # type: ignore[arg-type]
+
+
 def test_backoff_is_exponential_jittered_capped_and_honours_retry_after():
     d = Durability(model_backoff=timedelta(seconds=1), model_backoff_max=timedelta(seconds=10))
     rng = random.Random(1)
