@@ -89,7 +89,7 @@ async def chat(
     system_prompt: str | None = None,
     hooks: Hooks | Mapping[str, Any] | None = None,
     secrets: Mapping[str, str | SecretStr] | None = None,
-    max_model_calls: int = 50,
+    max_model_calls: int | None = None,
     clock: Clock | None = None,
     stream: StreamSink | None = None,
     durability: Durability | Mapping[str, Any] | None = None,
@@ -110,7 +110,8 @@ async def chat(
     is raised.
 
     ``hooks`` and ``durability`` are a ``Hooks`` / ``Durability`` or a dict of their
-    fields, as for ``define_harness``.
+    fields, as for ``define_harness``. ``max_model_calls`` bounds the model calls of this
+    ``chat()``; by default ``durability.max_model_calls`` (50).
 
     Raises:
         DefinitionError: a model without an async ``complete()``, ``tools`` that is not a
@@ -126,6 +127,8 @@ async def chat(
     system_prompt = check_system_prompt(system_prompt, "chat()")
     hooks = check_hooks(hooks, "chat()")
     durability = check_durability(durability, "chat()")
+    if max_model_calls is None:  # (durability's, 50 unless it says otherwise)
+        max_model_calls = durability.max_model_calls
     _check_options(max_model_calls, clock, stream)
     out = _copied_messages(messages)
     if system_prompt and not (out and out[0].get("role") == "system"):

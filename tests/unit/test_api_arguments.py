@@ -264,7 +264,7 @@ async def test_records_type_must_be_a_string_or_none(host, bad):
 HI = [{"role": "user", "content": "hi"}]
 
 
-@pytest.mark.parametrize("bad", [0, -1, "5", True, 2.5, None])
+@pytest.mark.parametrize("bad", [0, -1, "5", True, 2.5])
 async def test_chat_max_model_calls_is_a_whole_number_of_at_least_one(bad):
     model = script("done")
     says = f"chat(): max_model_calls must be a whole number of at least 1, not {bad!r}"
@@ -275,6 +275,23 @@ async def test_chat_max_model_calls_is_a_whole_number_of_at_least_one(bad):
 
 async def test_chat_max_model_calls_of_one_is_one_call():
     assert [m["role"] for m in await chat(model=script("done"), messages=HI, max_model_calls=1)] == ["user", "assistant"]
+
+
+async def test_chat_takes_its_bound_of_model_calls_from_durability_unless_given():
+    from pydantic import BaseModel
+
+    from harness import tool
+    from harness.errors import HarnessError
+
+    class NoArgs(BaseModel):
+        pass
+
+    again = tool(tool_definition(name="again", description="d", input_schema=NoArgs), lambda args, ctx: "ok")
+    model = ScriptedModel(lambda messages: ModelResponse(tool_calls=[ToolCall(id="c", name="again", arguments={})]))
+    with pytest.raises(HarnessError, match="after 2 model calls"):
+        await chat(model=model, messages=HI, tools=[again], durability={"max_model_calls": 2})
+    with pytest.raises(HarnessError, match="after 3 model calls"):
+        await chat(model=model, messages=HI, tools=[again], durability={"max_model_calls": 2}, max_model_calls=3)
 
 
 def _before(event: Any) -> None:
