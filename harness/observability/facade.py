@@ -51,8 +51,10 @@ TOOL_OUTCOMES = frozenset({"ok", "error", "cut", "rejected"})
 answered for a call that may have run; ``rejected``: unknown tool or invalid arguments."""
 TURN_OUTCOMES = frozenset({"completed", "failed", "aborted"})
 TOKEN_KINDS = frozenset({"input", "output"})
-SESSION_STATES = ("running", "waiting", "sleeping")
-"""``waiting``: parked on ``step.ask``; ``sleeping``: parked on ``step.sleep``."""
+SESSION_STATES = ("running", "waiting", "sleeping", "unreadable", "held")
+"""``waiting``: parked on ``step.ask``; ``sleeping``: parked on ``step.sleep``;
+``unreadable``: never driven, its log has an unreadable record (parked for good, its
+inputs refused); ``held``: not driven while ``secrets_for`` fails for it (retried)."""
 
 
 @dataclass(frozen=True, slots=True)

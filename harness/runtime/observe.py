@@ -54,6 +54,8 @@ def observe_runtimes(
     for rt in list(runtimes.values()):
         for session in list(rt.sessions.values()):
             counts[session_state(session.state, now_ms)] += 1
+        counts["unreadable"] += len(rt.parked)
+        counts["held"] += len(rt.held)
     partitions = tuple(sorted(owned))
     return Observation(
         partitions=partitions,

@@ -21,6 +21,7 @@ RUNBOOK = REPO / "docs" / "runbook.md"
 EXPECTED = {
     "HarnessWorkerDown", "HarnessInputLagGrowing", "HarnessDeadLetters", "HarnessFencingStorm",
     "HarnessRebuildSlow", "HarnessAttemptsExhaustedSpike", "HarnessEventLoopStalled", "HarnessHandOverCutCalls",
+    "HarnessSessionsHeld",
 }
 
 
@@ -80,6 +81,7 @@ def test_every_alert_has_a_runbook_entry() -> None:
 RUNBOOK_LOG_LINES = [
     "owning partition", "gave up partition", "its producer stopped", "event loop has not run",
     "drain timed out", "is parked, not driven", "an unreadable record of no known session",
+    "is held, not driven", "got its secrets: driving it", "input(s) of parked session",
 ]
 
 

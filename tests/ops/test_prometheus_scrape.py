@@ -223,6 +223,7 @@ def test_alert_rules_load_and_evaluate_in_prometheus(fleet_run: Run) -> None:
     assert {r["name"] for r in rules} == {
         "HarnessWorkerDown", "HarnessInputLagGrowing", "HarnessDeadLetters", "HarnessFencingStorm",
         "HarnessRebuildSlow", "HarnessAttemptsExhaustedSpike", "HarnessEventLoopStalled", "HarnessHandOverCutCalls",
+        "HarnessSessionsHeld",
     }
     assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
     firing = [r["name"] for r in rules if r["state"] != "inactive"]

@@ -336,7 +336,8 @@ async def test_worker_publishes_sessions_by_state_and_its_rebuild(sink: Promethe
         await log.submit(InputMessage("asker", 0, "in-1", "ask", "parking"))
 
         def published(running: int, waiting: int, sleeping: int) -> bool:
-            return worker.observe().sessions == {"running": running, "waiting": waiting, "sleeping": sleeping}
+            return worker.observe().sessions == {"running": running, "waiting": waiting, "sleeping": sleeping,
+                                                 "unreadable": 0, "held": 0}
 
         await _until(lambda: published(0, 2, 1), "two sessions waiting, one sleeping")
         assert value(sink, "harness_sessions", state="waiting") == 2
@@ -356,3 +357,18 @@ async def test_worker_publishes_sessions_by_state_and_its_rebuild(sink: Promethe
         await run
     assert value(sink, "harness_partitions_owned") == 0  # a stopped worker is no source any more
     assert worker.health.ready() == (False, "stopping")
+
+
+def test_a_workers_snapshot_counts_its_unreadable_and_held_sessions() -> None:
+    """Sessions a worker does not drive are counted too: ``unreadable`` (parked on an
+    unreadable record) and ``held`` (secrets_for fails for them), each alertable."""
+    from types import SimpleNamespace
+
+    from harness.runtime.observe import observe_runtimes
+
+    runtimes = {
+        0: SimpleNamespace(sessions={}, parked={"bad": object()}, held={"v1": "vault down", "v2": "vault down"}),
+        1: SimpleNamespace(sessions={}, parked={"bad2": object()}, held={}),
+    }
+    seen = observe_runtimes(runtimes, [0, 1], uncovered_since={}, input_lag={}, now_ms=0)  # type: ignore[arg-type]
+    assert seen.sessions == {"running": 0, "waiting": 0, "sleeping": 0, "unreadable": 2, "held": 2}
