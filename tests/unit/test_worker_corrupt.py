@@ -24,24 +24,41 @@ from .conftest import Args, call, crash, eventually, script
 LEASE = timedelta(seconds=30)
 
 
-async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the_others(tmp_path: Path, caplog):
-    clock = FakeClock()
-    path = tmp_path / "shop.db"
-    charges: list[str] = []
-    release = asyncio.Event()
+class Shop:
+    """A checkout whose charge is a step; the first process dies after it (``release``)."""
 
-    async def checkout(args: Args, ctx: Any) -> Any:
-        await ctx.step.do("charge", lambda: charges.append(ctx.session_id) or {"amount": 100})
-        await release.wait()  # the first process dies here, after the charge
-        return "ok"
+    def __init__(self) -> None:
+        self.charges: list[str] = []
+        self.release = asyncio.Event()
 
-    def shop() -> Any:
+    def harness(self) -> Any:
+        async def checkout(args: Args, ctx: Any) -> Any:
+            await ctx.step.do("charge", lambda: self.charges.append(ctx.session_id) or {"amount": 100})
+            await self.release.wait()  # the first process dies here, after the charge
+            return "ok"
+
         t = durable_tool(tool_definition(name="checkout", description="d", input_schema=Args), checkout)
         return define_harness(name="shop", model=script([call("c1", "checkout")], "paid"), tools=[t])
 
+
+async def flip_the_charge(log: SqliteLog, path: Path, sid: str) -> int:
+    """A flipped bit in ``sid``'s charge (100 reads as 900); its position."""
+    step = next(e for e in await log.read(sid) if isinstance(e.record, StepResult))
+    with sqlite3.connect(path) as raw:
+        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (step.seq,)).fetchone()
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), step.seq))
+    return step.seq
+
+
+async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the_others(tmp_path: Path, caplog):
+    clock = FakeClock()
+    path = tmp_path / "shop.db"
+    shop = Shop()
+    charges = shop.charges
+
     log = SqliteLog(path, clock=clock.now)
     host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
-    first = {sid: await host.open(shop(), session_id=sid) for sid in ("good", "bad")}
+    first = {sid: await host.open(shop.harness(), session_id=sid) for sid in ("good", "bad")}
     sends = [asyncio.create_task(s.send("check out", input_id="in-1")) for s in first.values()]
     await eventually(lambda: len(charges) == 2)
     await eventually(lambda: all(s.state.calls.get("c1") and s.state.calls["c1"].steps for s in first.values()))
@@ -49,14 +66,11 @@ async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the
         await crash(session)
     for task in sends:
         task.cancel()
-    bad_step = next(e for e in await log.read("bad") if isinstance(e.record, StepResult))
-    with sqlite3.connect(path) as raw:  # a flipped bit: the charge of 100 reads as 900
-        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (bad_step.seq,)).fetchone()
-        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), bad_step.seq))
+    await flip_the_charge(log, path, "bad")
     clock.advance(LEASE.total_seconds() + 1)
-    release.set()
+    shop.release.set()
 
-    worker = Worker(log=log, harnesses=[shop()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    worker = Worker(log=log, harnesses=[shop.harness()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
     stop = asyncio.Event()
     with caplog.at_level(logging.ERROR, logger="harness.worker"):
         run = asyncio.create_task(worker.run(stop))
@@ -86,35 +100,23 @@ async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_p
 
     clock = FakeClock()
     path = tmp_path / "shop.db"
-    charges: list[str] = []
-    release = asyncio.Event()
-
-    async def checkout(args: Args, ctx: Any) -> Any:
-        await ctx.step.do("charge", lambda: charges.append(ctx.session_id) or {"amount": 100})
-        await release.wait()
-        return "ok"
-
-    def shop() -> Any:
-        t = durable_tool(tool_definition(name="checkout", description="d", input_schema=Args), checkout)
-        return define_harness(name="shop", model=script([call("c1", "checkout")], "paid"), tools=[t])
+    shop = Shop()
+    charges = shop.charges
 
     log = SqliteLog(path, clock=clock.now)
     host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
-    session = await host.open(shop(), session_id="bad")
+    session = await host.open(shop.harness(), session_id="bad")
     send = asyncio.create_task(session.send("check out", input_id="in-1"))
     await eventually(lambda: session.state.calls.get("c1") is not None and bool(session.state.calls["c1"].steps))
     await crash(session)
     send.cancel()
     client = HarnessClient(log=log)
     queued = await client.send("bad", "and again", input_id="in-2")  # behind the unfinished turn
-    bad_step = next(e for e in await log.read("bad") if isinstance(e.record, StepResult))
-    with sqlite3.connect(path) as raw:
-        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (bad_step.seq,)).fetchone()
-        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), bad_step.seq))
+    bad_seq = await flip_the_charge(log, path, "bad")
     clock.advance(LEASE.total_seconds() + 1)
-    release.set()
+    shop.release.set()
 
-    worker = Worker(log=log, harnesses=[shop()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    worker = Worker(log=log, harnesses=[shop.harness()], clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
     stop = asyncio.Event()
     run = asyncio.create_task(worker.run(stop))
     try:
@@ -123,7 +125,7 @@ async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_p
         second = await asyncio.wait_for(client.wait_settled("bad", later), 30)
         for settled in (first, second):
             assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
-            assert f"unreadable record at position {bad_step.seq}" in (settled.reason or "")
+            assert f"unreadable record at position {bad_seq}" in (settled.reason or "")
             assert "restart the worker" in (settled.reason or "")  # (SQLite: it can be repaired)
         await asyncio.sleep(0.05)  # the worker runs on: no second refusal of either
     finally:
