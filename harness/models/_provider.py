@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from harness.errors import DefinitionError, MissingExtra, ModelError
 from harness.models.base import Pricing
 
-__all__ = ["ProviderModel", "load_sdk", "parse_arguments", "retry_after_seconds"]
+__all__ = ["ProviderModel", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
 
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
 """Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
@@ -36,6 +36,17 @@ _KINDS = {
     429: "rate_limited", 529: "overloaded",
 }
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot go into a request header (never the key itself), or None.
+
+    A key read from a file or a mounted secret often ends with a newline: the HTTP client
+    refuses the header and says so with the whole header, key included, in its message.
+    """
+    if key != key.strip() or any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return "has a space or a line break at an end (or a control character): strip it, e.g. open(path).read().strip()"
+    return None
 
 
 def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
@@ -141,6 +152,8 @@ class ProviderModel:
         self.options: dict[str, Any] = dict(options)
         self._client_options = client_options
         self._api_key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        if isinstance(self._api_key, str) and (problem := key_problem(self._api_key)) is not None:
+            raise DefinitionError(f"{name}: api_key= {problem}")
         self._clients: dict[str | None, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sdk: ModuleType | None = None
@@ -169,6 +182,10 @@ class ProviderModel:
                 transient=False,
                 kind="config",
             )
+        problem = key_problem(key)
+        if problem is not None:
+            raise ModelError(f"{self.provider}: the API key in the session secret {self.api_key_secret!r} {problem}",
+                             transient=False, kind="config")
         return key
 
     def _make_client(self, api_key: str | None) -> Any:
@@ -200,6 +217,9 @@ class ProviderModel:
             return None, self.scrub(f"{self.provider}: cannot make a client: {exc}", key)
         if not self._has_credentials(client):
             return None, self._no_key_message()
+        found = getattr(client, "api_key", None)  # the SDK's own (from its environment variable)
+        if key is None and isinstance(found, str) and (problem := key_problem(found)) is not None:
+            return None, f"{self.provider}: the API key in {self.key_variable} {problem}"
         return client, None
 
     def config_problem(self) -> str | None:
@@ -292,6 +312,12 @@ class ProviderModel:
             transient = status in _TRANSIENT_STATUS or status >= 500
             kind = _KINDS.get(status, "server_error" if status >= 500 else "client_error")
             text = f"{self.provider}: HTTP {status} {kind}: {message}"
+        elif _bad_request_header(exc):
+            # The HTTP client refused a header it was to send (a key with a line break ...) and its
+            # message quotes that header whole: permanent, and not quoted.
+            transient, kind, text = (
+                False, "config", f"{self.provider}: a request header is not valid (an API key or a default_headers "
+                "value with a line break or a space at an end?)")
         elif isinstance(exc, sdk.APITimeoutError):
             transient, kind, text = True, "timeout", f"{self.provider}: the request timed out"
         elif isinstance(exc, sdk.APIConnectionError):
@@ -309,6 +335,15 @@ class ProviderModel:
         else:
             transient, kind, text = False, "unexpected", f"{self.provider}: {type(exc).__name__}: {exc}"
         return ModelError(self.scrub(text, key), transient=transient, status=status, retry_after=retry_after, kind=kind)
+
+
+def _bad_request_header(exc: BaseException) -> bool:
+    """Whether the HTTP client refused to send a header of the request (``LocalProtocolError``
+    of h11, raised as it is or as the cause of the SDK's connection error)."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__name__ == "LocalProtocolError" and "header" in str(e).lower():
+            return True
+    return False
 
 
 _ERROR_TYPES = {
