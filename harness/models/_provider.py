@@ -29,6 +29,8 @@ __all__ = ["ProviderModel", "key_problem", "load_sdk", "parse_arguments", "retry
 
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
 """Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
+_MASKED = re.compile(r"[A-Za-z0-9_\-]+\*{3,}[A-Za-z0-9_\-]*|\*{3,}[A-Za-z0-9_\-]+")
+"""A key of any shape as a provider echoes it masked (``gsk_0123****WXYZ``, ``****WXYZ``)."""
 
 _KINDS = {
     400: "bad_request", 401: "auth", 402: "payment_required", 403: "forbidden", 404: "not_found",
@@ -270,7 +272,7 @@ class ProviderModel:
         for secret in (key, self._api_key):
             if secret:
                 text = text.replace(secret, "[api key]")
-        return _KEY_LIKE.sub("[api key]", text)
+        return _MASKED.sub("[api key]", _KEY_LIKE.sub("[api key]", text))
 
     def cost(self, input_tokens: int, output_tokens: int, reported: Any) -> float | None:
         if self.pricing is not None:

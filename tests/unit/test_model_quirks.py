@@ -84,3 +84,14 @@ async def test_a_header_the_http_client_refuses_is_permanent_and_not_quoted(serv
         await model.complete(GO, [])
     assert not info.value.transient and info.value.kind == "config"
     assert "team-secret-42" not in info.value.message and "header" in info.value.message
+
+
+@PROVIDERS
+async def test_a_key_echoed_masked_is_removed_whatever_its_shape(server, provider):
+    from harness.testing.model_server import Fail
+
+    server.script(Fail(401, "Incorrect API key provided: gsk_0123************WXYZ. Find your key at https://example.test/keys"))
+    with pytest.raises(ModelError) as info:
+        await make(server, provider, api_key=KEY).complete(GO, [])
+    assert "gsk_0123" not in info.value.message and "WXYZ" not in info.value.message
+    assert "Incorrect API key provided: [api key]" in info.value.message and "example.test/keys" in info.value.message
