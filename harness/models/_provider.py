@@ -59,15 +59,21 @@ def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
         raise MissingExtra(feature, extra) from None
 
 
-def parse_arguments(raw: str | None) -> dict[str, Any] | str:
-    """A tool call's arguments text as a JSON object; the raw text if it is not one."""
-    if raw is None or not raw.strip():
+def parse_arguments(raw: Any) -> dict[str, Any] | str:
+    """A tool call's arguments text as a JSON object; the raw text if it is not one.
+
+    Some OpenAI-compatible servers send the arguments as an object, not as JSON text: kept.
+    """
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    text = raw if isinstance(raw, str) or raw is None else json.dumps(raw, ensure_ascii=False)
+    if text is None or not text.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(text)
     except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
+        return text
+    return value if isinstance(value, dict) else text
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -273,6 +279,15 @@ class ProviderModel:
             if secret:
                 text = text.replace(secret, "[api key]")
         return _MASKED.sub("[api key]", _KEY_LIKE.sub("[api key]", text))
+
+    def not_the_api(self, body: Any, api: str) -> ModelError:
+        """A 200 answer whose body is not the API's (a base_url that points at a web page)."""
+        at = f" at {self.base_url}" if self.base_url else ""
+        return ModelError(
+            f"{self.provider}: the server{at} answered with no {api} response (a wrong base_url?): {str(body)[:200]!r}",
+            transient=False,
+            kind="bad_response",
+        )
 
     def cost(self, input_tokens: int, output_tokens: int, reported: Any) -> float | None:
         if self.pricing is not None:

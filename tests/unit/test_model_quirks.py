@@ -5,9 +5,11 @@ arguments sent as an object, answers that are no API's answer. Real SDKs, real w
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 
@@ -95,3 +97,121 @@ async def test_a_key_echoed_masked_is_removed_whatever_its_shape(server, provide
         await make(server, provider, api_key=KEY).complete(GO, [])
     assert "gsk_0123" not in info.value.message and "WXYZ" not in info.value.message
     assert "Incorrect API key provided: [api key]" in info.value.message and "example.test/keys" in info.value.message
+
+
+# -- the raw wire of OpenAI-compatible servers ------------------------------------------------------
+
+
+def wire(answer: Callable[[httpx.Request], httpx.Response], *, key: str = "ollama", **kw: Any) -> OpenAIChat:
+    """An OpenAIChat whose SDK client sends its requests to ``answer`` (no socket)."""
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    return made(OpenAIChat(model="llama3.2", base_url="http://127.0.0.1:11434/v1", api_key=key,
+                           client_options={"http_client": client}, **kw))
+
+
+def sse(*chunks: dict[str, Any]) -> Callable[[httpx.Request], httpx.Response]:
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return lambda request: httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "llama3.2",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def call(cid: str | None, arguments: Any, index: int | None = 0, name: str | None = "lookup") -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    if cid is not None:
+        out["id"] = cid
+    if index is not None:
+        out["index"] = index
+    return out
+
+
+def completion(message: dict[str, Any], finish: str = "stop") -> Callable[[httpx.Request], httpx.Response]:
+    body = {"id": "c", "object": "chat.completion", "created": 1, "model": "llama3.2",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    return lambda request: httpx.Response(200, json=body)
+
+
+async def test_calls_streamed_whole_at_index_0_stay_two_calls():
+    """Ollama sends each parallel call whole, every one at index 0."""
+    model = wire(sse(
+        chunk({"role": "assistant", "content": "", "tool_calls": [call("call_a", '{"q":"a"}')]}),
+        chunk({"role": "assistant", "content": "", "tool_calls": [call("call_b", '{"q":"b"}')]}),
+        chunk({}, "tool_calls"),
+    ))
+    answer = await model.complete(GO, [])
+    assert [(c.id, c.name, c.arguments) for c in answer.tool_calls] == [
+        ("call_a", "lookup", {"q": "a"}), ("call_b", "lookup", {"q": "b"}),
+    ]
+
+
+async def test_calls_streamed_without_an_index_stay_apart_and_pieces_join():
+    model = wire(sse(
+        chunk({"role": "assistant", "tool_calls": [call("c1", '{"q":', None), call("c2", '{"q":"b"}', None)]}),
+        chunk({"tool_calls": [call("c2", "", None, name="lookup")]}),  # the id and name repeated: the same call
+        chunk({"tool_calls": [call("c3", '{"q":', None), ]}),
+        chunk({"tool_calls": [call(None, '"c"}', None, name=None)]}),  # no id, no index: the last call goes on
+        chunk({}, "tool_calls"),
+    ))
+    answer = await model.complete(GO, [])
+    assert [(c.id, c.name, c.arguments) for c in answer.tool_calls] == [
+        ("c1", "lookup", '{"q":'), ("c2", "lookup", {"q": "b"}), ("c3", "lookup", {"q": "c"}),
+    ]
+
+
+async def test_openais_own_parallel_calls_still_join_by_index():
+    model = wire(sse(
+        chunk({"role": "assistant", "tool_calls": [call("c1", "", 0), ]}),
+        chunk({"tool_calls": [call(None, '{"q"', 0, name=None)]}),
+        chunk({"tool_calls": [call("c2", "", 1)]}),
+        chunk({"tool_calls": [call(None, ':"x"}', 0, name=None), call(None, '{"q":"y"}', 1, name=None)]}),
+        chunk({}, "tool_calls"),
+    ))
+    answer = await model.complete(GO, [])
+    assert [(c.id, c.arguments) for c in answer.tool_calls] == [("c1", {"q": "x"}), ("c2", {"q": "y"})]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_arguments_sent_as_an_object_are_taken_as_they_are(streaming):
+    if streaming:
+        answer = sse(chunk({"role": "assistant", "tool_calls": [call("c1", {"q": "a"})]}), chunk({}, "tool_calls"))
+    else:
+        answer = completion({"content": None, "tool_calls": [call("c1", {"q": "a"}, None)]}, "tool_calls")
+    result = await wire(answer, streaming=streaming).complete(GO, [])
+    assert [(c.id, c.arguments) for c in result.tool_calls] == [("c1", {"q": "a"})]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_refusal_is_the_answers_text_with_finish_reason_content_filter(streaming):
+    if streaming:
+        answer = sse(chunk({"role": "assistant", "content": None, "refusal": ""}),
+                     chunk({"refusal": "I can't help "}), chunk({"refusal": "with that."}), chunk({}, "stop"))
+    else:
+        answer = completion({"content": None, "refusal": "I can't help with that."})
+    result = await wire(answer, streaming=streaming).complete(GO, [])
+    assert (result.text, result.finish_reason) == ("I can't help with that.", "content_filter")
+
+
+async def test_a_200_that_is_no_chat_completions_answer_says_so():
+    """A base_url that points at a web page, not at the API."""
+    page = lambda request: httpx.Response(200, text="<html>Welcome</html>", headers={"content-type": "text/html"})  # noqa: E731
+    with pytest.raises(ModelError) as info:
+        await wire(page, streaming=False).complete(GO, [])
+    assert not info.value.transient and info.value.kind == "bad_response"
+    assert "http://127.0.0.1:11434/v1" in info.value.message and "base_url" in info.value.message
+
+
+async def test_a_200_that_is_no_messages_api_answer_says_so():
+    import anthropic
+
+    http = anthropic._client.httpx2 if hasattr(anthropic._client, "httpx2") else httpx  # the SDK's own HTTP library
+    page = lambda request: http.Response(200, text="<html>Welcome</html>", headers={"content-type": "text/html"})  # noqa: E731
+    client = http.AsyncClient(transport=http.MockTransport(page))
+    model = made(AnthropicMessages(model="claude-test", base_url="http://127.0.0.1:8080", api_key=KEY, streaming=False,
+                                   client_options={"http_client": client}))
+    with pytest.raises(ModelError) as info:
+        await model.complete(GO, [])
+    assert not info.value.transient and info.value.kind == "bad_response" and "base_url" in info.value.message
