@@ -287,3 +287,17 @@ async def test_broken_json_arguments_from_the_provider_tell_the_model_what_is_wr
     assert "not an object" in results["call_2"]["message"]
     assert all(r["error"] == "invalid_arguments" and "valid dictionary" not in r["message"] for r in results.values())
 
+
+async def test_chat_gives_a_truncated_call_the_durability_s_error(server, models):
+    from harness import chat
+
+    model = from_uri(provider_uri(server, "openai"), api_key=KEY)
+    models.append(model)
+    charges: list[str] = []
+    server.script(Reply(tool_calls=(("call_1", "checkout", '{"order_'),), finish="length"), Reply(text="Shorter now."))
+    tools = list(checkout_harness(model, charges).tools.values())
+    out = await chat(model=model, messages=[{"role": "user", "content": "pay"}], tools=tools,
+                     durability={"truncated_call_error": "Your call was cut: send fewer items per call."})
+    tool_message = next(m for m in out if m["role"] == "tool")
+    assert json.loads(tool_message["content"])["message"] == "Your call was cut: send fewer items per call."
+    assert (charges, out[-1]["content"]) == ([], "Shorter now.")
