@@ -328,6 +328,9 @@ class ProviderModel:
             message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
             transient = status in _TRANSIENT_STATUS or status >= 500
             kind = _KINDS.get(status, "server_error" if status >= 500 else "client_error")
+            if _out_of_quota(getattr(exc, "body", None)):
+                # OpenAI says "429" for a spent budget too: no wait brings it back, a person must.
+                transient, kind = False, "quota"
             text = f"{self.provider}: HTTP {status} {kind}: {message}"
         elif _bad_request_header(exc):
             # The HTTP client refused a header it was to send (a key with a line break ...) and its
@@ -369,6 +372,12 @@ _ERROR_TYPES = {
     "timeout_error": 504, "overloaded_error": 529,
 }
 """Error types of an error event in a stream -> the HTTP status they stand for."""
+
+
+def _out_of_quota(body: Any) -> bool:
+    """An error body saying the account's quota or credit is spent (``insufficient_quota``)."""
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    return isinstance(error, Mapping) and "insufficient_quota" in (error.get("type"), error.get("code"))
 
 
 def _error_type(body: Any) -> str | None:

@@ -215,3 +215,21 @@ async def test_a_200_that_is_no_messages_api_answer_says_so():
     with pytest.raises(ModelError) as info:
         await model.complete(GO, [])
     assert not info.value.transient and info.value.kind == "bad_response" and "base_url" in info.value.message
+
+
+@PROVIDERS
+async def test_a_429_for_a_spent_quota_is_permanent(server, provider):
+    """OpenAI answers 429 insufficient_quota when the budget is spent: six retries would
+    only delay the failure by minutes."""
+    from harness.testing.model_server import Fail
+
+    server.script(Fail(429, "You exceeded your current quota, please check your plan and billing details.",
+                       error_type="insufficient_quota"), Fail(429, "Rate limit reached", headers={"retry-after": "1"}))
+    model = make(server, provider, api_key=KEY)
+    with pytest.raises(ModelError) as info:
+        await model.complete(GO, [])
+    assert (info.value.transient, info.value.kind, info.value.status) == (False, "quota", 429)
+    assert "exceeded your current quota" in info.value.message
+    with pytest.raises(ModelError) as info:
+        await model.complete(GO, [])
+    assert (info.value.transient, info.value.kind) == (True, "rate_limited")  # a plain 429 is still retried
