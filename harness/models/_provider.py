@@ -25,10 +25,12 @@ from pydantic import SecretStr
 from harness.errors import DefinitionError, MissingExtra, ModelError
 from harness.models.base import Pricing
 
-__all__ = ["ProviderModel", "load_sdk", "parse_arguments", "retry_after_seconds"]
+__all__ = ["ProviderModel", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
 
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
 """Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
+_MASKED = re.compile(r"[A-Za-z0-9_\-]+\*{3,}[A-Za-z0-9_\-]*|\*{3,}[A-Za-z0-9_\-]+")
+"""A key of any shape as a provider echoes it masked (``gsk_0123****WXYZ``, ``****WXYZ``)."""
 
 _KINDS = {
     400: "bad_request", 401: "auth", 402: "payment_required", 403: "forbidden", 404: "not_found",
@@ -36,6 +38,17 @@ _KINDS = {
     429: "rate_limited", 529: "overloaded",
 }
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot go into a request header (never the key itself), or None.
+
+    A key read from a file or a mounted secret often ends with a newline: the HTTP client
+    refuses the header and says so with the whole header, key included, in its message.
+    """
+    if key != key.strip() or any(ord(c) < 32 or ord(c) == 127 for c in key):
+        return "has a space or a line break at an end (or a control character): strip it, e.g. open(path).read().strip()"
+    return None
 
 
 def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
@@ -46,15 +59,21 @@ def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
         raise MissingExtra(feature, extra) from None
 
 
-def parse_arguments(raw: str | None) -> dict[str, Any] | str:
-    """A tool call's arguments text as a JSON object; the raw text if it is not one."""
-    if raw is None or not raw.strip():
+def parse_arguments(raw: Any) -> dict[str, Any] | str:
+    """A tool call's arguments text as a JSON object; the raw text if it is not one.
+
+    Some OpenAI-compatible servers send the arguments as an object, not as JSON text: kept.
+    """
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    text = raw if isinstance(raw, str) or raw is None else json.dumps(raw, ensure_ascii=False)
+    if text is None or not text.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(text)
     except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
+        return text
+    return value if isinstance(value, dict) else text
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
@@ -141,6 +160,8 @@ class ProviderModel:
         self.options: dict[str, Any] = dict(options)
         self._client_options = client_options
         self._api_key = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        if isinstance(self._api_key, str) and (problem := key_problem(self._api_key)) is not None:
+            raise DefinitionError(f"{name}: api_key= {problem}")
         self._clients: dict[str | None, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sdk: ModuleType | None = None
@@ -169,6 +190,10 @@ class ProviderModel:
                 transient=False,
                 kind="config",
             )
+        problem = key_problem(key)
+        if problem is not None:
+            raise ModelError(f"{self.provider}: the API key in the session secret {self.api_key_secret!r} {problem}",
+                             transient=False, kind="config")
         return key
 
     def _make_client(self, api_key: str | None) -> Any:
@@ -200,6 +225,9 @@ class ProviderModel:
             return None, self.scrub(f"{self.provider}: cannot make a client: {exc}", key)
         if not self._has_credentials(client):
             return None, self._no_key_message()
+        found = getattr(client, "api_key", None)  # the SDK's own (from its environment variable)
+        if key is None and isinstance(found, str) and (problem := key_problem(found)) is not None:
+            return None, f"{self.provider}: the API key in {self.key_variable} {problem}"
         return client, None
 
     def config_problem(self) -> str | None:
@@ -250,7 +278,16 @@ class ProviderModel:
         for secret in (key, self._api_key):
             if secret:
                 text = text.replace(secret, "[api key]")
-        return _KEY_LIKE.sub("[api key]", text)
+        return _MASKED.sub("[api key]", _KEY_LIKE.sub("[api key]", text))
+
+    def not_the_api(self, body: Any, api: str) -> ModelError:
+        """A 200 answer whose body is not the API's (a base_url that points at a web page)."""
+        at = f" at {self.base_url}" if self.base_url else ""
+        return ModelError(
+            f"{self.provider}: the server{at} answered with no {api} response (a wrong base_url?): {str(body)[:200]!r}",
+            transient=False,
+            kind="bad_response",
+        )
 
     def cost(self, input_tokens: int, output_tokens: int, reported: Any) -> float | None:
         if self.pricing is not None:
@@ -291,7 +328,16 @@ class ProviderModel:
             message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
             transient = status in _TRANSIENT_STATUS or status >= 500
             kind = _KINDS.get(status, "server_error" if status >= 500 else "client_error")
+            if _out_of_quota(getattr(exc, "body", None)):
+                # OpenAI says "429" for a spent budget too: no wait brings it back, a person must.
+                transient, kind = False, "quota"
             text = f"{self.provider}: HTTP {status} {kind}: {message}"
+        elif _bad_request_header(exc):
+            # The HTTP client refused a header it was to send (a key with a line break ...) and its
+            # message quotes that header whole: permanent, and not quoted.
+            transient, kind, text = (
+                False, "config", f"{self.provider}: a request header is not valid (an API key or a default_headers "
+                "value with a line break or a space at an end?)")
         elif isinstance(exc, sdk.APITimeoutError):
             transient, kind, text = True, "timeout", f"{self.provider}: the request timed out"
         elif isinstance(exc, sdk.APIConnectionError):
@@ -311,12 +357,27 @@ class ProviderModel:
         return ModelError(self.scrub(text, key), transient=transient, status=status, retry_after=retry_after, kind=kind)
 
 
+def _bad_request_header(exc: BaseException) -> bool:
+    """Whether the HTTP client refused to send a header of the request (``LocalProtocolError``
+    of h11, raised as it is or as the cause of the SDK's connection error)."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__name__ == "LocalProtocolError" and "header" in str(e).lower():
+            return True
+    return False
+
+
 _ERROR_TYPES = {
     "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
     "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
     "timeout_error": 504, "overloaded_error": 529,
 }
 """Error types of an error event in a stream -> the HTTP status they stand for."""
+
+
+def _out_of_quota(body: Any) -> bool:
+    """An error body saying the account's quota or credit is spent (``insufficient_quota``)."""
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    return isinstance(error, Mapping) and "insufficient_quota" in (error.get("type"), error.get("code"))
 
 
 def _error_type(body: Any) -> str | None:

@@ -162,6 +162,8 @@ class AnthropicMessages(ProviderModel):
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, None))
 
     def _parse(self, message: Any) -> ModelResponse:
+        if not hasattr(message, "content"):  # a body that is no JSON object (an HTML page ...)
+            raise self.not_the_api(message, "Messages API")
         texts: list[str] = []
         calls: list[ToolCall] = []
         for block in message.content or ():

@@ -20,7 +20,10 @@ Mapping (the harness' chat-completions-shaped messages -> the request body):
 
 The answer: text, every tool call (several per response), ``finish_reason`` (``length``
 = cut at the output limit), usage (``prompt_tokens``/``completion_tokens``, the model
-name, and cost from ``pricing=`` or a ``usage.cost`` the server reports). Streaming
+name, and cost from ``pricing=`` or a ``usage.cost`` the server reports); a refusal
+(``message.refusal``, no content) is the text, with ``finish_reason`` ``content_filter``.
+Compatible servers' ways of streaming tool calls (every call whole at index 0, no index,
+the arguments as an object) give the same calls as OpenAI's (see ``_StreamedCalls``). Streaming
 (``streaming=True``, the default) asks for ``stream_options.include_usage`` unless
 ``stream_usage=False`` (for servers that refuse it).
 
@@ -154,6 +157,8 @@ class OpenAIChat(ProviderModel):
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, getattr(usage, "cost", None)))
 
     def _parse(self, completion: Any) -> ModelResponse:
+        if not hasattr(completion, "choices"):  # a body that is no JSON object (an HTML page ...)
+            raise self.not_the_api(completion, "Chat Completions")
         if not completion.choices:
             raise ModelError("openai: the answer has no choices", transient=False, kind="bad_response")
         choice = completion.choices[0]
@@ -163,16 +168,18 @@ class OpenAIChat(ProviderModel):
             for c in (message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
+        text, finish = _refused(message.content, getattr(message, "refusal", None), calls, choice.finish_reason)
         return ModelResponse(
-            text=message.content,
+            text=text,
             tool_calls=calls,
-            finish_reason=_FINISH.get(choice.finish_reason, choice.finish_reason),
+            finish_reason=_FINISH.get(finish, finish),
             usage=self._usage(completion.usage, completion.model),
         )
 
     async def _read_stream(self, chunks: Any, sink: StreamSink | None) -> ModelResponse:
         parts: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        refusal: list[str] = []
+        calls = _StreamedCalls()
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -181,30 +188,75 @@ class OpenAIChat(ProviderModel):
             if chunk.usage is not None:
                 usage = chunk.usage
             for choice in chunk.choices or ():
-                if choice.index != 0:
+                if choice.index not in (0, None):
                     continue
                 delta = choice.delta
                 if delta is not None and delta.content:
                     parts.append(delta.content)
                     if sink is not None:
                         sink(delta.content)
+                if delta is not None and getattr(delta, "refusal", None):
+                    refusal.append(delta.refusal)
                 for tc in (delta.tool_calls if delta is not None else None) or ():
-                    entry = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        entry["id"] = tc.id
-                    if tc.function is not None:
-                        entry["name"] += tc.function.name or ""
-                        entry["arguments"] += tc.function.arguments or ""
+                    calls.add(tc)
                 if choice.finish_reason:
                     finish = choice.finish_reason
         if finish is None:
             raise ModelError("openai: the stream ended before the answer was complete", transient=True, kind="stream_cut")
+        tool_calls = calls.tool_calls()
+        text, finish = _refused("".join(parts) or None, "".join(refusal) or None, tool_calls, finish)
         return ModelResponse(
-            text="".join(parts) if parts else None,
-            tool_calls=[
-                ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments(c["arguments"]))
-                for _, c in sorted(calls.items())
-            ],
+            text=text,
+            tool_calls=tool_calls,
             finish_reason=_FINISH.get(finish, finish),
             usage=self._usage(usage, model),
         )
+
+
+def _refused(content: str | None, refusal: str | None, calls: Sequence[ToolCall], finish: str) -> tuple[str | None, str]:
+    """An answer that is a refusal (``message.refusal``, no content): its text is the
+    refusal and its finish reason ``content_filter``, so neither is lost."""
+    if refusal and not content and not calls:
+        return refusal, "content_filter"
+    return content, finish
+
+
+class _StreamedCalls:
+    """The tool calls of a streamed answer, put together from their deltas.
+
+    OpenAI sends each call's first delta with its ``index`` and ``id``, then pieces of its
+    arguments under the same index. Compatible servers differ: some send every call whole
+    at index 0 (Ollama), some send no index at all, some repeat the id or the name in every
+    delta, some send the arguments as an object. A delta with an id other than the call's
+    at its index starts a new call; one without an index continues the last call unless
+    its id is new.
+    """
+
+    def __init__(self) -> None:
+        self._calls: list[dict[str, str]] = []
+        self._at: dict[int, dict[str, str]] = {}
+
+    def add(self, tc: Any) -> None:
+        index = getattr(tc, "index", None)
+        cid = getattr(tc, "id", None) or ""
+        entry = self._at.get(index) if isinstance(index, int) else (self._calls[-1] if self._calls else None)
+        if entry is None or (cid and entry["id"] and cid != entry["id"]):
+            entry = {"id": "", "name": "", "arguments": ""}
+            self._calls.append(entry)
+        if isinstance(index, int):
+            self._at[index] = entry
+        if cid:
+            entry["id"] = cid
+        function = getattr(tc, "function", None)
+        if function is None:
+            return
+        name = function.name or ""
+        if name and name != entry["name"]:  # (a name repeated in every delta is kept once)
+            entry["name"] += name
+        arguments = function.arguments
+        if arguments is not None and not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        entry["arguments"] += arguments or ""
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall(id=c["id"], name=c["name"], arguments=parse_arguments(c["arguments"])) for c in self._calls]

@@ -13,7 +13,6 @@ from pydantic import SecretStr
 
 from harness.clock import Clock
 from harness.definition import (
-    DEFAULT_TRUNCATED_CALL_ERROR,
     Durability,
     Hooks,
     ToolCallEvent,
@@ -156,7 +155,7 @@ async def chat(
             return out
         if response.truncated:
             for call in calls:
-                cut = error_outcome("truncated", DEFAULT_TRUNCATED_CALL_ERROR)
+                cut = error_outcome("truncated", durability.truncated_call_error)
                 out.append(
                     {"role": "tool", "tool_call_id": call["id"], "name": call["name"],
                      "content": dumps(cut.content), "is_error": True}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import logging
 import traceback
 from collections.abc import Callable, Mapping
@@ -81,6 +82,18 @@ def _invalid_arguments(name: str, exc: ValidationError) -> ToolOutcome:
     )
 
 
+def _not_an_object(name: str, raw: str) -> ToolOutcome:
+    """Arguments the model sent as text that is no JSON object (broken JSON, a bare string):
+    the model is told so, not that its arguments should be "a valid dictionary"."""
+    try:
+        json.loads(raw)
+        why = "they are JSON, but not an object"
+    except ValueError as exc:
+        why = f"they are not valid JSON ({exc})"
+    message = f"the arguments of tool {name!r} must be one JSON object; {why}"
+    return error_outcome("invalid_arguments", message, fields=[{"field": "(arguments)", "message": why}])
+
+
 async def apply_after_hook(
     hooks: Hooks, event: ToolCallEvent, outcome: ToolOutcome
 ) -> tuple[ToolOutcome, bool]:
@@ -138,6 +151,8 @@ async def _run(
                 f"there is no tool named {event.name!r}; the tools are: {', '.join(sorted(tools)) or 'none'}",
             )
         )
+    if isinstance(event.arguments, str) and event.arguments.strip():
+        return CallRun(_not_an_object(event.name, event.arguments))
     try:
         args = tool.definition.input_schema.model_validate(event.arguments or {})
     except ValidationError as exc:

@@ -268,3 +268,36 @@ async def test_a_worker_says_at_start_that_a_model_without_a_key_fails_every_tur
         await task
     warned = [r.getMessage() for r in caplog.records if "every turn will fail" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("harness keyless:") and "OPENAI_API_KEY" in warned[0], warned
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_broken_json_arguments_from_the_provider_tell_the_model_what_is_wrong(host, log, server, models, provider):
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(text="Paying.", tool_calls=(("call_1", "checkout", '{"order_id": "42"'), ("call_2", "checkout", '"42"'))),
+        Reply(text="Let me try again."),
+    )
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    assert (await session.send("pay", input_id="in-1")).outcome == "completed"
+    assert charges == []
+    results = {r["tool_call_id"]: r["content"] for r in await entries(log, SID, "harness.tool.result")}
+    assert "not valid JSON" in results["call_1"]["message"] and "one JSON object" in results["call_1"]["message"]
+    assert "not an object" in results["call_2"]["message"]
+    assert all(r["error"] == "invalid_arguments" and "valid dictionary" not in r["message"] for r in results.values())
+
+
+async def test_chat_gives_a_truncated_call_the_durability_s_error(server, models):
+    from harness import chat
+
+    model = from_uri(provider_uri(server, "openai"), api_key=KEY)
+    models.append(model)
+    charges: list[str] = []
+    server.script(Reply(tool_calls=(("call_1", "checkout", '{"order_'),), finish="length"), Reply(text="Shorter now."))
+    tools = list(checkout_harness(model, charges).tools.values())
+    out = await chat(model=model, messages=[{"role": "user", "content": "pay"}], tools=tools,
+                     durability={"truncated_call_error": "Your call was cut: send fewer items per call."})
+    tool_message = next(m for m in out if m["role"] == "tool")
+    assert json.loads(tool_message["content"])["message"] == "Your call was cut: send fewer items per call."
+    assert (charges, out[-1]["content"]) == ([], "Shorter now.")
