@@ -1,0 +1,92 @@
+"""The gateway under attack, over real HTTP: tenant claims that cannot name a tenant, odd
+API key files, security headers, and the streams and waiting requests one tenant may hold
+(bounded with a 429, never the gateway's memory and sockets)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness.services.gateway.auth import Authenticator, AuthError, GatewayConfigError
+from harness.services.gateway.settings import GatewaySettings
+from tests.apps.approvals import approvals
+from tests.gateway.helpers import HARNESS, ServerThread
+
+SECRET = "s3cret-for-hs256-security-tests-0123456789"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def raw_hs_token(payload_json: str) -> str:
+    """An HS256 JWT over a payload given as JSON text (so it may hold what json.dumps would not write)."""
+    head = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = _b64(payload_json.encode("utf-8"))
+    sig = hmac.new(SECRET.encode(), f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{_b64(sig)}"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[ServerThread]:
+    (tmp_path / "secret").write_text(SECRET + "\n")
+    (tmp_path / "keys").write_text("acme key-acme-1234\nglobex key-globex-5678\n")
+    settings = GatewaySettings(log=f"sqlite:///{tmp_path / 'h.db'}", jwt_secret_file=str(tmp_path / "secret"),
+                               api_keys_file=str(tmp_path / "keys"), heartbeat_s=0.2)
+    with ServerThread(settings, harnesses=[approvals], worker=True) as server:
+        yield server
+
+
+
+
+@pytest.mark.parametrize("tenant_json", [
+    r'"\ud800"',  # a lone surrogate: valid JSON, no UTF-8 (was a 500 on every write)
+    r'"acme\nglobex"',
+    r'"acme\u0000"',
+    json.dumps("x" * 300),
+])
+def test_a_tenant_claim_that_cannot_name_a_tenant_is_a_401(secured: ServerThread, tenant_json: str) -> None:
+    token = raw_hs_token(f'{{"exp": {int(time.time()) + 600}, "tenant": {tenant_json}}}')
+    with httpx.Client(base_url=secured.url, timeout=30) as http:
+        for r in (http.get("/v1/sessions", headers=bearer(token)),
+                  http.post("/v1/sessions/s-1/messages", headers=bearer(token), json={"text": "hi", "harness": HARNESS}),
+                  http.get("/v1/sessions/s-1/events", headers=bearer(token))):
+            assert r.status_code == 401, r.text
+            assert "cannot name a tenant" in r.json()["detail"]
+        # a tenant claim that is text is taken as it is, '/' and '..' included (percent-encoded in the log)
+        for tenant in ("a/b", "..", "t/other", "a%2Fb"):
+            token = raw_hs_token(json.dumps({"exp": int(time.time()) + 600, "tenant": tenant}))
+            assert http.get("/v1/sessions", headers=bearer(token)).status_code == 200
+
+
+def test_an_api_keys_file_giving_one_key_to_two_tenants_is_refused(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("acme shared-key-1\nglobex shared-key-1\n")
+    with pytest.raises(GatewayConfigError) as caught:
+        Authenticator(GatewaySettings(log="memory:", api_keys_file=str(keys)))
+    assert ":2: this key is given to tenant 'acme' too" in str(caught.value)
+    assert "shared-key-1" not in str(caught.value)  # never the key itself
+    keys.write_text("acme key-1\nacme key-1\n")  # the same line twice is no conflict
+    assert Authenticator(GatewaySettings(log="memory:", api_keys_file=str(keys))).authenticate("Bearer key-1").tenant == "acme"
+
+
+def test_an_api_keys_file_with_a_bom_and_crlf_lines_names_the_tenants_it_says(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_bytes("\ufeffacme key-1\r\n# globex\r\n\tglobex\tkey-2 \r\n".encode())
+    auth = Authenticator(GatewaySettings(log="memory:", api_keys_file=str(keys)))
+    assert auth.authenticate("Bearer key-1").tenant == "acme"  # not '\ufeffacme', another tenant
+    assert auth.authenticate("Bearer key-2").tenant == "globex"
+    with pytest.raises(AuthError):
+        auth.authenticate("Bearer key-3")
