@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from harness.services.gateway.auth import Authenticator, AuthError, GatewayConfigError
+from harness.services.gateway.middleware import CONSOLE_CSP
 from harness.services.gateway.settings import GatewaySettings
 from tests.apps.approvals import approvals
 from tests.gateway.helpers import HARNESS, ServerThread
@@ -49,6 +50,7 @@ def secured(tmp_path: Path) -> Iterator[ServerThread]:
         yield server
 
 
+ACME = bearer("key-acme-1234")
 
 
 @pytest.mark.parametrize("tenant_json", [
@@ -90,3 +92,27 @@ def test_an_api_keys_file_with_a_bom_and_crlf_lines_names_the_tenants_it_says(tm
     assert auth.authenticate("Bearer key-2").tenant == "globex"
     with pytest.raises(AuthError):
         auth.authenticate("Bearer key-3")
+
+
+def test_security_headers_on_the_console_and_the_api(secured: ServerThread) -> None:
+    with httpx.Client(base_url=secured.url, timeout=30) as http:
+        for path, headers in [("/", {}), ("/console/app.js", {}), ("/v1/sessions", ACME), ("/v1/sessions", {}),
+                              ("/v1/sessions/nope", ACME), ("/healthz", {}), ("/openapi.json", {})]:
+            r = http.get(path, headers=headers)
+            assert r.headers["x-content-type-options"] == "nosniff", path
+            assert r.headers["x-frame-options"] == "DENY", path
+            assert r.headers["referrer-policy"] == "no-referrer", path
+            csp = r.headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in csp, path
+            assert csp == CONSOLE_CSP if path in ("/", "/console/app.js") else csp.startswith("default-src 'none'"), path
+            assert "access-control-allow-origin" not in r.headers, path
+        assert "'unsafe-inline'" not in CONSOLE_CSP and "script-src 'self'" in CONSOLE_CSP
+        # a cross-origin page cannot send JSON: its preflight is refused, and no CORS header comes
+        pre = http.options("/v1/sessions/s-1/messages", headers={
+            "Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type, authorization"})
+        assert pre.status_code >= 400 and "access-control-allow-origin" not in pre.headers
+        # ... and what a form may send without one is not taken
+        r = http.post("/v1/sessions/s-1/messages", headers={**ACME, "Content-Type": "text/plain"},
+                      content=json.dumps({"text": "hi", "harness": HARNESS}))
+        assert r.status_code == 415

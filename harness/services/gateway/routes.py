@@ -26,6 +26,7 @@ from harness.services.gateway.middleware import (
     BodyLimit,
     EncodedSlashes,
     RequestMetrics,
+    SecurityHeaders,
     session_url_path,
 )
 from harness.services.gateway.sessions import SessionView
@@ -283,6 +284,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     app.add_middleware(RequestMetrics, metrics=gw.metrics)
 
     app.add_middleware(EncodedSlashes)
+
+    app.add_middleware(SecurityHeaders)  # the outermost of these: a 413 has them too
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
