@@ -183,3 +183,33 @@ def test_console_starts_and_opens_a_session_whose_id_holds_a_slash(served: Serve
     assert row.locator("a").get_attribute("href") == "#/s/team%2Falice"
     assert http.get("/v1/sessions/team%2Falice").json()["summary"]["state"] == "idle"
     assert errors == [] and failed == []
+
+
+XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>"\'><svg onload="window.__xss=3">'
+
+
+def test_console_shows_what_a_session_holds_as_text_never_as_markup(served: ServerThread, http: httpx.Client,
+                                                                     browser: Any) -> None:
+    """A message, the model's answer, an ask's message, a tool's arguments and an app record,
+    all the attacker's text, are shown as text; the page's CSP forbids inline script anyway."""
+    r = http.post("/v1/sessions/x-1/messages?wait=30", json={"text": "approve " + XSS, "harness": HARNESS})
+    assert r.json()["settlement"]["outcome"] == "waiting"
+    assert http.post("/v1/sessions/x-1/records", json={"records": [{"type": "app.note", "name": XSS, XSS: XSS}]}
+                     ).json()["status"] == "accepted"
+    assert http.post("/v1/sessions/x-2/messages?wait=30", json={"text": XSS, "harness": HARNESS}
+                     ).json()["settlement"]["outcome"] == "completed"
+    page = browser.new_page()
+    page.goto(served.url + "/")
+    page.locator('#sessions tr[data-session="x-2"]').wait_for(timeout=20_000)
+    for sid in ("x-1", "x-2"):
+        page.goto(f"{served.url}/#/s/{sid}")
+        page.locator("#stream-state").filter(has_text="live").wait_for(timeout=20_000)
+        assert page.locator("#timeline li").count() >= 3
+        assert XSS.split(">")[0] in page.locator("#timeline").inner_text()  # shown, as text
+        assert page.locator("main img, main svg, main script").count() == 0
+        assert page.evaluate("window.__xss") is None
+    page.goto(f"{served.url}/#/s/x-1")
+    heading = page.locator('form[data-ask="approval"] h3')
+    heading.wait_for(timeout=20_000)
+    assert heading.inner_text().startswith('Approve approve <img src=x onerror="window.__xss=1">')
+    assert page.evaluate("window.__xss") is None

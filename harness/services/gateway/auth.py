@@ -67,10 +67,37 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
+MAX_TENANT = 256
+"""The longest tenant name taken (it is part of every log key of the tenant's sessions)."""
+
+
+def tenant_problem(tenant: str) -> str | None:
+    """Why ``tenant`` cannot name a tenant (None: it can): 1 to ``MAX_TENANT`` characters of
+    text, no control character, encodable as UTF-8 (a JSON string may hold a lone surrogate)."""
+    if not tenant:
+        return "it is empty"
+    if len(tenant) > MAX_TENANT:
+        return f"it is longer than {MAX_TENANT} characters"
+    if any(ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 for ch in tenant):
+        return "it holds a control character"
+    try:
+        tenant.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid Unicode text (a lone surrogate)"
+    return None
+
+
 def load_api_keys(path: str) -> dict[bytes, str]:
-    """``<tenant> <key>`` lines -> {sha256(key): tenant}."""
+    """``<tenant> <key>`` lines -> {sha256(key): tenant}.
+
+    Raises:
+        GatewayConfigError: a line that is not two words, a tenant that cannot be one, or
+            one key given to two tenants (its callers would silently act as the last one).
+            The message names the line, never the key.
+    """
     keys: dict[bytes, str] = {}
-    for number, line in enumerate(_read(path, "API keys file").splitlines(), 1):
+    lines = _read(path, "API keys file").removeprefix("\ufeff").splitlines()  # (a BOM is no part of a tenant)
+    for number, line in enumerate(lines, 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -78,7 +105,14 @@ def load_api_keys(path: str) -> dict[bytes, str]:
         if len(parts) != 2:
             raise GatewayConfigError(f"{path}:{number}: expected '<tenant> <key>' (two words)")
         tenant, key = parts
-        keys[_digest(key)] = tenant
+        problem = tenant_problem(tenant)
+        if problem is not None:
+            raise GatewayConfigError(f"{path}:{number}: the tenant cannot name a tenant: {problem}")
+        digest = _digest(key)
+        if keys.get(digest, tenant) != tenant:
+            raise GatewayConfigError(f"{path}:{number}: this key is given to tenant {keys[digest]!r} too: "
+                                     "each key names one tenant")
+        keys[digest] = tenant
     if not keys:
         raise GatewayConfigError(f"{path} holds no API key: add lines '<tenant> <key>'")
     return keys
@@ -193,7 +227,8 @@ class Authenticator:
             if key is None:
                 raise AuthError("invalid token: no key of the JWKS file has its kid")
         else:
-            raise AuthError(f"invalid token: algorithm {alg!r} is not accepted here")
+            shown = repr(alg) if len(repr(alg)) <= 40 else repr(alg)[:40] + "..."
+            raise AuthError(f"invalid token: algorithm {shown} is not accepted here")
         options: Any = {"require": ["exp"]} if self.audience else {"require": ["exp"], "verify_aud": False}
         try:
             claims = jwt.decode(token, key, algorithms=[alg], issuer=self.issuer, audience=self.audience,
@@ -203,6 +238,9 @@ class Authenticator:
         tenant = claims.get(self.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
             raise AuthError(f"the token has no string claim {self.tenant_claim!r} naming its tenant")
+        problem = tenant_problem(tenant)
+        if problem is not None:
+            raise AuthError(f"the token's claim {self.tenant_claim!r} cannot name a tenant: {problem}")
         return Principal(tenant=tenant, method="jwt")
 
 

@@ -1,5 +1,5 @@
-"""The gateway's ASGI middleware: the body size limit, request metrics, and session ids
-holding a ``/`` (sent percent-encoded) kept as one path segment."""
+"""The gateway's ASGI middleware: the body size limit, request metrics, security headers,
+and session ids holding a ``/`` (sent percent-encoded) kept as one path segment."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from urllib.parse import quote, unquote
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["SESSIONS_PATH", "BodyLimit", "EncodedSlashes", "RequestMetrics", "session_path", "session_url_path"]
+__all__ = [
+    "CONSOLE_CSP",
+    "SESSIONS_PATH",
+    "BodyLimit",
+    "EncodedSlashes",
+    "RequestMetrics",
+    "SecurityHeaders",
+    "session_path",
+    "session_url_path",
+]
 
 
 class BodyLimit:
@@ -92,6 +101,56 @@ class RequestMetrics:
         finally:
             template = getattr(scope.get("route"), "path", "other")
             self.metrics.http_request(template, scope.get("method", "GET"), status, time.perf_counter() - started)
+
+
+CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+               "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+"""The console's Content-Security-Policy: its own script and style only (it has no inline
+script, style or handler), fetches to the gateway only, never in a frame. It renders every
+value as text (``el()`` in ``app.js``); this makes an injected ``<script>`` or ``onerror=`` inert
+should that ever change, and keeps the token in its localStorage from other origins' frames."""
+API_CSP = "default-src 'none'; frame-ancestors 'none'"
+"""JSON and event streams are data: a browser that opens one directly runs nothing from it."""
+DOCS_CSP = "frame-ancestors 'none'"
+"""FastAPI's ``/docs`` and ``/redoc`` load their scripts from a CDN: only never in a frame."""
+
+
+class SecurityHeaders:
+    """Adds ``X-Content-Type-Options: nosniff``, ``X-Frame-Options: DENY``, ``Referrer-Policy:
+    no-referrer`` and a Content-Security-Policy (:data:`CONSOLE_CSP` for the console, stricter
+    for the API) to every response that does not set them itself. No CORS header is ever
+    sent: a page of another origin cannot read the API (nor send it JSON: the preflight fails)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path == "/" or path.startswith("/console/"):
+            csp = CONSOLE_CSP
+        elif path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            csp = DOCS_CSP
+        else:
+            csp = API_CSP
+        extra = [
+            (b"x-content-type-options", b"nosniff"),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"no-referrer"),
+            (b"content-security-policy", csp.encode("ascii")),
+        ]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers}
+                headers.extend((name, value) for name, value in extra if name not in present)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 SESSIONS_PATH = "/v1/sessions/"

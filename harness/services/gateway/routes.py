@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness.errors import LogError, RecordTooLarge
@@ -26,11 +27,12 @@ from harness.services.gateway.middleware import (
     BodyLimit,
     EncodedSlashes,
     RequestMetrics,
+    SecurityHeaders,
     session_url_path,
 )
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
-from harness.services.gateway.state import GatewayState, console_dir
+from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
 from harness.views import SessionStateName, SessionSummary, summarize, timeline
 
 __all__ = ["install_routes"]
@@ -67,6 +69,8 @@ SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_
 NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
+RETRY_AFTER_S = 5
+"""What a 429 (a tenant holding its most streams or waiting requests) says in Retry-After."""
 MAX_WAIT_S = 600.0
 """The longest a message or answer POST waits for its turn (``?wait=``); many proxies cut
 idle requests sooner, so clients that wait long stream the events instead."""
@@ -207,6 +211,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid credentials"},
     404: {"model": Problem, "description": "no such session (for this tenant)"},
     413: {"model": Problem, "description": "request body too large"},
+    429: {"model": Problem, "description": "this tenant holds its most open event streams or waiting requests"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
 
@@ -284,6 +289,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     app.add_middleware(EncodedSlashes)
 
+    app.add_middleware(SecurityHeaders)  # the outermost of these: a 413 has them too
+
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return validation_problem(request, exc.errors())
@@ -336,6 +343,18 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             raise HTTPException(404, f"no session {session_id!r}")
         return view
 
+    def slot(slots: TenantSlots, who: Principal, what: str) -> Callable[[], None]:
+        """A slot of ``slots`` for the caller's tenant (its release).
+
+        Raises:
+            HTTPException: 429 when the tenant holds all of them already.
+        """
+        release = slots.take(who.tenant)
+        if release is None:
+            raise HTTPException(429, f"too many {what} at once for this tenant (at most {slots.limit} per gateway): "
+                                "close one, or try again later", headers={"Retry-After": str(RETRY_AFTER_S)})
+        return release
+
     def receipt(r: Any) -> dict[str, Any]:
         out: dict[str, Any] = r.to_json()
         return out
@@ -379,11 +398,16 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         ``?wait=SECONDS`` the answer also says how the turn ended (``settlement``)."""
         input_id = body.input_id or f"in-{uuid.uuid4().hex}"
         log_session_id = log_id(who, session_id)
-        sent = await gw.inputs.message(log_session_id, body.text, body.harness, input_id)
-        out = receipt(sent)
-        if wait is not None and sent.status != "rejected":
-            out["settlement"] = (await gw.inputs.wait(log_session_id, input_id, wait)).to_json()
-        return out
+        release = slot(gw.wait_slots, who, "requests waiting (?wait=)") if wait is not None else None  # before a write
+        try:
+            sent = await gw.inputs.message(log_session_id, body.text, body.harness, input_id)
+            out = receipt(sent)
+            if wait is not None and sent.status != "rejected":
+                out["settlement"] = (await gw.inputs.wait(log_session_id, input_id, wait)).to_json()
+            return out
+        finally:
+            if release is not None:
+                release()
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
@@ -393,11 +417,16 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         ``rejected`` if the session's owner refused the answer)."""
         view = await existing(who, session_id)
         input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
-        sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
-        out = receipt(sent)
-        if wait is not None and sent.status != "rejected":
-            out["settlement"] = (await gw.inputs.wait(view.session_id, input_id, wait, answer=True)).to_json()
-        return out
+        release = slot(gw.wait_slots, who, "requests waiting (?wait=)") if wait is not None else None  # before a write
+        try:
+            sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
+            out = receipt(sent)
+            if wait is not None and sent.status != "rejected":
+                out["settlement"] = (await gw.inputs.wait(view.session_id, input_id, wait, answer=True)).to_json()
+            return out
+        finally:
+            if release is not None:
+                release()
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
@@ -523,6 +552,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.
+        release = slot(gw.stream_slots, who, "open event streams")
         stream = session_stream(
             gw.log,
             gw.live,
@@ -532,10 +562,20 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
         )
+
+        async def held() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                release()
+                await stream.aclose()
+
         return StreamingResponse(
-            stream,
+            held(),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            background=BackgroundTask(release),  # (also when the stream never started)
         )
 
 

@@ -22,6 +22,8 @@ __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settin
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_HEARTBEAT_S = 15.0
+DEFAULT_MAX_STREAMS_PER_TENANT = 1000
+DEFAULT_MAX_WAITS_PER_TENANT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,11 @@ class GatewaySettings:
             when they change: a rotated Secret needs no restart).
         max_body_bytes: request bodies larger than this get 413.
         heartbeat_s: seconds between SSE heartbeat comments on an idle stream.
+        max_streams_per_tenant: event streams (``GET .../events``) one tenant may hold open
+            at once in this process; one more is a 429 (the anonymous caller of
+            ``open_access`` is one tenant).
+        max_waits_per_tenant: message and answer POSTs with ``?wait=`` one tenant may have
+            waiting at once in this process; one more is a 429.
         read_timeout_s: a read of the log that takes longer makes the gateway ask the log
             whether it answers; if not, it gets 503, and so do the next requests, at once,
             until the log answers again (``breaker.LogBreaker``).
@@ -69,6 +76,8 @@ class GatewaySettings:
     secrets_recheck_s: float = RECHECK_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    max_streams_per_tenant: int = DEFAULT_MAX_STREAMS_PER_TENANT
+    max_waits_per_tenant: int = DEFAULT_MAX_WAITS_PER_TENANT
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     secrets_dir: str | None = None
@@ -144,6 +153,16 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--heartbeat", type=_positive_float,
                         default=_from_env(env, "HARNESS_GATEWAY_HEARTBEAT_SECONDS", _positive_float, DEFAULT_HEARTBEAT_S),
                         help="seconds between SSE heartbeats (HARNESS_GATEWAY_HEARTBEAT_SECONDS)")
+    parser.add_argument("--max-streams-per-tenant", type=_positive_int, metavar="N",
+                        default=_from_env(env, "HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT", _positive_int,
+                                          DEFAULT_MAX_STREAMS_PER_TENANT),
+                        help="event streams one tenant may hold open at once; more get 429 "
+                        f"(HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT; default {DEFAULT_MAX_STREAMS_PER_TENANT})")
+    parser.add_argument("--max-waits-per-tenant", type=_positive_int, metavar="N",
+                        default=_from_env(env, "HARNESS_GATEWAY_MAX_WAITS_PER_TENANT", _positive_int,
+                                          DEFAULT_MAX_WAITS_PER_TENANT),
+                        help="POSTs with ?wait= one tenant may have waiting at once; more get 429 "
+                        f"(HARNESS_GATEWAY_MAX_WAITS_PER_TENANT; default {DEFAULT_MAX_WAITS_PER_TENANT})")
     parser.add_argument("--read-timeout", type=_positive_float, metavar="SECONDS",
                         default=_from_env(env, "HARNESS_GATEWAY_READ_TIMEOUT_SECONDS", _positive_float,
                                           DEFAULT_READ_TIMEOUT_S),
@@ -206,6 +225,8 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         secrets_recheck_s=getattr(args, "secrets_recheck", RECHECK_SECONDS),
         max_body_bytes=args.max_body_bytes,
         heartbeat_s=args.heartbeat,
+        max_streams_per_tenant=args.max_streams_per_tenant,
+        max_waits_per_tenant=args.max_waits_per_tenant,
         read_timeout_s=args.read_timeout,
         kafka_config=kafka_client_config(env),
         secrets_dir=getattr(args, "secrets_dir", None),

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from harness.live import LiveSource
@@ -92,7 +92,7 @@ async def session_stream(
     after: int,
     heartbeat_s: float,
     register: Callable[[asyncio.Queue[Any]], Callable[[], None]],
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The SSE byte stream of one session from ``after`` on; ends when the server closes it.
 
     ``register(queue)`` lets the server push ``_END``-like closing into the stream; it

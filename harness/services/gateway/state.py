@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -26,12 +27,42 @@ from harness.services.gateway.sessions import Sessions
 from harness.services.gateway.settings import GatewaySettings
 from harness.views import SessionSummary
 
-__all__ = ["READY_TIMEOUT_S", "GatewayState", "console_dir"]
+__all__ = ["READY_TIMEOUT_S", "GatewayState", "TenantSlots", "console_dir"]
 
 log = logging.getLogger("harness.gateway")
 
 READY_TIMEOUT_S = 5.0
 """How long ``/readyz`` waits for the log to answer."""
+
+
+class TenantSlots:
+    """At most ``limit`` of something held at once per tenant (open streams, waiting POSTs),
+    so that one tenant cannot take a gateway's memory, sockets and tasks from the others.
+
+    Only the event loop touches it (no lock). :meth:`take` gives the release function, which
+    may be called more than once (a stream's end and its response's cleanup both call it).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held: Counter[str | None] = Counter()
+
+    def take(self, tenant: str | None) -> Callable[[], None] | None:
+        """A slot for ``tenant`` (its release), or None when it holds ``limit`` already."""
+        if self.held[tenant] >= self.limit:
+            return None
+        self.held[tenant] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.held[tenant] -= 1
+                if self.held[tenant] <= 0:
+                    del self.held[tenant]
+
+        return release
 
 
 class GatewayState:
@@ -71,6 +102,8 @@ class GatewayState:
                                  follow_timeout=settings.read_timeout_s, watch=self.follow)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
+        self.stream_slots = TenantSlots(settings.max_streams_per_tenant)
+        self.wait_slots = TenantSlots(settings.max_waits_per_tenant)
         # A listing reads only what was appended since the previous one (on Kafka: per
         # partition, the first time from its latest checkpoint).
         self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
