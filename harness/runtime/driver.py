@@ -153,9 +153,13 @@ class TurnDriver:
                 if counted:
                     metrics.turn_attempt(core.harness.name)
                 logs.bind(input_id=turn.input_id)
-                log.info(
+                # A counted takeover (work may have been cut) is always told; a parked one is
+                # routine (every session waiting on an ask or a sleep, at every restart or
+                # partition move): a turn line, sampled, or a restart with thousands of
+                # waiting sessions floods the log with one line each.
+                TURN_LINES.line(
                     "took over turn %d of session %s (attempt %d%s)", turn.turn, core.session_id, attempt,
-                    "" if counted else ", parked: no attempt used",
+                    "" if counted else ", parked: no attempt used", always=counted,
                 )
                 continue
             await core.take_inputs()

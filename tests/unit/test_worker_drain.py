@@ -265,3 +265,38 @@ async def test_the_worker_reads_its_drain_timeout_from_a_flag_or_the_environment
         parse(["--app", "a:b"], {"HARNESS_DRAIN_TIMEOUT_SECONDS": "-1"})
     with pytest.raises(SystemExit):
         parse(["--app", "a:b", "--drain-timeout", "inf"], {})
+
+
+async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line_for_each(caplog: Any) -> None:
+    """Taking over a turn parked on an ask is routine (every waiting session, at every
+    restart or partition move): its line is a sampled turn line, not one INFO line per
+    waiting session (a soak's restart printed 345 of them at once)."""
+    from harness.records import AskOpened, TurnResumed
+    from harness.runtime.turn_lines import BURST
+
+    harness = make_harness(Gates(), tool="approve")
+    log = MemoryLog()
+    _, stop, run = await start(log, harness)
+    waiting = 3 * BURST
+    for k in range(waiting):
+        await log.submit(InputMessage(f"w-{k}", 0, "in-1", "approve it", "drain"))
+
+    async def all_asked() -> bool:
+        return sum(isinstance(e.record, AskOpened) for e in await log.read_all()) == waiting
+
+    await until(all_asked)
+    stop.set()
+    await run
+
+    with caplog.at_level("INFO", "harness"):
+        _, stop, run = await start(log, harness)
+
+        async def all_taken_over() -> bool:
+            return sum(isinstance(e.record, TurnResumed) for e in await log.read_all()) == waiting
+
+        await until(all_taken_over)
+        stop.set()
+        await run
+    lines = [r.getMessage() for r in caplog.records if "took over turn" in r.getMessage()]
+    assert lines and all("parked: no attempt used" in line for line in lines)
+    assert len(lines) <= 2 * BURST, f"{len(lines)} takeover lines for {waiting} waiting sessions"
