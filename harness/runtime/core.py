@@ -44,6 +44,7 @@ from harness.live import LiveEvent, LiveHub, LivePublisher
 from harness.log.base import SessionLog
 from harness.observability import metrics
 from harness.records import (
+    InputCancel,
     InputSettled,
     LogEntry,
     Record,
@@ -541,7 +542,15 @@ class SessionCore:
             for i in waiting
             if (refusal := secret_refusal(self.session_id, i, self.scrubber, now)) is not None
         }
-        pending = [i for i in waiting if i.kind != "message" or i.input_id in refused]
+        starting = self.driver.starting  # (a cancel of it is the driver's: see TurnDriver.starting)
+        pending = [
+            i for i in waiting
+            if i.input_id in refused or (
+                i.kind != "message"
+                and not (starting is not None and isinstance(i.record, InputCancel)
+                         and i.record.target_input_id == starting)
+            )
+        ]
         conflicts = self.state.pending_conflicts()
         if not pending and not conflicts:
             return

@@ -116,6 +116,13 @@ class TurnDriver:
         self.waiting: set[str] = set()  # running calls in a durable wait (an ask or a sleep)
         self.draining = False  # start nothing new: see ``drain``
         self._own_turns: set[int] = set()  # turns this core started or took over
+        # The input whose turn is being started: its harness.turn.started rides with the
+        # first model call, so the log (and the state) show no turn for it yet. A cancel of
+        # it that comes meanwhile is the turn's to stop (core.take_inputs leaves it), not a
+        # queued input's: settled "aborted" as queued, the turn then started anyway and ran
+        # on, its input settled and its tools running (a soak found such turns parked on
+        # an ask for good, taking each later message of their session behind them).
+        self.starting: str | None = None
         self._work: asyncio.Task[None] | None = None
         self._stop: str | None = None  # why the work in progress was stopped
 
@@ -153,9 +160,13 @@ class TurnDriver:
                 if counted:
                     metrics.turn_attempt(core.harness.name)
                 logs.bind(input_id=turn.input_id)
-                log.info(
+                # A counted takeover (work may have been cut) is always told; a parked one is
+                # routine (every session waiting on an ask or a sleep, at every restart or
+                # partition move): a turn line, sampled, or a restart with thousands of
+                # waiting sessions floods the log with one line each.
+                TURN_LINES.line(
                     "took over turn %d of session %s (attempt %d%s)", turn.turn, core.session_id, attempt,
-                    "" if counted else ", parked: no attempt used",
+                    "" if counted else ", parked: no attempt used", always=counted,
                 )
                 continue
             await core.take_inputs()
@@ -194,12 +205,14 @@ class TurnDriver:
         start = TurnStart([TurnStarted(core.session_id, now, input_id, n)], core.commit)
         started = start.done
         started.add_done_callback(lambda done: self._turn_started(done, n, input_id))
+        self.starting = input_id
         try:
             await self._stoppable(now, self._call_model(CallModel(n, 0), starting=(input_id, start)))
         finally:
             if not started.done():  # stopped early: go on only once the start is settled
                 start.alone()  # (in the log), so a turn is never started twice
                 await asyncio.wait([started])
+            self.starting = None
         started.result()  # its failure, if the call did not raise it already
 
     def _turn_started(self, done: asyncio.Future[None], n: int, input_id: str) -> None:

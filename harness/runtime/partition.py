@@ -449,8 +449,10 @@ class PartitionRuntime:
         self._gate.drop(self)
         for session in sessions:
             self._gate.release(session.session_id)
-            with contextlib.suppress(Exception):
-                await session.close()
+        # All at once: each close gives up its lease (on SQLite a write), and closes that
+        # wait together share one group commit. One after the other, a worker holding 345
+        # sessions parked on asks took 3.8 s to stop, one fsync each (a soak run's).
+        await asyncio.gather(*(session.close() for session in sessions), return_exceptions=True)
         self.live = False
 
     async def sweep(self) -> None:

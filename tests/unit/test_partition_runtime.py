@@ -248,3 +248,30 @@ async def test_a_stopped_runtime_never_starts_a_session_again() -> None:
     await asyncio.sleep(0.05)
     assert log.claims == 1
     assert rt.sessions == {}
+
+
+async def test_stop_closes_its_sessions_together() -> None:
+    """Each close gives up a lease (on SQLite a write): closed one after the other, a worker
+    with hundreds of sessions parked on asks spent one commit each on its way out (3.8 s
+    for 345 in a soak run); closed together they share group commits."""
+
+    class Closing:
+        open_now = 0
+        most = 0
+
+        def __init__(self, sid: str) -> None:
+            self.session_id = sid
+
+        async def close(self) -> None:
+            Closing.open_now += 1
+            Closing.most = max(Closing.most, Closing.open_now)
+            for _ in range(3):  # (the lease release's round trip to the writer)
+                await asyncio.sleep(0)
+            Closing.open_now -= 1
+
+    rt = PartitionRuntime(host=HarnessHost(log=MemoryLog()), harnesses={"echo": _harness()})
+    await rt.go_live()
+    rt._sessions = {f"s-{k}": Closing(f"s-{k}") for k in range(20)}  # type: ignore[misc]
+    await rt.stop()
+    assert Closing.most == 20
+    assert rt.sessions == {}

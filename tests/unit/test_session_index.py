@@ -217,3 +217,41 @@ async def test_quiet_sessions_share_their_repeated_words(tmp_path: Path) -> None
         assert _json(list(by_id.values())) == _json(await list_sessions(log))
     finally:
         await log.close()
+
+
+async def test_a_first_listing_of_a_big_log_keeps_a_bounded_number_of_sessions_folded_whole(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Catching up, the sessions with no turn in progress are summarized chunk by chunk once
+    more than BUSY_KEPT are folded: a first listing of a big log (a gateway's start) used to
+    fold every session whole before summarizing any (~8.6 KB a session at its peak)."""
+    from harness.runtime import session_index
+
+    monkeypatch.setattr(session_index, "CHUNK", 10)
+    monkeypatch.setattr(session_index, "BUSY_KEPT", 4)
+    log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+    try:
+        async with HarnessHost(log=log) as host:
+            for k in range(30):
+                session = await host.open(HARNESS, session_id=f"s-{k}")
+                assert (await session.send("hello", input_id="m1")).outcome == "completed"
+            waiting = await host.open(HARNESS, session_id="waiting")
+            await waiting.send("approve", input_id="m1")
+            back = await host.open(HARNESS, session_id="s-0")  # a quiet session that comes back later
+            assert (await back.send("again", input_id="m2")).outcome == "completed"
+
+            index = SessionIndex(log)
+            folded: list[int] = []
+            fold_all = index._fold_all
+
+            async def counting(items: Any, touched: set[str]) -> None:
+                await fold_all(items, touched)
+                folded.append(len(index._busy))
+
+            index._fold_all = counting  # type: ignore[method-assign]
+            listed = await index.summaries()
+            assert _json(listed) == _json(await list_sessions(log))
+            assert {s.session_id: s.turns for s in listed}["s-0"] == 2
+            assert max(folded) <= 4 + 10  # the bound, plus one chunk's new sessions at most
+    finally:
+        await log.close()

@@ -315,3 +315,85 @@ async def test_a_sync_safe_call_stops_at_its_next_step_boundary_too() -> None:
     [result] = records(entries, ToolResult)
     assert (result.is_error, result.content) == (False, {"first": "one", "second": "two"})
     assert ran == ["first", "second"], "the finished step is replayed from the log, not run again"
+
+
+async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line_for_each(caplog: Any) -> None:
+    """Taking over a turn parked on an ask is routine (every waiting session, at every
+    restart or partition move): its line is a sampled turn line, not one INFO line per
+    waiting session (a soak's restart printed 345 of them at once)."""
+    from harness.records import AskOpened, TurnResumed
+    from harness.runtime.turn_lines import BURST
+
+    harness = make_harness(Gates(), tool="approve")
+    log = MemoryLog()
+    _, stop, run = await start(log, harness)
+    waiting = 3 * BURST
+    for k in range(waiting):
+        await log.submit(InputMessage(f"w-{k}", 0, "in-1", "approve it", "drain"))
+
+    async def all_asked() -> bool:
+        return sum(isinstance(e.record, AskOpened) for e in await log.read_all()) == waiting
+
+    await until(all_asked)
+    stop.set()
+    await run
+
+    with caplog.at_level("INFO", "harness"):
+        _, stop, run = await start(log, harness)
+
+        async def all_taken_over() -> bool:
+            return sum(isinstance(e.record, TurnResumed) for e in await log.read_all()) == waiting
+
+        await until(all_taken_over)
+        stop.set()
+        await run
+    lines = [r.getMessage() for r in caplog.records if "took over turn" in r.getMessage()]
+    assert lines and all("parked: no attempt used" in line for line in lines)
+    assert len(lines) <= 2 * BURST, f"{len(lines)} takeover lines for {waiting} waiting sessions"
+
+
+async def test_a_cancel_that_comes_while_its_turn_is_being_started_stops_that_turn(monkeypatch: Any) -> None:
+    """The turn's start rides with its first model call, so for a moment the log holds no
+    turn for the input. A cancel taken then was settled as for a queued input ("aborted",
+    no turn finished) and the turn started anyway: its tool ran and parked on its ask for
+    good, and the session's next message queued behind it (found by a soak run)."""
+    from harness.records import AskOpened, InputCancel, TurnFinished
+    from harness.runtime import model_call
+
+    monkeypatch.setattr(model_call, "RIDE_S", 600.0)  # the start waits for the held model answer
+    gates = Gates()
+    harness = make_harness(gates, hold_model=True, tool="approve")
+    log = MemoryLog()
+    worker, stop, run = await start(log, harness)
+    await log.submit(InputMessage("s", 0, "in-1", "approve it", "drain"))
+    await gates.model_entered.wait()
+    assert records(await log.read_all(), TurnStarted) == []  # the start is not in the log yet
+    await log.submit(InputCancel("s", 0, "cancel:in-1", "in-1"))
+
+    async def cancel_taken() -> bool:
+        cores = [rt.sessions.get("s") for rt in worker.runtimes.values()]
+        return any(core is not None and "cancel:in-1" in core.state.inputs for core in cores)
+
+    await until(cancel_taken)
+    for _ in range(20):  # (whatever the core does with it beside the turn's start)
+        await asyncio.sleep(0)
+    gates.model_release.set()
+
+    async def settled() -> bool:
+        return len(records(await log.read_all(), InputSettled)) >= 2
+
+    await until(settled)
+    await log.submit(InputMessage("s", 0, "in-2", "hi", "drain"))  # the session goes on
+
+    async def next_settled() -> bool:
+        return any(s.input_id == "in-2" for s in records(await log.read_all(), InputSettled))
+
+    await until(next_settled)
+    stop.set()
+    await run
+    entries = await log.read_all()
+    verdicts = {s.input_id: (s.outcome, s.code) for s in records(entries, InputSettled)}
+    assert verdicts == {"in-1": ("aborted", "cancelled"), "cancel:in-1": ("completed", None),
+                        "in-2": ("completed", None)}
+    assert [(f.turn, f.outcome) for f in records(entries, TurnFinished)] == [(1, "aborted"), (2, "completed")]
+    assert records(entries, AskOpened) == [], "the cancelled turn's tool never got to its ask"
