@@ -317,13 +317,18 @@ async def test_a_sync_safe_call_stops_at_its_next_step_boundary_too() -> None:
     assert ran == ["first", "second"], "the finished step is replayed from the log, not run again"
 
 
-async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line_for_each(caplog: Any) -> None:
+async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line_for_each(
+    caplog: Any, monkeypatch: Any
+) -> None:
     """Taking over a turn parked on an ask is routine (every waiting session, at every
     restart or partition move): its line is a sampled turn line, not one INFO line per
     waiting session (a soak's restart printed 345 of them at once)."""
     from harness.records import AskOpened, TurnResumed
-    from harness.runtime.turn_lines import BURST
+    from harness.runtime import driver
+    from harness.runtime.turn_lines import BURST, TurnLines
 
+    # A full bucket of its own: the process's is shared, and tests before this one spend it.
+    monkeypatch.setattr(driver, "TURN_LINES", TurnLines(driver.log))
     harness = make_harness(Gates(), tool="approve")
     log = MemoryLog()
     _, stop, run = await start(log, harness)
