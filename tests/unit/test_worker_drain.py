@@ -327,8 +327,6 @@ async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line
     from harness.runtime import driver
     from harness.runtime.turn_lines import BURST, TurnLines
 
-    # A full bucket of its own: the process's is shared, and tests before this one spend it.
-    monkeypatch.setattr(driver, "TURN_LINES", TurnLines(driver.log))
     harness = make_harness(Gates(), tool="approve")
     log = MemoryLog()
     _, stop, run = await start(log, harness)
@@ -343,6 +341,10 @@ async def test_a_restart_with_many_waiting_sessions_does_not_log_a_takeover_line
     stop.set()
     await run
 
+    # A full bucket for the restart: the process's is shared, and what ran before spent it
+    # (the first run's own turn lines, when an earlier test left INFO on).
+    monkeypatch.setattr(driver, "TURN_LINES", TurnLines(driver.log))
+    caplog.clear()
     with caplog.at_level("INFO", "harness"):
         _, stop, run = await start(log, harness)
 
