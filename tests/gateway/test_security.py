@@ -208,5 +208,10 @@ def test_open_access_counts_the_anonymous_caller_as_one_tenant(tmp_path: Path) -
     with ServerThread(settings, harnesses=[approvals], worker=True) as server, \
             httpx.Client(base_url=server.url, timeout=30) as http, \
             http.stream("GET", "/v1/sessions/s-1/events") as first:
-        read_events(first, until=lambda evs: any(e.event == "hello" for e in evs))
-        assert http.get("/v1/sessions/s-2/events").status_code == 429
+        # Keep the iterator: a line iterator dropped half-way closes the connection (httpcore),
+        # and a closed stream gives its slot back.
+        lines = first.iter_lines()
+        read_events_from(lines, until=lambda evs: any(e.event == "hello" for e in evs))
+        with http.stream("GET", "/v1/sessions/s-2/events") as second:  # (a 200 would never end)
+            assert second.status_code == 429
+        assert next(lines) is not None  # the first is still open
