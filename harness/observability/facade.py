@@ -97,6 +97,7 @@ class MetricsSink(Protocol):
     def rebuild(self, seconds: float, records: int) -> None: ...
     def http_request(self, route: str, method: str, status: int, seconds: float) -> None: ...
     def sse_subscribers(self, delta: int) -> None: ...
+    def rate_limited(self) -> None: ...
     def add_source(self, source: ObservationSource) -> None: ...
     def remove_source(self, source: ObservationSource) -> None: ...
 
@@ -254,6 +255,12 @@ class Metrics:
         sink = self._sink
         if sink is not None:
             sink.sse_subscribers(delta)
+
+    def rate_limited(self) -> None:
+        """A gateway request refused by its caller's rate limit (429)."""
+        sink = self._sink
+        if sink is not None:
+            sink.rate_limited()
 
     def add_source(self, source: ObservationSource) -> None:
         sink = self._sink

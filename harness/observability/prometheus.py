@@ -140,6 +140,10 @@ class PrometheusSink:
             buckets=DURATION_BUCKETS, registry=r,
         )
         self.sse = Gauge("harness_sse_subscribers", "Open SSE event streams of the gateway", registry=r)
+        self.rate_limited_requests = Counter(
+            "harness_http_rate_limited_total", "Gateway requests refused by the caller's --rate-limit (429)",
+            registry=r,
+        )
         self._collector = _WorkerCollector()
         r.register(self._collector)
         for kind in sorted(TOKEN_KINDS):  # both series exist from the start
@@ -202,6 +206,9 @@ class PrometheusSink:
 
     def sse_subscribers(self, delta: int) -> None:
         self.sse.inc(delta)
+
+    def rate_limited(self) -> None:
+        self.rate_limited_requests.inc()
 
     def add_source(self, source: ObservationSource) -> None:
         self._collector.add(source)

@@ -69,6 +69,7 @@ class ServerThread:
         self.worker = worker
         self.given_log = log
         self.metrics: Any = None  # a metrics sink instead of the default one
+        self.clock: Callable[[], float] | None = None  # the rate limit's clock instead of time.monotonic
         self.url = ""
         self.state: GatewayState | None = None
         self._server: Any = None
@@ -111,7 +112,7 @@ class ServerThread:
                 log = self.given_log or open_gateway_log(self.settings, client=not self.worker)
                 live = default_live(log)
                 app = create_app(self.settings, log=log, harnesses=self.harnesses, live=live, metrics=self.metrics,
-                                 on_startup=on_startup, on_shutdown=on_shutdown)
+                                 clock=self.clock, on_startup=on_startup, on_shutdown=on_shutdown)
                 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
                                         lifespan="on", timeout_graceful_shutdown=2)
                 self._server = uvicorn.Server(config)

@@ -100,6 +100,7 @@ def create_app(
     harnesses: Sequence[Harness] = (),
     live: LiveSource | None = None,
     now_ms: Callable[[], int] | None = None,
+    clock: Callable[[], float] | None = None,
     metrics: GatewayMetrics | None = None,
     on_startup: Callable[[GatewayState], Awaitable[None]] | None = None,
     on_shutdown: Callable[[GatewayState], Awaitable[None]] | None = None,
@@ -112,6 +113,8 @@ def create_app(
         harnesses: harnesses known here (names and ask schemas; never driven by the gateway).
         live: where live text deltas come from (default: :func:`default_live`; closed
             with the app).
+        clock: monotonic seconds for the rate limit's buckets (default ``time.monotonic``;
+            tests pass their own).
         metrics: where HTTP requests and SSE subscribers are counted (default: the
             library's metrics facade when it is there).
         on_startup / on_shutdown: run inside the app's lifespan (``harness serve`` starts
@@ -132,6 +135,7 @@ def create_app(
         auth=auth,
         metrics=metrics or gateway_metrics(),
         now_ms=now_ms or _now_ms,
+        clock=clock or time.monotonic,
     )
 
     @contextlib.asynccontextmanager

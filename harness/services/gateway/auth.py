@@ -4,6 +4,8 @@
   keys of a JWKS file (``--jwks-file``, the key picked by the token's ``kid``);
   ``exp`` is required, ``iss``/``aud`` checked when configured, the tenant read from
   ``--tenant-claim`` (default ``tenant``).
+  A JWKS file holding a private key (a ``d`` member) or a symmetric (``oct``) key is
+  refused, naming the key's kid (:func:`jwks_problem`): it is a leaked signing key.
 * API keys: a file of ``<tenant> <key>`` lines; keys are kept only as SHA-256
   digests and compared in constant time.
 * ``--open-access``: a request without a token is the anonymous principal (no
@@ -244,10 +246,50 @@ class Authenticator:
         return Principal(tenant=tenant, method="jwt")
 
 
+PRIVATE_MEMBERS = ("d", "p", "q", "dp", "dq", "qi", "oth")
+"""JWK members only a private key has (RSA: ``d`` and the CRT parts; EC and OKP: ``d``)."""
+
+
+def _named(jwk: Any, at: int) -> str:
+    """How a key of a JWKS is named in a message: its kid (shortened), else its place.
+    Never any of its material."""
+    kid = jwk.get("kid") if isinstance(jwk, dict) else None
+    if isinstance(kid, str) and kid:
+        return f"kid {kid[:64]!r}" + ("..." if len(kid) > 64 else "")
+    return f"key #{at + 1} (no kid)"
+
+
+def jwks_problem(keys: Any) -> str | None:
+    """Why a JWKS's keys cannot be a file of public keys (None: they can).
+
+    A private key (a ``d`` member ...) in it is a signing key that left its owner: whoever
+    reads the file can mint tokens. A symmetric (``oct``) key is a shared secret. Either is
+    refused, naming the key by its kid; the message never holds key material.
+    """
+    if not isinstance(keys, list):
+        return None
+    for at, jwk in enumerate(keys):
+        if not isinstance(jwk, dict):
+            continue
+        if jwk.get("kty") == "oct":
+            return (f"{_named(jwk, at)} is a symmetric (oct) key, a shared secret: a JWKS file holds public keys "
+                    "only; remove it (for HS256 give the secret with --jwt-secret-file)")
+        if any(member in jwk for member in PRIVATE_MEMBERS):
+            return (f"{_named(jwk, at)} is a PRIVATE key: a JWKS file holds public keys only, and a private key "
+                    "here is a leaked signing key; rotate it and publish only its public part")
+    return None
+
+
 def _load_jwks(path: str, jwt: Any) -> dict[str | None, Any]:
     try:
         data = json.loads(_read(path, "JWKS file"))
         keys = data["keys"] if isinstance(data, dict) and "keys" in data else [data]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise GatewayConfigError(f"the JWKS file {path!r} is not a JSON Web Key Set: {exc}") from exc
+    problem = jwks_problem(keys)
+    if problem is not None:  # (before any key is parsed: a library's error could quote it)
+        raise GatewayConfigError(f"the JWKS file {path!r}: {problem}")
+    try:
         out: dict[str | None, Any] = {}
         for jwk in keys:
             if jwk.get("kty") != "RSA" or jwk.get("use", "sig") != "sig":

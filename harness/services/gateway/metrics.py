@@ -1,7 +1,9 @@
-"""The gateway's metrics: HTTP requests and SSE subscribers, through the library's facade.
+"""The gateway's metrics: HTTP requests, SSE subscribers and rate-limit refusals, through the
+library's facade.
 
 Events go to ``harness.observability.metrics`` (``http_request(route, method, status,
-seconds)`` and ``sse_subscribers(delta)``): free until ``--metrics-port`` enables the
+seconds)``, ``sse_subscribers(delta)`` and ``rate_limited()``, counted as
+``harness_http_rate_limited_total``; never by tenant): free until ``--metrics-port`` enables the
 Prometheus sink. Routes are templates (``/v1/sessions/{session_id}``), never paths, so a
 session id is never a label (the facade also caps a label's distinct values).
 """
@@ -20,6 +22,8 @@ class GatewayMetrics(Protocol):
     def http_request(self, route: str, method: str, status: int, seconds: float) -> None: ...
 
     def sse_subscribers(self, delta: int) -> None: ...
+
+    def rate_limited(self) -> None: ...
 
 
 def gateway_metrics() -> GatewayMetrics:

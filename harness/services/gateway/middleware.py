@@ -1,5 +1,6 @@
-"""The gateway's ASGI middleware: the body size limit, request metrics, security headers,
-and session ids holding a ``/`` (sent percent-encoded) kept as one path segment."""
+"""The gateway's ASGI middleware: the Host check, the body size limit, request metrics,
+security headers, and session ids holding a ``/`` (sent percent-encoded) kept as one path
+segment."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from urllib.parse import quote, unquote
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from harness.services.gateway.hosts import host_allowed
+
 __all__ = [
     "CONSOLE_CSP",
     "SESSIONS_PATH",
+    "AllowedHosts",
     "BodyLimit",
     "EncodedSlashes",
     "RequestMetrics",
@@ -20,6 +24,38 @@ __all__ = [
     "session_path",
     "session_url_path",
 ]
+
+
+class AllowedHosts:
+    """400 for a request whose ``Host`` header names no host of ``patterns`` (see
+    :mod:`harness.services.gateway.hosts`: a DNS-rebinding page sends its own name).
+
+    The answer says which Host was refused (shortened, as a quoted string) and which option
+    allows it, not the names that are allowed; nothing is logged (the header is the caller's).
+    """
+
+    def __init__(self, app: ASGIApp, patterns: tuple[str, ...]) -> None:
+        self.app = app
+        self.patterns = patterns
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        host: str | None = None
+        for name, value in scope.get("headers", ()):
+            if name == b"host":
+                host = value.decode("latin-1")
+                break
+        if host_allowed(host, self.patterns):
+            await self.app(scope, receive, send)
+            return
+        shown = "no Host header" if host is None else f"Host {host[:100]!r}"
+        detail = f"{shown} is not served here: add the name to --allowed-hosts (HARNESS_GATEWAY_ALLOWED_HOSTS)"
+        if scope["type"] == "websocket":  # (the gateway has none; refused all the same)
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await JSONResponse({"detail": detail}, status_code=400)(scope, receive, send)
 
 
 class BodyLimit:

@@ -22,8 +22,10 @@ from harness.ids import check_sent_input_id
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.breaker import LogDown
+from harness.services.gateway.hosts import allowed_hosts
 from harness.services.gateway.middleware import (
     SESSIONS_PATH,
+    AllowedHosts,
     BodyLimit,
     EncodedSlashes,
     RequestMetrics,
@@ -271,12 +273,39 @@ _bearer = APIKeyHeader(
 )
 
 
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""What ``--rate-limit`` counts (every API request with ``--rate-limit-reads``)."""
+
+
 async def _principal(request: Request, authorization: Annotated[str | None, Depends(_bearer)] = None) -> Principal:
     # On the loop (an async dependency): checking a key or a token's signature costs
     # microseconds, and a plain ``def`` would hop to the thread pool and back on every
     # request (~8% of a busy gateway's CPU).
     gw: GatewayState = request.app.state.gateway
-    return gw.auth.authenticate(authorization)
+    who = gw.auth.authenticate(authorization)
+    if gw.rate_limits is not None and (gw.settings.rate_limit_reads or request.method in WRITE_METHODS):
+        _rate_limit(gw, who, request)
+    return who
+
+
+def _rate_limit(gw: GatewayState, who: Principal, request: Request) -> None:
+    """Take a token of the caller's bucket: its tenant's, or its address's when it has none
+    (``--open-access`` without a token). Here, after authentication and before the body is
+    read, so a refused write writes nothing, and a caller without valid credentials spends
+    no tenant's tokens.
+
+    Raises:
+        HTTPException: 429 with ``Retry-After`` when the bucket is empty.
+    """
+    assert gw.rate_limits is not None
+    key = f"t:{who.tenant}" if who.tenant is not None else f"a:{request.client.host if request.client else '?'}"
+    wait = gw.rate_limits.take(key)
+    if wait > 0:
+        gw.metrics.rate_limited()
+        retry = gw.rate_limits.retry_after(wait)
+        whose = "this tenant" if who.tenant is not None else "this client address"
+        raise HTTPException(429, f"too many requests from {whose} (at most {gw.settings.rate_limit:g} a second, "
+                            f"--rate-limit): retry in {retry} s", headers={"Retry-After": str(retry)})
 
 
 Caller = Annotated[Principal, Depends(_principal)]
@@ -284,6 +313,10 @@ Caller = Annotated[Principal, Depends(_principal)]
 
 def install_routes(app: FastAPI, gw: GatewayState) -> None:
     app.add_middleware(BodyLimit, limit=gw.settings.max_body_bytes)
+
+    patterns = allowed_hosts(gw.settings.allowed_hosts, gw.settings.host)
+    if patterns is not None:  # before the body is read; a refusal is counted and has the headers below
+        app.add_middleware(AllowedHosts, patterns=patterns)
 
     app.add_middleware(RequestMetrics, metrics=gw.metrics)
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 from harness.cli.common import CommandParser, kafka_client_config, seconds_or_zero
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
 from harness.services.gateway.breaker import DEFAULT_READ_TIMEOUT_S
+from harness.services.gateway.hosts import parse_allowed_hosts
 from harness.services.mounted import RECHECK_SECONDS
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
@@ -24,6 +25,10 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_HEARTBEAT_S = 15.0
 DEFAULT_MAX_STREAMS_PER_TENANT = 1000
 DEFAULT_MAX_WAITS_PER_TENANT = 1000
+DEFAULT_RATE_LIMIT = 0.0
+"""Off: a tenant may be one person or a whole company's app, so no one rate fits every
+deployment, and a limit switched on by an upgrade would refuse working clients. The
+operator who knows its tenants sets one (the runbook suggests how)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,13 @@ class GatewaySettings:
             ``open_access`` is one tenant).
         max_waits_per_tenant: message and answer POSTs with ``?wait=`` one tenant may have
             waiting at once in this process; one more is a 429.
+        allowed_hosts: the ``Host`` names answered (``hosts.parse_allowed_hosts`` patterns);
+            None: the loopback names when bound to a loopback address, else any
+            (``hosts.allowed_hosts``). Another Host gets 400 (DNS rebinding).
+        rate_limit: write requests (POST, PUT, PATCH, DELETE) a second one tenant (or, under
+            ``open_access`` without a token, one client address) may send on average, with
+            bursts of twice as many; more get 429 with ``Retry-After``. 0: no limit.
+        rate_limit_reads: the rate limit counts every API request, reads too.
         read_timeout_s: a read of the log that takes longer makes the gateway ask the log
             whether it answers; if not, it gets 503, and so do the next requests, at once,
             until the log answers again (``breaker.LogBreaker``).
@@ -79,6 +91,9 @@ class GatewaySettings:
     max_streams_per_tenant: int = DEFAULT_MAX_STREAMS_PER_TENANT
     max_waits_per_tenant: int = DEFAULT_MAX_WAITS_PER_TENANT
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    allowed_hosts: tuple[str, ...] | None = None
+    rate_limit: float = DEFAULT_RATE_LIMIT
+    rate_limit_reads: bool = False
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     secrets_dir: str | None = None
     max_sessions: int | None = None
@@ -122,6 +137,23 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
     return value
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be requests per second (0: no limit), not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be requests per second, 0 or more (0: no limit), not {text}")
+    return value
+
+
+def _hosts(text: str) -> tuple[str, ...]:
+    try:
+        return parse_allowed_hosts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _from_env(env: Mapping[str, str], name: str, convert: Callable[[str], T], default: T) -> T:
@@ -169,6 +201,20 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                         help="a read of the log taking longer makes the gateway ask the log whether it answers: if "
                         "not, it and the next requests answer 503 until it does (HARNESS_GATEWAY_READ_TIMEOUT_SECONDS; "
                         f"default {DEFAULT_READ_TIMEOUT_S:g})")
+    parser.add_argument("--allowed-hosts", type=_hosts, metavar="HOST,HOST",
+                        default=_from_env(env, "HARNESS_GATEWAY_ALLOWED_HOSTS", _hosts, None),
+                        help="answer only requests whose Host header names one of these (any port; '*.example.com' "
+                        "for the names under it; '*' for any); others get 400, which stops DNS rebinding "
+                        "(HARNESS_GATEWAY_ALLOWED_HOSTS; default: localhost, 127.0.0.1 and ::1 when --host is a "
+                        "loopback address, any host otherwise)")
+    parser.add_argument("--rate-limit", type=_rate, metavar="N",
+                        default=_from_env(env, "HARNESS_GATEWAY_RATE_LIMIT", _rate, DEFAULT_RATE_LIMIT),
+                        help="write requests (POST, PUT, PATCH, DELETE) a second one tenant may send on average, in "
+                        "bursts of 2N; more get 429 with Retry-After; per client address under --open-access "
+                        f"(HARNESS_GATEWAY_RATE_LIMIT; default {DEFAULT_RATE_LIMIT:g}: no limit)")
+    parser.add_argument("--rate-limit-reads", action="store_true",
+                        default=env.get("HARNESS_GATEWAY_RATE_LIMIT_READS", "").lower() in ("1", "true", "yes"),
+                        help="--rate-limit counts every API request, reads too (HARNESS_GATEWAY_RATE_LIMIT_READS=true)")
     if not with_auth:
         return
     parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
@@ -228,6 +274,9 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         max_streams_per_tenant=args.max_streams_per_tenant,
         max_waits_per_tenant=args.max_waits_per_tenant,
         read_timeout_s=args.read_timeout,
+        allowed_hosts=args.allowed_hosts,
+        rate_limit=args.rate_limit,
+        rate_limit_reads=args.rate_limit_reads,
         kafka_config=kafka_client_config(env),
         secrets_dir=getattr(args, "secrets_dir", None),
         max_sessions=getattr(args, "max_sessions", None),
@@ -261,4 +310,6 @@ def parse_settings(argv: Sequence[str] | None, env: Mapping[str, str], *, prog: 
         )
     if settings.jwt_secret_file and settings.jwks_file:
         parser.error("give --jwt-secret-file (HS256) or --jwks-file (RS256), not both")
+    if settings.rate_limit_reads and not settings.rate_limit:
+        parser.error("--rate-limit-reads needs --rate-limit N (requests per second)")
     return settings

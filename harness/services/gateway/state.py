@@ -23,6 +23,7 @@ from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.breaker import LogBreaker
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
+from harness.services.gateway.ratelimit import TokenBuckets
 from harness.services.gateway.sessions import Sessions
 from harness.services.gateway.settings import GatewaySettings
 from harness.views import SessionSummary
@@ -87,6 +88,7 @@ class GatewayState:
         auth: Authenticator,
         metrics: GatewayMetrics,
         now_ms: Callable[[], int],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.log = log
@@ -104,6 +106,9 @@ class GatewayState:
         self.streams: set[asyncio.Queue[Any]] = set()
         self.stream_slots = TenantSlots(settings.max_streams_per_tenant)
         self.wait_slots = TenantSlots(settings.max_waits_per_tenant)
+        # --rate-limit: a burst of twice the rate (at least one request) per caller.
+        self.rate_limits = (TokenBuckets(rate=settings.rate_limit, burst=max(1.0, 2 * settings.rate_limit),
+                                         clock=clock) if settings.rate_limit > 0 else None)
         # A listing reads only what was appended since the previous one (on Kafka: per
         # partition, the first time from its latest checkpoint).
         self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
