@@ -163,7 +163,7 @@ def test_an_event_stream_from_a_known_position_reads_nothing_first() -> None:
     from harness.services.gateway.settings import GatewaySettings
 
     app = create_app(GatewaySettings(log="memory:", open_access=True), log=MemoryLog())
-    with TestClient(app) as http:
+    with TestClient(app, base_url="http://localhost") as http:  # (a loopback gateway answers loopback names only)
         gateway = app.state.gateway
         reads: list[int | None] = []
         read = gateway.sessions._read
