@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,11 +72,13 @@ def entrypoint() -> list[str]:
 
 
 def process_of(
-    docs: list[dict[str, Any]], workload: dict[str, Any], *, pod_name: str, secrets: Mapping[str, Mapping[str, str]]
+    docs: list[dict[str, Any]], workload: dict[str, Any], *, pod_name: str, secrets: Mapping[str, Mapping[str, str]],
+    pod_ip: str = "10.244.0.7",
 ) -> tuple[list[str], dict[str, str]]:
     """What a pod of ``workload`` would run: (argv, environment), resolved the way the
     kubelet does it: ENTRYPOINT + args, envFrom ConfigMaps, then env (values, the pod's
-    name, Secret keys from ``secrets`` {secret: {key: value}})."""
+    name and IP, Secret keys from ``secrets`` {secret: {key: value}}), and ``$(VAR)`` in
+    the args replaced by the container's variable."""
     c = container(workload)
     argv = list(c.get("command") or entrypoint()) + list(c.get("args") or [])
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
@@ -90,11 +93,14 @@ def process_of(
             continue
         ref = item["valueFrom"]
         if "fieldRef" in ref:
-            assert ref["fieldRef"]["fieldPath"] == "metadata.name", ref
-            env[item["name"]] = pod_name
+            field = ref["fieldRef"]["fieldPath"]
+            assert field in ("metadata.name", "status.podIP"), ref
+            env[item["name"]] = pod_name if field == "metadata.name" else pod_ip
         elif "secretKeyRef" in ref:
             key = ref["secretKeyRef"]
             env[item["name"]] = secrets[key["name"]][key["key"]]
         else:
             raise AssertionError(f"unexpected valueFrom {ref}")
+    # (the kubelet expands $(VAR) of the container's environment; an unknown one stays as it is)
+    argv = [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg) for arg in argv]
     return argv, env

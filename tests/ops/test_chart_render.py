@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from chart import container, find, kinds, render, template, validate, write_values
+from chart import container, find, kinds, process_of, render, template, validate, write_values
 from ops_tools import CHART, KUBE_VERSION, run, tool
 
 from harness.cli.common import kafka_client_config
+from harness.services.gateway.settings import parse_settings as gateway_settings
 from harness.services.worker.main import parse as worker_settings
 
 FULL: dict[str, Any] = {
@@ -60,7 +61,8 @@ GATEWAY_ONLY: dict[str, Any] = {
     "worker": {"enabled": False},
     "gateway": {"auth": {"mode": "apiKeys", "existingSecret": "gw-keys", "secretKey": "keys.json"},
                 "autoscaling": {"enabled": False}, "replicas": 3,
-                "ingress": {"enabled": True}},
+                "ingress": {"enabled": True},
+                "allowedHosts": ["harness.example.com", "*.internal.example.com"], "rateLimit": 20},
     "serviceMonitor": {"enabled": True},
 }
 COMBINATIONS = {"defaults": None, "full": FULL, "workers-only": WORKERS_ONLY, "gateway-only": GATEWAY_ONLY}
@@ -182,6 +184,37 @@ def test_gateway_args_follow_the_auth_mode(tmp_path: Path) -> None:
     assert gw["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
 
 
+def test_gateway_allowed_hosts_keep_the_pod_ip_for_the_probes(tmp_path: Path) -> None:
+    """With gateway.allowedHosts the kubelet's probes (Host: the pod's IP) still pass: the
+    gateway the pod would run, from its resolved args and environment, answers the chart's
+    probe paths for its IP and refuses another Host."""
+    import dataclasses
+
+    import httpx
+
+    from tests.gateway.helpers import ServerThread
+
+    docs = render(_values(tmp_path, "gateway-only"))
+    gw = find(docs, "Deployment", "-gateway")
+    argv, env = process_of(docs, gw, pod_name="gw-0", secrets={}, pod_ip="10.244.3.9")
+    assert argv[:2] == ["harness", "gateway"]
+    settings = gateway_settings(argv[2:], env)
+    assert settings.allowed_hosts == ("harness.example.com", "*.internal.example.com", "10.244.3.9")
+    assert settings.rate_limit == 20 and not settings.rate_limit_reads
+    assert not any("--allowed-hosts" in arg for arg in container(find(render(), "Deployment", "-gateway"))["args"])
+
+    (tmp_path / "keys").write_text("acme key-acme-1234\n")
+    local = dataclasses.replace(settings, log=f"sqlite:///{tmp_path / 'h.db'}", api_keys_file=str(tmp_path / "keys"))
+    c = container(gw)
+    port = c["ports"][0]["containerPort"]
+    with ServerThread(local) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for probe in ("livenessProbe", "readinessProbe"):
+            path = c[probe]["httpGet"]["path"]
+            assert http.get(path, headers={"Host": f"10.244.3.9:{port}"}).status_code == 200, probe
+            assert http.get(path, headers={"Host": "harness.example.com"}).status_code == 200, probe
+            assert http.get(path, headers={"Host": f"10.244.3.10:{port}"}).status_code == 400, probe
+
+
 def test_service_monitors_select_the_services_and_their_metrics_port(tmp_path: Path) -> None:
     docs = render(_values(tmp_path, "full"))
     for component in ("worker", "gateway"):
@@ -257,6 +290,8 @@ SCHEMA_REFUSALS = [
     ({"worker": {"resources": {"requests": {"cpu": "250 m"}}}}, "/worker/resources/requests/cpu"),
     ({"gateway": {"resources": {"requests": {"memory": "128MB"}}}}, "/gateway/resources/requests/memory"),
     ({"gateway": {"resources": {"limits": {"cpu": -1}}}}, "/gateway/resources/limits/cpu"),
+    ({"gateway": {"allowedHosts": ["harness.example.com:443"]}}, "/gateway/allowedHosts/0"),
+    ({"gateway": {"rateLimit": -1}}, "/gateway/rateLimit"),
 ]
 TEMPLATE_REFUSALS = [
     ({"worker": {"replicas": 13}}, "worker.replicas (13) is above kafka.partitions (12)"),
@@ -271,6 +306,7 @@ TEMPLATE_REFUSALS = [
     ({"worker": {"drainTimeoutSeconds": 55}}, "worker.drainTimeoutSeconds (55) needs worker.terminationGracePeriodSeconds of at least 65"),
     # (both on one container: the gateway could not bind its second listener and crash-looped)
     ({"gateway": {"port": 9464}}, "gateway.port (9464) is metrics.port too"),
+    ({"gateway": {"rateLimitReads": True}}, "gateway.rateLimitReads needs gateway.rateLimit"),
     # (rendered no Ingress at all, silently: the operator found the hosts unreachable)
     ({"gateway": {"enabled": False, "ingress": {"enabled": True}}},
      "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to"),

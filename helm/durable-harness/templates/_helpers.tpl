@@ -121,6 +121,9 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- if and .Values.gateway.ingress.enabled (not .Values.gateway.enabled) -}}
 {{- fail "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to; enable the gateway or set gateway.ingress.enabled=false" -}}
 {{- end -}}
+{{- if and .Values.gateway.rateLimitReads (not .Values.gateway.rateLimit) -}}
+{{- fail "gateway.rateLimitReads needs gateway.rateLimit (requests a second per tenant)" -}}
+{{- end -}}
 {{- $auth := .Values.gateway.auth -}}
 {{- if and .Values.gateway.enabled (ne $auth.mode "open") (or (not $auth.existingSecret) (not $auth.secretKey)) -}}
 {{- fail (printf "gateway.auth.mode %s needs gateway.auth.existingSecret and gateway.auth.secretKey (the file in that Secret)" $auth.mode) -}}
@@ -215,6 +218,13 @@ tool and never reads HARNESS_SECRET_* (least privilege: a gateway pod cannot lea
 
 {{/* The gateway container's env entries (may be none). */}}
 {{- define "harness.gatewayEnv" -}}
+{{- if .Values.gateway.allowedHosts }}
+# (--allowed-hosts adds it: the kubelet's probes send the pod's IP as Host)
+- name: HARNESS_POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
 {{- with (include "harness.kafkaCredentialEnv" . | trim) }}{{ . | nindent 0 }}{{- end }}
 {{- with .Values.gateway.extraEnv }}
 {{- toYaml . | nindent 0 }}
