@@ -9,12 +9,19 @@ runs the gateway and a worker in one process: one command, one machine, a workin
 agent service. Either needs authentication (``--jwt-secret-file``, ``--jwks-file``
 or ``--api-keys-file``) or an explicit ``--open-access`` (dev only).
 
+Bound to a loopback address (the default) it answers only the Host names ``localhost``,
+``127.0.0.1`` and ``[::1]``, so a web page cannot reach it through DNS rebinding; bound
+elsewhere, any Host; ``--allowed-hosts`` names them. ``--rate-limit N`` (off by default) lets
+a tenant send N writes a second, bursts of 2N; more get 429 with Retry-After.
+
 Every flag has an environment variable, read once at start: HARNESS_LOG,
 HARNESS_APPS, HARNESS_GATEWAY_HOST, HARNESS_GATEWAY_PORT, HARNESS_METRICS_PORT,
 HARNESS_JWT_SECRET_FILE, HARNESS_JWKS_FILE, HARNESS_JWT_ISSUER, HARNESS_JWT_AUDIENCE,
 HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_SECRETS_RECHECK_SECONDS, HARNESS_OPEN_ACCESS,
 HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS,
-HARNESS_GATEWAY_READ_TIMEOUT_SECONDS, and
+HARNESS_GATEWAY_READ_TIMEOUT_SECONDS, HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT,
+HARNESS_GATEWAY_MAX_WAITS_PER_TENANT, HARNESS_GATEWAY_ALLOWED_HOSTS, HARNESS_GATEWAY_RATE_LIMIT,
+HARNESS_GATEWAY_RATE_LIMIT_READS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
 ``serve``'s worker also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
 HARNESS_SECRET_<NAME>), ``--max-sessions`` (HARNESS_MAX_SESSIONS) and ``--drain-timeout``

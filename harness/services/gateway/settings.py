@@ -220,7 +220,8 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
                         help="HS256 secret for bearer JWTs (HARNESS_JWT_SECRET_FILE)")
     parser.add_argument("--jwks-file", default=get("HARNESS_JWKS_FILE"),
-                        help="JWKS file with RS256 public keys (HARNESS_JWKS_FILE)")
+                        help="JWKS file with RS256 public keys; a private or symmetric key in it stops the start "
+                        "(HARNESS_JWKS_FILE)")
     parser.add_argument("--jwt-issuer", default=get("HARNESS_JWT_ISSUER"), help="required iss (HARNESS_JWT_ISSUER)")
     parser.add_argument("--jwt-audience", default=get("HARNESS_JWT_AUDIENCE"),
                         help="required aud (HARNESS_JWT_AUDIENCE)")
