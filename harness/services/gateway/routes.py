@@ -213,7 +213,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid credentials"},
     404: {"model": Problem, "description": "no such session (for this tenant)"},
     413: {"model": Problem, "description": "request body too large"},
-    429: {"model": Problem, "description": "this tenant holds its most open event streams or waiting requests"},
+    429: {"model": Problem, "description": "this tenant holds its most open event streams or waiting requests, or "
+          "sent more than --rate-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
 
