@@ -22,6 +22,12 @@ its own each commit; rows are never deleted, so ``MAX(seq)`` is the last positio
 index). A schema-2 file gets the new ``heads`` when first opened (a row per session);
 its ``records`` keeps ``AUTOINCREMENT`` (rebuilding every record is not worth a page).
 An older version refuses a schema-3 file as of an unknown version.
+
+The ``checkpoint`` table (one row: where a worker's restart starts reading,
+:mod:`harness.log.sqlite_checkpoint`) came later within schema 3: a writer opening a
+file made before it makes it (``CREATE TABLE IF NOT EXISTS``), and a harness that does
+not know it ignores it. It holds no record, only which sessions were live as of a
+position, so a row left behind by any version is still true.
 """
 
 from __future__ import annotations
@@ -78,6 +84,13 @@ CREATE TABLE IF NOT EXISTS heads (
     last_seq INTEGER NOT NULL,
     crc INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    covers INTEGER NOT NULL,
+    live BLOB NOT NULL,
+    crc INTEGER NOT NULL
+);
 """
 
 _HEADS_WITHOUT_ROWID = (
