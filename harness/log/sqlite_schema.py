@@ -208,8 +208,16 @@ def verify_rows(
     out: list[tuple[int, str, bytes] | CorruptRecord] = []
     last_of: dict[str, int] = {}
     for seq, sid_raw, type_, value, prev, crc in rows:
-        raw = bytes(value)
         why = None
+        if isinstance(value, bytes | bytearray | memoryview):
+            raw = bytes(value)
+        else:  # a changed byte in the row's header made the BLOB a number or NULL
+            raw, why = str(value).encode(), "its value is not a blob (a changed byte)"
+        if not isinstance(sid_raw, str | bytes) or not isinstance(type_, str | bytes):
+            sid, why = str(sid_raw), "its session id or type is not text (a changed byte)"
+            sid_raw = sid
+        elif not isinstance(prev, int | None) or not isinstance(crc, int | None):
+            why = "its chain or checksum column is not a number (a changed byte)"
         try:
             sid = _b(sid_raw).decode("utf-8")
         except UnicodeDecodeError:
