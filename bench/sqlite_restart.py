@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import HARNESS_NAME, ended_session, open_ask_session, table  # noqa: E402
-from harness.records import InputMessage, InputSettled, TurnFinished, TurnStarted  # noqa: E402
+from bench._common import HARNESS_NAME, ended_session, open_ask_session, table
+from harness.records import InputMessage, InputSettled, TurnFinished, TurnStarted
 
 
 def session_records(sid: str, i: int, ts: int) -> list:

@@ -41,7 +41,12 @@ from harness import ids
 from harness.errors import ConfigError, HarnessError, LogError, LogUnavailable
 from harness.observability import metrics
 from harness.runtime.observe import WorkerHealth
-from harness.runtime.partition import CHECKPOINT_EVERY_RECORDS, CHECKPOINT_EVERY_S, PartitionRuntime, drain_all
+from harness.runtime.partition import (
+    CHECKPOINT_EVERY_RECORDS,
+    CHECKPOINT_EVERY_S,
+    PartitionRuntime,
+    drain_all,
+)
 
 if TYPE_CHECKING:
     from harness.log.kafka.log import KafkaLog

@@ -33,7 +33,7 @@ from typing import Any
 from harness.clock import Clock, duration_seconds
 from harness.definition import Harness, parameter_list
 from harness.errors import CorruptRecord, DefinitionError, LogError
-from harness.log.base import CheckpointWritten, SessionLog
+from harness.log.base import Checkpoint, CheckpointWritten, SessionLog
 from harness.log.follow import ChangeSource, watch_changes
 from harness.observability import Observation, metrics
 from harness.records import LogEntry
@@ -382,7 +382,8 @@ class Worker:
             level = logging.WARNING if found.damaged else logging.INFO
             log.log(level, "not starting from a checkpoint: %s; reading the whole log", found.why)
             return None
-        checkpoint, corrupt = found
+        checkpoint: Checkpoint = found[0]
+        corrupt: list[CorruptRecord] = found[1]
         rt.load_checkpoint(checkpoint)
         for item in corrupt:  # a live session's unreadable record: parked, as by a full read
             self.stats.corrupt_records += 1
