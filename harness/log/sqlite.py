@@ -6,8 +6,10 @@ Layout::
     records(seq INTEGER PRIMARY KEY, session_id, type, value BLOB, prev, crc)
     owners(session_id PRIMARY KEY, owner, epoch, lease_until)
     heads(session_id PRIMARY KEY, last_seq, crc) WITHOUT ROWID
+    checkpoint(id = 1, version, covers, live, crc)   where a worker's restart starts reading
 
-(checksums, chains and the upgrade of older files: :mod:`harness.log.sqlite_schema`)
+(checksums, chains and the upgrade of older files: :mod:`harness.log.sqlite_schema`;
+the checkpoint: :mod:`harness.log.sqlite_checkpoint`)
 
 Durability: WAL with ``synchronous=FULL``; every write is part of one ``BEGIN
 IMMEDIATE`` ... ``COMMIT`` transaction, so it is fsync'd when ``append`` returns
@@ -74,8 +76,9 @@ from harness.log import (
     _RecordLimit,
     _strict,
 )
-from harness.log.base import LeaseInfo, LogEntry
+from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.holder import HOLDER_GRACE_S, running_holder
+from harness.log.sqlite_checkpoint import NoCheckpoint, select_checkpoint, select_heads, upsert_checkpoint
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_schema import (
@@ -247,6 +250,24 @@ class SqliteLog:
 
     async def lease_info(self, session_id: str) -> LeaseInfo:
         return await self._call(self._lease_info, session_id)
+
+    # --- the checkpoint (harness.log.sqlite_checkpoint) ------------------------------------
+
+    async def read_checkpoint(self) -> tuple[Checkpoint, list[CorruptRecord]] | NoCheckpoint:
+        """Where a restart starts: the sessions not ended as of the checkpoint's position,
+        each read whole from the file and verified (their records up to that position; the
+        unreadable ones as ``CorruptRecord``), and every other session as ended (first
+        position 0: not known). ``NoCheckpoint`` says why there is none to use."""
+        return await self._call(self._read_checkpoint)
+
+    async def write_checkpoint(self, covers: int, live: Collection[str]) -> bool:
+        """Record that every session not in ``live`` had ended as of position ``covers``,
+        in a transaction of its own (never with other writes); False when a checkpoint
+        that covers as much is there already (another process wrote it)."""
+        self._writes()  # refused when read-only
+        if self._closed:
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
+        return await asyncio.to_thread(self._guard, self._write_checkpoint, covers, list(live))
 
     # --- writes --------------------------------------------------------------------------
 
@@ -432,6 +453,49 @@ class SqliteLog:
 
     def _sessions(self) -> list[str]:
         return select_sessions(self._db())
+
+    def _read_checkpoint(self) -> tuple[Checkpoint, list[CorruptRecord]] | NoCheckpoint:
+        db = self._db()
+        found = select_checkpoint(db)
+        if isinstance(found, NoCheckpoint):
+            return found
+        sessions, bad = select_heads(db)
+        if bad:
+            return NoCheckpoint(f"{bad} row(s) of its heads table fail their check (a changed byte)", damaged=True)
+        live: dict[str, list[LogEntry]] = {}
+        corrupt: list[CorruptRecord] = []
+        for sid in found.live:
+            entries: list[LogEntry] = []
+            for item in self._scan(sid, 0, -1):  # whole: every CRC, the chain up to the head
+                if isinstance(item, CorruptRecord):
+                    # (a bad row after the checkpoint is found again by the read of the tail)
+                    if item.seq is None or item.seq <= found.covers or not item.raw:
+                        corrupt.append(item)
+                elif item.seq <= found.covers:
+                    entries.append(item)
+            live[sid] = entries
+        ended = {sid: 0 for sid in sessions if sid not in live}
+        checkpoint = Checkpoint(
+            covers=found.covers, sessions={sid: e for sid, e in live.items() if e}, ended=ended, unsealed=()
+        )
+        return checkpoint, corrupt
+
+    def _write_checkpoint(self, covers: int, live: list[str]) -> bool:
+        """On a thread of its own, on a connection of its own: never part of a group commit."""
+        conn = sqlite3.connect(self._path, timeout=self._busy_seconds, isolation_level=None)
+        try:
+            # Not fsync'd here: lost in a power cut, the previous checkpoint (or none) is used.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                written = upsert_checkpoint(conn, covers, live)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return written
+        finally:
+            conn.close()
 
     def _lease_info(self, session_id: str) -> LeaseInfo:
         row = select_owner(self._db(), session_id)

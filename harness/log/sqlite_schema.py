@@ -22,6 +22,12 @@ its own each commit; rows are never deleted, so ``MAX(seq)`` is the last positio
 index). A schema-2 file gets the new ``heads`` when first opened (a row per session);
 its ``records`` keeps ``AUTOINCREMENT`` (rebuilding every record is not worth a page).
 An older version refuses a schema-3 file as of an unknown version.
+
+The ``checkpoint`` table (one row: where a worker's restart starts reading,
+:mod:`harness.log.sqlite_checkpoint`) came later within schema 3: a writer opening a
+file made before it makes it (``CREATE TABLE IF NOT EXISTS``), and a harness that does
+not know it ignores it. It holds no record, only which sessions were live as of a
+position, so a row left behind by any version is still true.
 """
 
 from __future__ import annotations
@@ -78,6 +84,13 @@ CREATE TABLE IF NOT EXISTS heads (
     last_seq INTEGER NOT NULL,
     crc INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    covers INTEGER NOT NULL,
+    live BLOB NOT NULL,
+    crc INTEGER NOT NULL
+);
 """
 
 _HEADS_WITHOUT_ROWID = (
@@ -195,8 +208,16 @@ def verify_rows(
     out: list[tuple[int, str, bytes] | CorruptRecord] = []
     last_of: dict[str, int] = {}
     for seq, sid_raw, type_, value, prev, crc in rows:
-        raw = bytes(value)
         why = None
+        if isinstance(value, bytes | bytearray | memoryview):
+            raw = bytes(value)
+        else:  # a changed byte in the row's header made the BLOB a number or NULL
+            raw, why = str(value).encode(), "its value is not a blob (a changed byte)"
+        if not isinstance(sid_raw, str | bytes) or not isinstance(type_, str | bytes):
+            sid, why = str(sid_raw), "its session id or type is not text (a changed byte)"
+            sid_raw = sid
+        elif not isinstance(prev, int | None) or not isinstance(crc, int | None):
+            why = "its chain or checksum column is not a number (a changed byte)"
         try:
             sid = _b(sid_raw).decode("utf-8")
         except UnicodeDecodeError:

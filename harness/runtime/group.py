@@ -41,7 +41,12 @@ from harness import ids
 from harness.errors import ConfigError, HarnessError, LogError, LogUnavailable
 from harness.observability import metrics
 from harness.runtime.observe import WorkerHealth
-from harness.runtime.partition import PartitionRuntime, drain_all
+from harness.runtime.partition import (
+    CHECKPOINT_EVERY_RECORDS,
+    CHECKPOINT_EVERY_S,
+    PartitionRuntime,
+    drain_all,
+)
 
 if TYPE_CHECKING:
     from harness.log.kafka.log import KafkaLog
@@ -111,10 +116,6 @@ died after a failure) waits before this worker takes it up again, if the group s
 gives it here. A worker that was frozen (SIGSTOP, a VM pause) and lost the partition
 meanwhile hears so from the group within a heartbeat or two of waking up, long before
 this: only a real owner takes a partition up again, never a zombie."""
-CHECKPOINT_EVERY_RECORDS = 2000
-"""A partition checkpoint is written once this many records were folded since the last."""
-CHECKPOINT_EVERY_S = 30.0
-"""... or this long after the last one, if anything was folded since."""
 PROBE_EVERY_S = 5.0
 """How often the owned partitions' log ends are asked for (input lag; the broker answers:
 readiness)."""

@@ -65,12 +65,19 @@ from harness.runtime.gate import Active, SessionGate
 from harness.secrets import secret_values, secrets_for_result
 from harness.views import classify
 
-__all__ = ["Checkpoint", "PartitionRuntime", "SecretsFor", "drain_all"]
+__all__ = [
+    "CHECKPOINT_EVERY_RECORDS", "CHECKPOINT_EVERY_S", "Checkpoint", "PartitionRuntime", "SecretsFor", "drain_all"
+]
 
 log = logging.getLogger("harness.worker")
 
 RECENT_ENDED = 1000
 """Ended sessions whose records stay in memory (LRU): a returning chat needs no read."""
+CHECKPOINT_EVERY_RECORDS = 2000
+"""A partition checkpoint is written once this many records were folded since the last
+(by a Kafka worker for each partition it owns, by a SQLite worker for its file)."""
+CHECKPOINT_EVERY_S = 30.0
+"""... or this long after the last one, if anything was folded since."""
 DRAIN_CHECK_S = 0.02
 """How often a drain looks whether its sessions reached a boundary."""
 

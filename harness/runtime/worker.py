@@ -8,6 +8,11 @@ SQLite or memory it owns the whole log and reads it again whenever it changed
 ``PRAGMA data_version`` checked every few ms), so a new input is picked up within
 milliseconds of its commit, with no poll interval on the way. Either way each owned
 partition is a ``PartitionRuntime``: rebuild from the log, go live, route new records.
+
+A restart reads the log's latest checkpoint and only what came after it, on either log:
+on SQLite the ``checkpoint`` row (``harness.log.sqlite_checkpoint``), written by this
+loop's sweep every ``CHECKPOINT_EVERY_RECORDS`` records or ``CHECKPOINT_EVERY_S``
+(never with a step's commit); without a usable one, the whole file, as before.
 """
 
 from __future__ import annotations
@@ -28,14 +33,20 @@ from typing import Any
 from harness.clock import Clock, duration_seconds
 from harness.definition import Harness, parameter_list
 from harness.errors import CorruptRecord, DefinitionError, LogError
-from harness.log.base import SessionLog
+from harness.log.base import Checkpoint, CheckpointWritten, SessionLog
 from harness.log.follow import ChangeSource, watch_changes
 from harness.observability import Observation, metrics
 from harness.records import LogEntry
 from harness.runtime.gate import SessionGate
 from harness.runtime.host import DEFAULT_SYNC_THREADS, HarnessHost
 from harness.runtime.observe import WorkerHealth, observe_runtimes
-from harness.runtime.partition import PartitionRuntime, SecretsFor, drain_all
+from harness.runtime.partition import (
+    CHECKPOINT_EVERY_RECORDS,
+    CHECKPOINT_EVERY_S,
+    PartitionRuntime,
+    SecretsFor,
+    drain_all,
+)
 
 __all__ = ["DEFAULT_DRAIN_TIMEOUT", "Worker", "WorkerStats"]
 
@@ -357,12 +368,50 @@ class Worker:
             if changes is not None:
                 changes.release()
 
+    async def _load_checkpoint(self, rt: PartitionRuntime) -> int | None:
+        """Start ``rt`` from the log's checkpoint, if it has a usable one; its position."""
+        read = getattr(self.log, "read_checkpoint", None)
+        if read is None:
+            return None
+        try:
+            found = await read()
+        except LogError as exc:  # an optimisation only: read it all instead
+            log.warning("the log's checkpoint cannot be read (%s); reading the whole log", exc)
+            return None
+        if not isinstance(found, tuple):
+            level = logging.WARNING if found.damaged else logging.INFO
+            log.log(level, "not starting from a checkpoint: %s; reading the whole log", found.why)
+            return None
+        checkpoint: Checkpoint = found[0]
+        corrupt: list[CorruptRecord] = found[1]
+        rt.load_checkpoint(checkpoint)
+        for item in corrupt:  # a live session's unreadable record: parked, as by a full read
+            self.stats.corrupt_records += 1
+            rt.report_corrupt(item)
+        self.stats.parked_sessions = len(rt.parked)
+        return checkpoint.covers
+
+    async def _write_checkpoint(self, rt: PartitionRuntime) -> None:
+        """The log's checkpoint as of ``rt.position`` (SQLite: the sessions not ended)."""
+        write = getattr(self.log, "write_checkpoint", None)
+        if write is None or not rt.live or rt.stopped:
+            return
+        checkpoint = rt.checkpoint()
+        try:
+            await write(checkpoint.covers, {*checkpoint.sessions, *rt.parked})
+        except LogError as exc:  # an optimisation only: try again later
+            log.warning("checkpoint not written: %s", exc)
+            return
+        rt.checkpoint_written(CheckpointWritten(directory=(), sealed=len(checkpoint.unsealed or ())))
+        rt.records_since_checkpoint = 0
+
     async def _follow(self, stop: asyncio.Event, changes: ChangeSource | None) -> None:
         rt = self.runtime(0)
-        position = 0
         started = time.monotonic()
+        covers = await self._load_checkpoint(rt)
+        position = rt.position
         records = 0
-        while True:  # rebuild: read everything, drive nothing
+        while True:  # rebuild: read everything after the checkpoint, drive nothing
             entries, new_position = await self._scan(position)
             rt.rebuild(entries)
             records += len(entries)
@@ -370,6 +419,11 @@ class Worker:
                 break
             position = new_position
         await rt.go_live()
+        since = f"after its checkpoint at position {covers}" if covers is not None else "from its start"
+        log.info("log read: %d records %s, %d live sessions", records, since, len(rt.sessions))
+        if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS:
+            await self._write_checkpoint(rt)
+        last_checkpoint = time.monotonic()
         metrics.rebuild(time.monotonic() - started, records)
         self.stats.rebuilds += 1
         self.stats.partitions = 1
@@ -397,6 +451,12 @@ class Worker:
                 if loop.time() >= next_sweep:
                     await rt.sweep()
                     rt.forget_idle()
+                    due = time.monotonic() - last_checkpoint >= CHECKPOINT_EVERY_S
+                    if rt.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS or (
+                        due and rt.records_since_checkpoint > 0
+                    ):
+                        await self._write_checkpoint(rt)
+                        last_checkpoint = time.monotonic()
                     next_sweep = loop.time() + SWEEP_EVERY_S
                     self.publish([0])
                 self.stats.sessions = len(rt.sessions)

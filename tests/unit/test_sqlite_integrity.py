@@ -149,3 +149,23 @@ async def test_a_schema_1_file_is_upgraded_with_checksums(tmp_path):
             await log.read("A")
     finally:
         await log.close()
+
+
+@pytest.mark.parametrize("value", [3.5, 7])
+async def test_a_value_that_is_no_longer_a_blob_is_a_corrupt_record(tmp_path, value):
+    """A changed byte in a row's header can make its BLOB a number or NULL: that row is
+    unreadable at its position (it was a TypeError out of the read, which stopped it)."""
+    path = tmp_path / "one.db"
+    log = SqliteLog(path)
+    writer = await log.claim("A", owner="w", lease=timedelta(seconds=30))
+    [entry] = await writer.append([StepResult("A", 1, "c1", "charge", {"amount": 100})])
+    await log.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value, entry.seq))
+    log = SqliteLog(path)
+    try:
+        with pytest.raises(CorruptRecord) as caught:
+            await log.read("A")
+        assert caught.value.seq == entry.seq and "not a blob" in str(caught.value)
+    finally:
+        await log.close()
