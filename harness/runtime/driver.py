@@ -21,6 +21,10 @@ the answer's append when the answer comes within ``turn_start.RIDE_S``; a model
 response with tool calls is logged with their ``harness.tool.started`` records in one
 append (``first_runs``) and the batch runs right after it; a final answer is logged
 with ``harness.turn.finished`` and its input's ``harness.input.settled``.
+
+A turn whose input already has its verdict (a log of an older version, a repaired parked
+session) is closed with its ``harness.turn.finished`` alone (``CloseSettledTurn``):
+not taken over, nothing of it run, its input not settled twice.
 """
 
 from __future__ import annotations
