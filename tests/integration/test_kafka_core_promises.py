@@ -19,7 +19,14 @@ from harness.errors import CorruptRecord
 from harness.ids import RECORD_CRC_HEADER, RECORD_TYPE_HEADER, message_key
 from harness.log.kafka.log import KafkaLog
 from harness.models import ModelResponse, ScriptedModel, ToolCall
-from harness.records import InputMessage, InputSettled, ModelResponseRecord, StepResult, ToolStarted, TurnStarted
+from harness.records import (
+    InputMessage,
+    InputSettled,
+    ModelResponseRecord,
+    StepResult,
+    ToolStarted,
+    TurnStarted,
+)
 from harness.runtime.worker import Worker
 from tests.unit.test_legacy_settled_turn import SID, App, check_closed_and_went_on, write_legacy_log
 
