@@ -5,6 +5,7 @@ from harness.replay.planner import (
     AbortTurn,
     CallDecision,
     CallModel,
+    CloseSettledTurn,
     CompleteTurn,
     FailTurn,
     RunBatch,
@@ -17,6 +18,7 @@ from harness.replay.planner import (
 )
 from harness.replay.probe import CONTROL_TYPES, control_fields, ended_from_control
 from harness.replay.state import (
+    FINAL_OUTCOMES,
     AppEntry,
     AskState,
     CallState,
@@ -29,12 +31,14 @@ from harness.replay.state import (
 
 __all__ = [
     "CONTROL_TYPES",
+    "FINAL_OUTCOMES",
     "AbortTurn",
     "AppEntry",
     "AskState",
     "CallDecision",
     "CallModel",
     "CallState",
+    "CloseSettledTurn",
     "CompleteTurn",
     "FailTurn",
     "InputState",

@@ -19,6 +19,7 @@ __all__ = [
     "AbortTurn",
     "CallDecision",
     "CallModel",
+    "CloseSettledTurn",
     "CompleteTurn",
     "FailTurn",
     "RunBatch",
@@ -105,7 +106,33 @@ class AbortTurn:
     cancel_input_ids: tuple[str, ...]
 
 
-TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn
+@dataclass(frozen=True, slots=True)
+class CloseSettledTurn:
+    """The turn's input already has a final settlement, yet the turn never finished: it
+    ends ``aborted`` / ``input_already_settled`` and nothing more of it runs (no model
+    call, no tool). Its input keeps the verdict it has: no second settlement.
+
+    Logs of older versions hold such turns (a cancel that came while the turn was being
+    started was settled, and the turn ran on to an ask nobody could answer); so does a
+    parked session's log once repaired (its running turn's input was settled ``failed``
+    / ``session_unreadable``).
+    """
+
+    turn: int
+    input_id: str
+    outcome: str  # the input's settlement
+    code: str | None
+
+    @property
+    def error(self) -> str:
+        why = f" ({self.code})" if self.code else ""
+        return (
+            f"input {self.input_id!r} had already settled {self.outcome}{why} while its turn was still open: "
+            "the rest of the turn does not run"
+        )
+
+
+TurnAction = CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn | CloseSettledTurn
 
 
 def decide_call(
@@ -192,14 +219,18 @@ def plan_turn(
 ) -> TurnAction | None:
     """The next action of the session's active turn, or None when there is none.
 
-    A final answer already logged completes the turn whatever else holds; then a
-    cancel input for the turn's input aborts it; then a turn over ``max_attempts``
+    A turn whose input already has a final settlement is closed first, whatever else
+    holds (its sender has its verdict; nothing more of it runs). Then a final answer
+    already logged completes the turn; then a cancel input for the turn's input aborts it; then a turn over ``max_attempts``
     fails ``attempts_exhausted``, and one that started ``timeout_ms`` or more before
     ``now_ms`` fails ``timeout``.
     """
     turn = state.active_turn
     if turn is None:
         return None
+    settled = state.final_settlement(turn)
+    if settled is not None:
+        return CloseSettledTurn(turn.turn, turn.input_id, settled.outcome, settled.code)
     last = turn.last_response
     if last is not None and not last.tool_calls:
         return CompleteTurn(turn.turn, last.text)  # a final answer wins (SPEC 7.5)

@@ -42,6 +42,7 @@ from harness.records import (
 from harness.replay.payload import input_payload
 
 __all__ = [
+    "FINAL_OUTCOMES",
     "AppEntry",
     "AskState",
     "CallState",
@@ -51,6 +52,13 @@ __all__ = [
     "UsageTotals",
     "fold",
 ]
+
+
+FINAL_OUTCOMES = frozenset({"completed", "failed", "aborted", "rejected"})
+"""Settlement outcomes that are an input's verdict for good (``SettledOutcome``). Every
+outcome written today is one; a ``waiting`` exists only in views (``TurnResult``, the
+gateway), never in a ``harness.input.settled`` record. An outcome outside this set (a
+later version's) is not taken as final: the turn of such an input goes on."""
 
 
 @dataclass(slots=True)
@@ -187,6 +195,16 @@ class SessionState:
         if inp is None or inp.turn is None:
             return None
         return self.turns[inp.turn - 1]
+
+    def final_settlement(self, turn: TurnState) -> InputSettled | None:
+        """The final verdict already logged for ``turn``'s input, if any. An unfinished
+        turn with one is left over, never legitimately open: an older version settled a
+        cancel of an input whose turn was being started and let the turn run on, and the
+        owner of a parked session settles its running turn's input ``failed`` (its turn
+        ends, running nothing more, once the session is driven again: ``plan_turn``)."""
+        inp = self.inputs.get(turn.input_id)
+        settled = inp.settled if inp is not None else None
+        return settled if settled is not None and settled.outcome in FINAL_OUTCOMES else None
 
     def batch(self, response: ModelResponseRecord) -> list[CallState]:
         """The calls of one model response, in call order."""

@@ -90,6 +90,12 @@ def judge_answer(
     turn = state.turns[call.turn - 1] if 0 < call.turn <= len(state.turns) else None
     if call.result is not None or turn is None or turn.finished is not None:
         return AnswerVerdict(False, "no_open_ask", f"call {tool_call_id!r} has finished")
+    settled = state.final_settlement(turn)
+    if settled is not None:  # a left-over turn: its owner closes it, running nothing more
+        return AnswerVerdict(
+            False, "no_open_ask",
+            f"call {tool_call_id!r} belongs to a turn whose input {turn.input_id!r} has settled {settled.outcome}",
+        )
     expires = ask.opened.expires_at
     if expires is not None and now_ms >= expires:
         return AnswerVerdict(False, "ask_expired", f"ask {name!r} expired")

@@ -21,6 +21,10 @@ the answer's append when the answer comes within ``turn_start.RIDE_S``; a model
 response with tool calls is logged with their ``harness.tool.started`` records in one
 append (``first_runs``) and the batch runs right after it; a final answer is logged
 with ``harness.turn.finished`` and its input's ``harness.input.settled``.
+
+A turn whose input already has its verdict (a log of an older version, a repaired parked
+session) is closed with its ``harness.turn.finished`` alone (``CloseSettledTurn``):
+not taken over, nothing of it run, its input not settled twice.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from harness.replay import (
     AbortTurn,
     CallDecision,
     CallModel,
+    CloseSettledTurn,
     CompleteTurn,
     FailTurn,
     RunBatch,
@@ -72,6 +77,9 @@ from harness.step import CallScope, DurableStep
 __all__ = ["DriverCore", "TurnDriver"]
 
 log = logging.getLogger("harness.session")
+CLOSED_CODE = "input_already_settled"
+"""The ``harness.turn.finished`` code of a turn closed because its input had its verdict
+already (``CloseSettledTurn``)."""
 TURN_LINES = TurnLines(log)
 """This process's per-turn lines, sampled past ``turn_lines.RATE`` a second."""
 
@@ -148,7 +156,8 @@ class TurnDriver:
             await core.ensure_owner()  # decisions below are made on everything in the log
             state = core.state
             turn = state.active_turn
-            if turn is not None and turn.turn not in self._own_turns:
+            if turn is not None and turn.turn not in self._own_turns and state.final_settlement(turn) is None:
+                # (a turn whose input has its verdict already is closed below, not resumed)
                 # Taking over a turn another owner left unfinished, judged on the log as
                 # found (before this owner takes new inputs): it uses an attempt only if
                 # work may have been running (SPEC 7.5).
@@ -272,7 +281,7 @@ class TurnDriver:
 
     # -- actions -----------------------------------------------------------------------------
 
-    async def _do(self, action: CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn) -> None:
+    async def _do(self, action: CallModel | RunBatch | CompleteTurn | FailTurn | AbortTurn | CloseSettledTurn) -> None:
         core = self.core
         turn = core.state.active_turn
         assert turn is not None
@@ -286,6 +295,12 @@ class TurnDriver:
                 turn.turn, turn.input_id, "aborted", code="cancelled", error="the input was cancelled",
                 extra=[InputSettled(core.session_id, now, cid, "completed") for cid in action.cancel_input_ids],
             )
+        elif isinstance(action, CloseSettledTurn):
+            # Only the turn's end: its input keeps the verdict it has (its sender has it).
+            now = core.now_ms()
+            await core.commit([TurnFinished(core.session_id, now, turn.input_id, turn.turn, "aborted",
+                                            None, CLOSED_CODE, action.error)])
+            self._ended(turn.turn, turn.input_id, "aborted", CLOSED_CODE, action.error, settled=False)
         elif isinstance(action, CallModel):
             if action.index >= core.harness.durability.max_model_calls:
                 await self._finish(
@@ -312,11 +327,13 @@ class TurnDriver:
             *(extra or []),
         ]
 
-    def _ended(self, turn: int, input_id: str, outcome: str, code: str | None = None, error: str | None = None) -> None:
+    def _ended(self, turn: int, input_id: str, outcome: str, code: str | None = None, error: str | None = None,
+               *, settled: bool = True) -> None:
         core = self.core
         metrics.turn(core.harness.name, outcome, code)
         TURN_LINES.line(
-            "turn %d of session %s %s; input %s settled%s", turn, core.session_id, outcome, input_id,
+            "turn %d of session %s %s; input %s %s%s", turn, core.session_id, outcome, input_id,
+            "settled" if settled else "was settled before",
             core.scrubber.redact_text(f" ({code}: {error})") if code else "",
             always=outcome != "completed",  # (what did not complete is always told)
         )

@@ -15,8 +15,11 @@ decode) is PARKED: it is never driven, since nobody can know what that record sa
 the record on its dead-letter path, and keeps driving the others. Every input of a
 parked session that no turn took yet (and every one that comes later) is settled
 ``rejected`` / ``session_unreadable`` with where the record is, so its sender gets an
-answer instead of waiting for good. An operator repairs the record (SQLite) and restarts
-the worker, or continues in a new session (Kafka).
+answer instead of waiting for good; the input of the turn that was running, if any, is
+settled ``failed`` / ``session_unreadable`` the same way. An operator repairs the record
+(SQLite) and restarts the worker, or continues in a new session (Kafka). Driven again
+after a repair, the session's left-over turn is closed (its input has its verdict:
+``CloseSettledTurn``, nothing more of it runs) and its later inputs go on.
 
 A session whose secrets cannot be had (the worker's ``secrets_for`` hook raised, or
 returned something that is not a mapping of names to text) is HELD: not driven, nothing
@@ -260,6 +263,7 @@ class PartitionRuntime:
 
     async def _settle_parked(self, sid: str) -> None:
         """Settle every input of parked ``sid`` that no turn took ``rejected`` /
+        ``session_unreadable``, and the input of its running turn, if any, ``failed`` /
         ``session_unreadable``: nothing of the session runs, so its senders are told so."""
         if self._closing:  # its handle, if it was driven, closes first (it writes nothing)
             await asyncio.gather(*list(self._closing), return_exceptions=True)
@@ -267,10 +271,14 @@ class PartitionRuntime:
         if corrupt is None or self.stopped:
             return
         state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
+        turn = state.active_turn
+        running = state.inputs[turn.input_id] if turn is not None else None
+        if running is not None and (running.settled is not None or (sid, running.seq) in self._parked_settled):
+            running = None
         todo: list[tuple[InputState, int | None]] = [(i, None) for i in state.pending_inputs()]
         todo += [(c, c.seq) for c in state.pending_conflicts()]
         todo = [(i, at) for i, at in todo if (sid, i.seq) not in self._parked_settled]
-        if not todo:
+        if not todo and running is None:
             return
         fix = (
             "repair or remove that record and restart the worker, or continue in a new session"
@@ -285,8 +293,12 @@ class PartitionRuntime:
         try:
             writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
             try:
+                # The running turn's input: its turn never goes on here (and, the record
+                # repaired, its next owner closes it: CloseSettledTurn), so it failed.
                 await writer.append(
-                    [InputSettled(sid, now, i.input_id, "rejected", "session_unreadable", reason, at) for i, at in todo]
+                    ([InputSettled(sid, now, running.input_id, "failed", "session_unreadable", reason)]
+                     if running is not None else [])
+                    + [InputSettled(sid, now, i.input_id, "rejected", "session_unreadable", reason, at) for i, at in todo]
                 )
             finally:
                 with contextlib.suppress(LogError):
@@ -297,7 +309,12 @@ class PartitionRuntime:
             log.warning("could not refuse the inputs of parked session %s: %s", sid, exc)
             return
         self._parked_settled.update((sid, i.seq) for i, _ in todo)
-        log.warning("refused %d input(s) of parked session %s (session_unreadable)", len(todo), sid)
+        if running is not None:
+            self._parked_settled.add((sid, running.seq))
+            log.warning("input %s of parked session %s, whose turn was running, settled failed "
+                        "(session_unreadable)", running.input_id, sid)
+        if todo:
+            log.warning("refused %d input(s) of parked session %s (session_unreadable)", len(todo), sid)
 
     @property
     def parked(self) -> Mapping[str, CorruptRecord]:

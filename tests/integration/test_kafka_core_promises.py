@@ -19,8 +19,16 @@ from harness.errors import CorruptRecord
 from harness.ids import RECORD_CRC_HEADER, RECORD_TYPE_HEADER, message_key
 from harness.log.kafka.log import KafkaLog
 from harness.models import ModelResponse, ScriptedModel, ToolCall
-from harness.records import InputMessage, ModelResponseRecord, StepResult, ToolStarted, TurnStarted
+from harness.records import (
+    InputMessage,
+    InputSettled,
+    ModelResponseRecord,
+    StepResult,
+    ToolStarted,
+    TurnStarted,
+)
 from harness.runtime.worker import Worker
+from tests.unit.test_legacy_settled_turn import SID, App, check_closed_and_went_on, write_legacy_log
 
 pytestmark = pytest.mark.kafka
 
@@ -129,11 +137,66 @@ async def test_a_kafka_worker_parks_a_session_with_an_unreadable_record(kafka_bo
         settled = await asyncio.wait_for(client.wait_settled("bad", receipt), 60)
         assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
         assert "continue in a new session" in (settled.reason or "")
+        # The turn that was running when the record appeared: its sender is told too.
+        running = await asyncio.wait_for(client.wait_settled("bad", "in-1"), 60)
+        assert (running.outcome, running.code) == ("failed", "session_unreadable")
+        assert "continue in a new session" in (running.reason or "")
     finally:
         stop.set()
         await run
         await worker_log.close()
         await reader.close()
+
+
+async def test_a_kafka_worker_closes_a_legacy_turn_whose_input_was_settled_and_a_restart_adds_nothing(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    """The log an older version left (a cancel settled, the turn ran on to an ask nobody
+    can answer): a worker closes the turn from the folded log and runs the next message;
+    a second worker started after it (a restart: the session's log read back) writes
+    nothing more."""
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    await write_legacy_log(log)
+    app = App()
+
+    async def run_worker(done: Any) -> None:
+        worker_log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+        worker = Worker(log=worker_log, harnesses=[app.harness()])
+        stop = asyncio.Event()
+        run = asyncio.create_task(worker.run(stop))
+        try:
+            await asyncio.wait_for(worker.ready.wait(), 60)
+            for _ in range(600):
+                if await done():
+                    return
+                await asyncio.sleep(0.1)
+            raise AssertionError("the worker never got there")
+        finally:
+            stop.set()
+            await run
+            await worker_log.close()
+
+    reader = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    try:
+        async def next_done() -> bool:
+            return any(e.type == "harness.input.settled" and e.data["input_id"] == "in-2" for e in await reader.read(SID))
+
+        await run_worker(next_done)
+        await check_closed_and_went_on(reader, app)
+        written = len(await reader.read(SID))
+        await HarnessClient(log=reader).send(SID, "again", input_id="in-3")
+
+        async def third_done() -> bool:
+            return any(e.type == "harness.input.settled" and e.data["input_id"] == "in-3" for e in await reader.read(SID))
+
+        await run_worker(third_done)  # a restart: the session's log is read back
+        new = [e.record for e in (await reader.read(SID))[written:]]
+        assert {getattr(r, "input_id", None) or f"turn {getattr(r, 'turn', '?')}" for r in new} == {"in-3", "turn 3"}
+        assert [(r.outcome, r.code) for r in new if isinstance(r, InputSettled)] == [("completed", None)]
+        assert app.tool_runs == 0 and app.model_calls == ["next", "again"]
+    finally:
+        await reader.close()
+        await log.close()
 
 
 async def test_concurrent_first_sends_on_a_fresh_kafka_handle_each_settle_once(

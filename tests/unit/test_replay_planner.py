@@ -10,6 +10,7 @@ from harness.records import (
     AskAnswered,
     AskOpened,
     InputAnswer,
+    InputCancel,
     InputMessage,
     InputSettled,
     LogEntry,
@@ -25,6 +26,7 @@ from harness.records import (
 from harness.replay import (
     CallDecision,
     CallModel,
+    CloseSettledTurn,
     CompleteTurn,
     FailTurn,
     RunBatch,
@@ -478,3 +480,58 @@ def test_conversation_of_a_turn_being_started_is_the_one_its_fold_gives() -> Non
     assert conversation(before, starting="in-2")[-1] == {"role": "user", "content": "second"}
     assert conversation(after, starting="in-2") == conversation(after)  # folded already: no second copy
     assert plan_turn(after, POLICIES, max_attempts=3) == CallModel(2, 0)  # what the driver calls
+
+
+# -- a turn whose input already has its verdict ----------------------------------------------
+
+
+def legacy_cancelled_turn() -> list[Record]:
+    """What the old bug wrote: a cancel taken while in-1's turn was being started was
+    settled as for a queued input, then the turn started anyway and parked on an ask."""
+    return [
+        InputMessage(S, 0, "in-1", "go", "h"),
+        InputCancel(S, 0, "cancel:in-1", "in-1"),
+        InputSettled(S, 0, "in-1", "aborted", "cancelled", "the input was cancelled"),
+        InputSettled(S, 0, "cancel:in-1", "completed"),
+        TurnStarted(S, 0, "in-1", 1),
+        ModelResponseRecord(S, 0, 1, 0, None, (call("c1", "safe"),)),
+        tool_started("c1", "safe"),
+        AskOpened(S, 0, "c1", "approve", "ok?", {"type": "boolean"}),
+    ]
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed", "aborted", "rejected"])
+def test_a_turn_whose_input_has_a_final_settlement_is_closed_running_nothing(outcome: str) -> None:
+    records = [*head(call("c1", "safe")), tool_started("c1", "safe"),
+               AskOpened(S, 0, "c1", "approve", "ok?", {"type": "boolean"}),
+               InputSettled(S, 0, "in-1", outcome, None if outcome == "completed" else "session_unreadable")]
+    action = plan(state_of(*records))
+    assert isinstance(action, CloseSettledTurn)
+    assert (action.turn, action.input_id, action.outcome) == (1, "in-1", outcome)
+    assert f"input 'in-1' had already settled {outcome}" in action.error
+
+
+def test_the_legacy_cancelled_turn_is_closed_before_its_ask_or_anything_else() -> None:
+    state = state_of(*legacy_cancelled_turn())
+    assert plan(state) == CloseSettledTurn(1, "in-1", "aborted", "cancelled")
+    # ... whatever else the log says: a final answer, attempts used up, the deadline passed.
+    final = state_of(*legacy_cancelled_turn()[:5], ModelResponseRecord(S, 0, 1, 0, "done", ()))
+    assert isinstance(plan(final), CloseSettledTurn)
+    spent = state_of(*legacy_cancelled_turn(), TurnResumed(S, 0, "in-1", 1, 9))
+    assert isinstance(plan_turn(spent, POLICIES, max_attempts=1, now_ms=10**9, timeout_ms=1), CloseSettledTurn)
+    # Closed (by the turn's end alone), the session has no active turn left.
+    closed = state_of(*legacy_cancelled_turn(), TurnFinished(S, 0, "in-1", 1, "aborted", None, "input_already_settled"))
+    assert closed.active_turn is None and closed.ended
+    assert plan(closed) is None
+
+
+def test_a_turn_whose_input_is_not_settled_or_settled_non_finally_goes_on() -> None:
+    open_turn = [*head(call("c1", "safe")), tool_started("c1", "safe")]
+    assert decisions(plan(state_of(*open_turn))) == {"c1": ("rerun", 2)}
+    # A verdict that is not final (no version writes one today; a later one might) is no verdict.
+    later = state_of(*open_turn, InputSettled(S, 0, "in-1", "waiting"))
+    assert later.final_settlement(later.turns[0]) is None
+    assert decisions(plan(later)) == {"c1": ("rerun", 2)}
+    # Another input's verdict changes nothing for this turn.
+    other = state_of(*open_turn, InputMessage(S, 0, "in-2", "next", "h"), InputSettled(S, 0, "in-2", "aborted"))
+    assert decisions(plan(other)) == {"c1": ("rerun", 2)}

@@ -16,7 +16,7 @@ from typing import Any
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.clock import FakeClock
 from harness.log.sqlite import SqliteLog
-from harness.records import StepResult
+from harness.records import InputSettled, LogEntry, StepResult, ToolResult, TurnFinished
 from harness.runtime.worker import Worker
 
 from .conftest import Args, call, crash, eventually, script
@@ -48,6 +48,18 @@ async def flip_the_charge(log: SqliteLog, path: Path, sid: str) -> int:
         (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (step.seq,)).fetchone()
         raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"100", b"900"), step.seq))
     return step.seq
+
+
+async def repair_the_charge(path: Path, seq: int) -> None:
+    """Undo ``flip_the_charge`` (what an operator's repair of the row does)."""
+    with sqlite3.connect(path) as raw:
+        (value,) = raw.execute("SELECT value FROM records WHERE seq = ?", (seq,)).fetchone()
+        raw.execute("UPDATE records SET value = ? WHERE seq = ?", (value.replace(b"900", b"100"), seq))
+
+
+async def settlements(log: SqliteLog, sid: str) -> list[InputSettled]:
+    """``sid``'s input settlements, read past any unreadable record."""
+    return [e.record for e in await log.scan(sid) if isinstance(e, LogEntry) and isinstance(e.record, InputSettled)]
 
 
 async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the_others(tmp_path: Path, caplog):
@@ -87,7 +99,8 @@ async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the
     bad_types = [row[0] for row in sqlite3.connect(path).execute(
         "SELECT type FROM records WHERE session_id = 'bad' ORDER BY seq"
     )]
-    assert bad_types[-1] == "harness.step.result"  # nothing more was written for it
+    # Nothing of its turn ran: only its input's verdict was written (its sender is told).
+    assert bad_types[-2:] == ["harness.step.result", "harness.input.settled"]
     await host.close()
     await log.close()
 
@@ -95,7 +108,8 @@ async def test_a_worker_parks_a_session_with_an_unreadable_record_and_drives_the
 async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_path: Path):
     """A message queued before the worker parks the session, and one sent after, are
     settled rejected / session_unreadable: their senders get an answer (a client waits
-    for good otherwise); the session's unfinished turn is left as it is (nothing runs)."""
+    for good otherwise); the input of the turn that was running settles failed /
+    session_unreadable, once, and nothing of that turn runs."""
     from harness.client import HarnessClient
 
     clock = FakeClock()
@@ -120,6 +134,9 @@ async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_p
     stop = asyncio.Event()
     run = asyncio.create_task(worker.run(stop))
     try:
+        running = await asyncio.wait_for(client.wait_settled("bad", "in-1"), 30)
+        assert (running.outcome, running.code) == ("failed", "session_unreadable")
+        assert f"unreadable record at position {bad_seq}" in (running.reason or "")
         first = await asyncio.wait_for(client.wait_settled("bad", queued), 30)
         later = await client.send("bad", "hello?", input_id="in-3")
         second = await asyncio.wait_for(client.wait_settled("bad", later), 30)
@@ -132,12 +149,65 @@ async def test_the_inputs_of_a_parked_session_are_refused_not_left_waiting(tmp_p
         stop.set()
         await run
     assert charges == ["bad"]  # nothing of it ran again
-    settled = [
-        row[0] for row in sqlite3.connect(path).execute(
-            "SELECT type FROM records WHERE session_id = 'bad' AND type = 'harness.input.settled'"
-        )
+    assert [s.input_id for s in await settlements(log, "bad")] == ["in-1", "in-2", "in-3"]  # once each
+    assert "harness.turn.finished" not in [e.type for e in await log.scan("bad") if not isinstance(e, Exception)]
+    await client.close()
+    await host.close()
+    await log.close()
+
+
+async def test_a_repaired_session_closes_the_turn_whose_input_failed_unreadable_and_goes_on(tmp_path: Path):
+    """The turn that was running when its record became unreadable: its input settled
+    failed / session_unreadable. Once the record is repaired and a worker drives the
+    session again, that turn is closed (aborted / input_already_settled, its tool not run
+    again, no second verdict for its input) and the session's next message completes."""
+    from harness.client import HarnessClient
+
+    clock = FakeClock()
+    path = tmp_path / "shop.db"
+    shop = Shop()
+    log = SqliteLog(path, clock=clock.now)
+    host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    session = await host.open(shop.harness(), session_id="bad")
+    send = asyncio.create_task(session.send("check out", input_id="in-1"))
+    await eventually(lambda: session.state.calls.get("c1") is not None and bool(session.state.calls["c1"].steps))
+    await crash(session)
+    send.cancel()
+    bad_seq = await flip_the_charge(log, path, "bad")
+    clock.advance(LEASE.total_seconds() + 1)
+    shop.release.set()  # run again, the tool would finish at once
+    client = HarnessClient(log=log)
+
+    async def run_worker(until: Any) -> Any:
+        worker = Worker(log=log, harnesses=[shop.harness()], clock=clock, lease=LEASE,
+                        poll_interval=timedelta(milliseconds=2))
+        stop = asyncio.Event()
+        run = asyncio.create_task(worker.run(stop))
+        try:
+            return await asyncio.wait_for(until, 30)
+        finally:
+            stop.set()
+            await run
+
+    failed = await run_worker(client.wait_settled("bad", "in-1"))
+    assert (failed.outcome, failed.code) == ("failed", "session_unreadable")
+    assert f"unreadable record at position {bad_seq}" in (failed.reason or "")
+
+    await repair_the_charge(path, bad_seq)  # the operator's fix, then a restart
+    receipt = await client.send("bad", "hello again", input_id="in-2")
+    done = await run_worker(client.wait_settled("bad", receipt))
+    assert (done.outcome, done.code) == ("completed", None)
+
+    entries = await log.read("bad")
+    finished = [e.record for e in entries if isinstance(e.record, TurnFinished)]
+    assert [(f.turn, f.input_id, f.outcome, f.code) for f in finished] == [
+        (1, "in-1", "aborted", "input_already_settled"), (2, "in-2", "completed", None),
     ]
-    assert len(settled) == 2  # in-2 and in-3, once each; in-1's turn is left unfinished
+    assert [(s.input_id, s.outcome) for s in await settlements(log, "bad")] == [
+        ("in-1", "failed"), ("in-2", "completed"),
+    ]  # in-1 once: its verdict stands
+    assert [e.record for e in entries if isinstance(e.record, ToolResult)] == []  # turn 1's tool never ran on
+    assert shop.charges == ["bad"]
     await client.close()
     await host.close()
     await log.close()
