@@ -32,7 +32,9 @@ new session never needs a read); the last ``RECENT_ENDED`` ended sessions keep
 their records, so a chat's next message needs no read either. Live sessions
 keep their records, which is what a ``Checkpoint`` holds.
 A checkpoint covers every record up to ``covers``: a new owner starts from the
-latest one and reads only the tail after it. Checkpoints are an optimisation
+latest one and reads only the tail after it. A parked session is in a checkpoint as ended
+(``ended``, no records): a new owner reads it whole when a record of it comes, meets the
+unreadable record again and parks it. Checkpoints are an optimisation
 only: without one the same state comes from reading the whole partition.
 """
 
@@ -113,7 +115,8 @@ class PartitionRuntime:
         self._directory: tuple[tuple[str, int], ...] = ()
         self._unsealed: list[tuple[str, int]] | None = None
         self._recent: OrderedDict[str, list[LogEntry]] = OrderedDict()  # records of recently ended ones
-        self._needs_history: set[str] = set()  # ended sessions that got records while rebuilding
+        # Ended sessions that got records while rebuilding: those records (read whole later).
+        self._needs_history: dict[str, list[LogEntry]] = {}
         self._sessions: dict[str, SessionCore] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
@@ -156,7 +159,7 @@ class PartitionRuntime:
             if known is not None:
                 known.append(entry)
             elif sid in self._ended:
-                self._needs_history.add(sid)  # an ended session came back: read it whole later
+                self._needs_history.setdefault(sid, []).append(entry)  # it came back: read it whole later
             else:
                 self._entries[sid] = [entry]
             self.position = entry.seq
@@ -164,8 +167,11 @@ class PartitionRuntime:
 
     async def forget_ended(self) -> dict[str, SessionState]:
         """Fold every known session; keep the ids of the ended ones; return the live states."""
-        for sid in list(self._needs_history):
-            self._entries[sid] = await self._history(sid)
+        for sid, tail in list(self._needs_history.items()):
+            try:
+                self._entries[sid] = await self._history(sid)
+            except CorruptRecord:  # parked (a parked session is in a checkpoint as ended)
+                self._parked_entries.setdefault(sid, []).extend(tail)  # its inputs are refused
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
@@ -232,6 +238,11 @@ class PartitionRuntime:
             return
         self._parked[sid] = corrupt
         self._parked_entries[sid] = self._entries.get(sid) or []
+        if sid not in self._ended:
+            # So a checkpoint names it: a new owner that starts from one takes it for ended,
+            # reads it whole when a record of it comes, finds the record again and parks it.
+            # (Left out, its later records would read as a new session's first ones.)
+            self._remember_ended(sid, self._parked_entries[sid])
         log.error(
             "session %s is parked, not driven: its log has an unreadable record at position %s "
             "(%s); on Kafka it stays parked (one record cannot be removed: continue in a new session), "

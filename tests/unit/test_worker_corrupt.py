@@ -211,3 +211,62 @@ async def test_a_repaired_session_closes_the_turn_whose_input_failed_unreadable_
     await client.close()
     await host.close()
     await log.close()
+
+
+async def test_a_parked_session_stays_parked_for_an_owner_that_starts_from_a_checkpoint(tmp_path: Path):
+    """A checkpoint made after a session was parked names it (as ended, without its
+    records): the next owner, starting from that checkpoint, reads the session whole when
+    a record of it comes, finds the unreadable record again and parks it. Left out of the
+    checkpoint, its next message read as a new session's first record and ran its turn
+    from nothing: the charge again. (What a Kafka worker's takeover does; the runtime is
+    driven here as a Kafka worker drives it: checkpoint, then the records after it.)"""
+    from harness.client import HarnessClient
+    from harness.runtime.partition import PartitionRuntime
+
+    clock = FakeClock()
+    path = tmp_path / "shop.db"
+    shop = Shop()
+    shop.release.set()
+    log = SqliteLog(path, clock=clock.now)
+    host = HarnessHost(log=log, clock=clock, lease=LEASE, poll_interval=timedelta(milliseconds=2))
+    session = await host.open(shop.harness(), session_id="bad")
+    assert (await session.send("check out", input_id="in-1")).outcome == "completed"
+    await session.close()
+    await flip_the_charge(log, path, "bad")
+
+    def runtime() -> PartitionRuntime:
+        return PartitionRuntime(host=HarnessHost(log=log, clock=clock, lease=LEASE), harnesses={"shop": shop.harness()})
+
+    async def read_after(rt: PartitionRuntime, after: int) -> list[LogEntry]:
+        entries: list[LogEntry] = []
+        for item in await log.scan(None, after=after):
+            if isinstance(item, LogEntry):
+                entries.append(item)
+            else:
+                rt.report_corrupt(item)
+        return entries
+
+    first = runtime()
+    first.rebuild(await read_after(first, 0))
+    await first.go_live()
+    assert "bad" in first.parked
+    checkpoint = first.checkpoint()
+    assert "bad" in checkpoint.ended and "bad" not in checkpoint.sessions
+    await first.stop()
+
+    client = HarnessClient(log=log)
+    later = await client.send("bad", "and again", input_id="in-2")
+    second = runtime()
+    second.load_checkpoint(checkpoint)
+    second.rebuild(await read_after(second, checkpoint.covers))
+    await second.go_live()
+    try:
+        settled = await asyncio.wait_for(client.wait_settled("bad", later), 30)
+        assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
+        assert "bad" in second.parked
+    finally:
+        await second.stop()
+    assert shop.charges == ["bad"]  # the turn did not run again from nothing
+    await client.close()
+    await host.close()
+    await log.close()
