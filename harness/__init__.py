@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.definition import ToolCallEvent as ToolCallEvent
     from harness.definition import ToolOutcome as ToolOutcome
     from harness.definition import define_harness as define_harness
+    from harness.errors import ContextTooLong as ContextTooLong
     from harness.errors import HarnessError as HarnessError
     from harness.log import LogEntry as LogEntry
     from harness.log import SessionLog as SessionLog
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _EXPORTS = {
     "Clock": "harness.clock",
+    "ContextTooLong": "harness.errors",
     "Durability": "harness.definition",
     "FakeClock": "harness.clock",
     "Harness": "harness.definition",

@@ -29,6 +29,7 @@ from .conftest import Args, call, script
 
 PINNED_ALL = [
     "Clock",
+    "ContextTooLong",
     "Durability",
     "FakeClock",
     "Harness",
