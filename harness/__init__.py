@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.context import ToolContext as ToolContext
     from harness.definition import Durability as Durability
     from harness.definition import Harness as Harness
+    from harness.definition import History as History
     from harness.definition import Hooks as Hooks
     from harness.definition import ToolCallEvent as ToolCallEvent
     from harness.definition import ToolOutcome as ToolOutcome
@@ -54,6 +55,7 @@ _EXPORTS = {
     "HarnessClient": "harness.client",
     "HarnessError": "harness.errors",
     "HarnessHost": "harness.runtime",
+    "History": "harness.definition",
     "Hooks": "harness.definition",
     "InputReceipt": "harness.client",
     "LogEntry": "harness.log",

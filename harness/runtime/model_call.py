@@ -20,6 +20,9 @@ planner again. So a first run and a run after a crash take the same path:
   request refused as longer than the context window (``ContextTooLong``) fails it at once
   with code ``context_too_long``, the message saying how to fix it.
 
+What the model is sent is the log's conversation, bounded by the harness's ``history``
+policy when it has one (:mod:`harness.replay.history`); the log itself keeps everything.
+
 Text deltas of a streamed answer go to ``publish`` as :class:`~harness.live.LiveEvent`
 objects, never to the log.
 
@@ -49,7 +52,7 @@ from harness.live.events import LiveEvent
 from harness.models.base import ModelResponse, call_complete
 from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
-from harness.replay import CallModel, SessionState, conversation
+from harness.replay import CallModel, SessionState, conversation, trim_history
 from harness.runtime.arguments import refuse_secret_arguments
 from harness.runtime.turn_start import RIDE_S, TurnStart
 from harness.secrets import SecretScrubber
@@ -114,11 +117,16 @@ def backoff_seconds(
 
 def model_messages(harness: Harness, state: SessionState, *, starting: str | None = None) -> list[dict[str, Any]]:
     """What the model is sent: the system prompt, then the conversation the log holds
-    (``starting``: the message whose turn is being started, see ``conversation``)."""
+    (``starting``: the message whose turn is being started, see ``conversation``), its
+    oldest turns dropped as the harness's ``history`` policy says (when it has one)."""
     messages: list[dict[str, Any]] = []
     if harness.system_prompt:
         messages.append({"role": "system", "content": harness.system_prompt})
     messages.extend(conversation(state, starting=starting))
+    if harness.history is not None:
+        messages = trim_history(
+            messages, max_messages=harness.history.max_messages, max_chars=harness.history.max_chars
+        )
     return messages
 
 

@@ -36,6 +36,7 @@ PINNED_ALL = [
     "HarnessClient",
     "HarnessError",
     "HarnessHost",
+    "History",
     "Hooks",
     "InputReceipt",
     "LogEntry",
