@@ -22,10 +22,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.context import ToolContext as ToolContext
     from harness.definition import Durability as Durability
     from harness.definition import Harness as Harness
+    from harness.definition import History as History
     from harness.definition import Hooks as Hooks
     from harness.definition import ToolCallEvent as ToolCallEvent
     from harness.definition import ToolOutcome as ToolOutcome
     from harness.definition import define_harness as define_harness
+    from harness.errors import ContextTooLong as ContextTooLong
     from harness.errors import HarnessError as HarnessError
     from harness.log import LogEntry as LogEntry
     from harness.log import SessionLog as SessionLog
@@ -46,12 +48,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _EXPORTS = {
     "Clock": "harness.clock",
+    "ContextTooLong": "harness.errors",
     "Durability": "harness.definition",
     "FakeClock": "harness.clock",
     "Harness": "harness.definition",
     "HarnessClient": "harness.client",
     "HarnessError": "harness.errors",
     "HarnessHost": "harness.runtime",
+    "History": "harness.definition",
     "Hooks": "harness.definition",
     "InputReceipt": "harness.client",
     "LogEntry": "harness.log",

@@ -1,4 +1,4 @@
-"""A harness: a model, its tools, a system prompt, hooks and durability options."""
+"""A harness: a model, its tools, a system prompt, hooks, durability and history options."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ __all__ = [
     "DEFAULT_TRUNCATED_CALL_ERROR",
     "Durability",
     "Harness",
+    "History",
     "Hooks",
     "ToolCallEvent",
     "ToolOutcome",
     "check_durability",
+    "check_history",
     "check_hooks",
     "check_model",
     "check_system_prompt",
@@ -175,6 +177,40 @@ class Durability:
 
 
 @dataclass(frozen=True, slots=True)
+class History:
+    """What of a session's conversation each model request carries (opt-in; the log always
+    keeps everything).
+
+    The system prompt and the current turn (from its user message on) are always sent
+    whole; older turns are sent newest first while both bounds hold, and the first that
+    does not fit is dropped with every turn before it. A turn is dropped whole, so a tool
+    call is never sent without its result, nor a result without its call. When the
+    current turn alone is over a bound it is sent anyway (the provider decides). The
+    choice depends only on the log, so a session taken over by another process sends the
+    same requests. (A sub-agent of ``agent_tool`` runs one turn: always sent whole.)
+
+    Note: ``ScriptedModel([...])`` answers ``responses[k]``, k = the assistant messages in
+    the request: dropped turns lower k, so script a trimmed session with a function.
+    """
+
+    max_messages: int | None = None
+    """Most messages after the system prompt (user, assistant and tool messages); None: any."""
+    max_chars: int | None = None
+    """Most characters after the system prompt: message texts, tool results, tool call names
+    and arguments (as JSON); None: any. About 4 characters make a token in English."""
+
+    def __post_init__(self) -> None:
+        for field_name in ("max_messages", "max_chars"):
+            value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise DefinitionError(f"history.{field_name} must be a whole number of at least 1 or None, not {value!r}")
+        if self.max_messages is None and self.max_chars is None:
+            raise DefinitionError(
+                "History() bounds nothing: give max_messages= or max_chars= (or both), or leave history= out"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class Harness:
     name: str
     model: Model
@@ -182,6 +218,8 @@ class Harness:
     system_prompt: str | None = None
     hooks: Hooks = field(default_factory=Hooks)
     durability: Durability = field(default_factory=Durability)
+    history: History | None = None
+    """What of the conversation each model request carries; None: all of it."""
     model_keywords: frozenset[str] = frozenset()
     """The optional keywords (``stream``, ``secrets``) the model's ``complete`` takes:
     read once, when the harness is defined."""
@@ -279,6 +317,28 @@ def check_durability(durability: object, what: str) -> Durability:
     )
 
 
+def check_history(history: object, what: str) -> History | None:
+    """``history`` of ``what`` as ``History``: a ``History``, a dict of its fields, or None
+    (no policy: every request carries the whole conversation).
+
+    Raises:
+        DefinitionError: anything else, a dict key that is no field, or a field's value
+            that ``History`` refuses.
+    """
+    if history is None or isinstance(history, History):
+        return history
+    names = [f.name for f in dataclasses.fields(History)]
+    if isinstance(history, Mapping):
+        for key in history:
+            if key not in names:
+                raise DefinitionError(f"{what}: history= has no field {key!r}; its fields are {', '.join(names)}")
+        return History(**history)
+    raise DefinitionError(
+        f"{what} takes history= as History(max_messages=..., max_chars=...) or a dict of its fields, "
+        f"not {type(history).__name__}"
+    )
+
+
 def check_system_prompt(system_prompt: object, what: str) -> str | None:
     """``system_prompt`` if it is a string or None.
 
@@ -298,17 +358,21 @@ def define_harness(
     system_prompt: str | None = None,
     hooks: Hooks | Mapping[str, Any] | None = None,
     durability: Durability | Mapping[str, Any] | None = None,
+    history: History | Mapping[str, Any] | None = None,
 ) -> Harness:
     """Put a model and its tools together under a stable name.
 
     The name is written into each session's log, so a worker can find the
-    harness of a session it takes over: keep it stable. ``hooks`` and ``durability``
-    are a ``Hooks`` / ``Durability`` or a dict of their fields.
+    harness of a session it takes over: keep it stable. ``hooks``, ``durability`` and
+    ``history`` are a ``Hooks`` / ``Durability`` / ``History`` or a dict of their fields.
+    ``history`` bounds what each model request carries of a long conversation (see
+    ``History``); by default every request carries all of it, until the provider refuses
+    one and the turn fails with ``context_too_long``.
 
     Raises:
         DefinitionError: a name that is empty, too long or unprintable; a model without an
             async ``complete()``; ``tools`` that is not a list of tools; a ``system_prompt``
-            that is not a string; ``hooks`` or ``durability`` that is neither.
+            that is not a string; ``hooks``, ``durability`` or ``history`` that is neither.
     """
     if not isinstance(name, str) or not name.strip():
         raise DefinitionError("a harness needs a non-empty name")
@@ -326,5 +390,6 @@ def define_harness(
         system_prompt=check_system_prompt(system_prompt, f"harness {name!r}"),
         hooks=check_hooks(hooks, f"harness {name!r}"),
         durability=check_durability(durability, f"harness {name!r}"),
+        history=check_history(history, f"harness {name!r}"),
         model_keywords=model_keywords(model),
     )

@@ -32,6 +32,7 @@
     ├── InvalidId                  (also a ValueError) a session or input id that is empty, too long or unprintable
     ├── UnknownHarness             a session names a harness this host does not run
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
+    │   └── ContextTooLong         the provider refused the request as longer than its context window
     ├── SessionNotFound            a log holds no record of the session asked for
     ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
@@ -49,6 +50,7 @@ __all__ = [
     "AskExpired",
     "CodecError",
     "ConfigError",
+    "ContextTooLong",
     "CorruptRecord",
     "DefinitionError",
     "DuplicateStepName",
@@ -394,7 +396,31 @@ class ModelError(HarnessError):
         self.retry_after = retry_after
         self.kind = kind
         """A short class: rate_limited, server_error, timeout, connection, bad_request,
-        auth, forbidden, not_found, stream_cut, config ..."""
+        auth, forbidden, not_found, stream_cut, config, context_too_long ..."""
+
+
+class ContextTooLong(ModelError):
+    """The provider refused the request as longer than the model's context window.
+
+    Permanent (never retried: the same conversation is refused again), and the turn
+    fails with code ``context_too_long``. The built-in adapters raise it for OpenAI's
+    ``context_length_exceeded``, Anthropic's ``prompt is too long``, and the context
+    length errors of OpenAI-compatible servers (vLLM, llama.cpp, Ollama ...); an adapter
+    of your own may raise it too. The message is the provider's, then :attr:`FIX`.
+    """
+
+    FIX = (
+        "to fix it, bound what each request sends with history=History(max_messages=..., max_chars=...) "
+        "(define_harness() or chat(); lower the bounds if one is set), or start a new session"
+    )
+    """What the user is told to do, at the end of the message."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(f"{message}; {self.FIX}", transient=False, status=status, kind="context_too_long")
+        self.provider_message = message
+        """The provider's refusal alone, without the fix."""
+
+
 class ConfigError(HarnessError):
     """A setting given to a command or a service is wrong (an ``--app`` that names no
     harness, a secrets folder that does not exist ...); the message says how to fix it."""

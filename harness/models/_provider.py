@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from harness.errors import DefinitionError, MissingExtra, ModelError
+from harness.errors import ContextTooLong, DefinitionError, MissingExtra, ModelError
 from harness.models.base import Pricing
 
-__all__ = ["ProviderModel", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
+__all__ = ["ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
 
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
 """Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
@@ -332,6 +332,8 @@ class ProviderModel:
                 # OpenAI says "429" for a spent budget too: no wait brings it back, a person must.
                 transient, kind = False, "quota"
             text = f"{self.provider}: HTTP {status} {kind}: {message}"
+            if context_overflow(status, getattr(exc, "body", None), message):
+                return ContextTooLong(self.scrub(text, key), status=status)
         elif _bad_request_header(exc):
             # The HTTP client refused a header it was to send (a key with a line break ...) and its
             # message quotes that header whole: permanent, and not quoted.
@@ -355,6 +357,28 @@ class ProviderModel:
         else:
             transient, kind, text = False, "unexpected", f"{self.provider}: {type(exc).__name__}: {exc}"
         return ModelError(self.scrub(text, key), transient=transient, status=status, retry_after=retry_after, kind=kind)
+
+
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+"""Error codes/types that say the request is over the context window (OpenAI, Groq ...;
+llama.cpp's server)."""
+_CONTEXT_WORDS = re.compile(
+    r"context[ _]length|maximum context|context (?:window|size)|exceed context limit|prompt is too long", re.IGNORECASE
+)
+"""How the others say it: Anthropic ``prompt is too long: N tokens > M maximum`` or
+``input length and max_tokens exceed context limit``; vLLM and DeepSeek ``This model's
+maximum context length is N tokens``; Ollama ``... exceeds the context length``."""
+
+
+def context_overflow(status: int | None, body: Any, message: str) -> bool:
+    """Whether an HTTP error answer refuses the request as longer than the model's
+    context window (a 400, or a 413 from some OpenAI-compatible servers)."""
+    if status not in (400, 413):
+        return False
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    if isinstance(error, Mapping) and ({error.get("code"), error.get("type")} & _CONTEXT_CODES):
+        return True
+    return bool(_CONTEXT_WORDS.search(message))
 
 
 def _bad_request_header(exc: BaseException) -> bool:

@@ -22,7 +22,9 @@ class ScriptedModel:
     """Answers ``responses[k]``, k = the number of assistant messages in the request.
 
     Counting assistant messages (not calls) makes the script resumable: a session
-    resumed in a new process continues where the log says it was. With a
+    resumed in a new process continues where the log says it was. A history policy
+    (``History``) that drops old turns from a request lowers k too: script such a
+    session with a function. With a
     function, it is called with the messages (sync or async) and returns a
     ``ModelResponse``.
 

@@ -1,6 +1,7 @@
 """Pure replay: records -> session state -> the next action. No I/O here, ever."""
 
 from harness.replay.conversation import conversation
+from harness.replay.history import trim_history
 from harness.replay.planner import (
     AbortTurn,
     CallDecision,
@@ -56,4 +57,5 @@ __all__ = [
     "fold",
     "is_parked",
     "plan_turn",
+    "trim_history",
 ]

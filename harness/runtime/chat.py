@@ -14,9 +14,11 @@ from pydantic import SecretStr
 from harness.clock import Clock
 from harness.definition import (
     Durability,
+    History,
     Hooks,
     ToolCallEvent,
     check_durability,
+    check_history,
     check_hooks,
     check_model,
     check_system_prompt,
@@ -26,6 +28,7 @@ from harness.errors import DefinitionError, HarnessError
 from harness.ids import model_call_id
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import Model, StreamSink, call_complete, model_keywords
+from harness.replay import trim_history
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber, given_secrets
@@ -92,6 +95,7 @@ async def chat(
     clock: Clock | None = None,
     stream: StreamSink | None = None,
     durability: Durability | Mapping[str, Any] | None = None,
+    history: History | Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
@@ -106,17 +110,21 @@ async def chat(
     ``durability``'s ``model_retries``, ``model_backoff`` and ``model_backoff_max``
     (``Durability()`` by default; ``Retry-After`` honoured); nothing records the count, so
     it starts again with each ``chat()``. A permanent error, or the last transient one,
-    is raised.
+    is raised (``ContextTooLong`` when the provider refuses the request as longer than
+    the model's context window).
 
-    ``hooks`` and ``durability`` are a ``Hooks`` / ``Durability`` or a dict of their
-    fields, as for ``define_harness``. ``max_model_calls`` bounds the model calls of this
+    ``hooks``, ``durability`` and ``history`` are a ``Hooks`` / ``Durability`` /
+    ``History`` or a dict of their fields, as for ``define_harness``. ``history`` bounds
+    what each model request carries (the leading system messages and the current turn,
+    from the last user message on, always; older turns newest first while they fit); the
+    returned conversation is always whole. ``max_model_calls`` bounds the model calls of this
     ``chat()``; by default ``durability.max_model_calls`` (50).
 
     Raises:
         DefinitionError: a model without an async ``complete()``, ``tools`` that is not a
             list of tools, ``messages`` that is not a list of message dicts, ``secrets``
             that is not a mapping of names to str or SecretStr values, a ``system_prompt``
-            that is not a string, ``hooks`` or ``durability`` that is neither,
+            that is not a string, ``hooks``, ``durability`` or ``history`` that is neither,
             ``max_model_calls`` that is not a whole number of at least 1, a ``clock`` that
             is not a ``Clock`` or a ``stream`` that is not a function.
     """
@@ -126,6 +134,7 @@ async def chat(
     system_prompt = check_system_prompt(system_prompt, "chat()")
     hooks = check_hooks(hooks, "chat()")
     durability = check_durability(durability, "chat()")
+    policy = check_history(history, "chat()")
     if max_model_calls is None:  # (durability's, 50 unless it says otherwise)
         max_model_calls = durability.max_model_calls
     _check_options(max_model_calls, clock, stream)
@@ -139,8 +148,11 @@ async def chat(
     retrying = ModelRetrier(durability, clock, scrubber)
     seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
+        sent = out if policy is None else trim_history(  # (the model's request; ``out`` stays whole)
+            out, max_messages=policy.max_messages, max_chars=policy.max_chars
+        )
         response = await retrying.call(
-            lambda: call_complete(model, out, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
+            functools.partial(call_complete, model, sent, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
         )
         calls = []
         for c in response.tool_calls:  # ids as in a session: unusable or repeated ones renamed

@@ -16,7 +16,12 @@ planner again. So a first run and a run after a crash take the same path:
   carries both, and this function waits until then, so a process that dies during the
   backoff is followed by one that resumes with the same count and the same deadline.
 * any other error, or no retries left: the turn fails with code ``model_error`` and the
-  provider's message (session secrets removed; adapters remove their credentials).
+  provider's message (session secrets removed; adapters remove their credentials); a
+  request refused as longer than the context window (``ContextTooLong``) fails it at once
+  with code ``context_too_long``, the message saying how to fix it.
+
+What the model is sent is the log's conversation, bounded by the harness's ``history``
+policy when it has one (:mod:`harness.replay.history`); the log itself keeps everything.
 
 Text deltas of a streamed answer go to ``publish`` as :class:`~harness.live.LiveEvent`
 objects, never to the log.
@@ -40,14 +45,14 @@ from typing import Any, TypeVar
 
 from harness.clock import Clock
 from harness.definition import Durability, Harness
-from harness.errors import ModelError
+from harness.errors import ContextTooLong, ModelError
 from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
 from harness.models.base import ModelResponse, call_complete
 from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
-from harness.replay import CallModel, SessionState, conversation
+from harness.replay import CallModel, SessionState, conversation, trim_history
 from harness.runtime.arguments import refuse_secret_arguments
 from harness.runtime.turn_start import RIDE_S, TurnStart
 from harness.secrets import SecretScrubber
@@ -75,11 +80,16 @@ class ErrorVerdict:
     status: int | None = None
     retry_after: float | None = None
     kind: str | None = None
+    code: str = "model_error"
+    """The code of the turn it fails (when permanent or out of retries)."""
 
 
 def classify_error(exc: BaseException) -> ErrorVerdict:
     """Transient or permanent: a ``ModelError`` says so itself; a bare timeout or a
-    connection error is transient; anything else (a bug in a model, a bad value) is not."""
+    connection error is transient; anything else (a bug in a model, a bad value) is not.
+    A ``ContextTooLong`` is permanent, with the turn's code ``context_too_long``."""
+    if isinstance(exc, ContextTooLong):
+        return ErrorVerdict(False, exc.message, exc.status, exc.retry_after, exc.kind, code="context_too_long")
     if isinstance(exc, ModelError):
         return ErrorVerdict(exc.transient, exc.message, exc.status, exc.retry_after, exc.kind)
     if isinstance(exc, TimeoutError):
@@ -107,11 +117,16 @@ def backoff_seconds(
 
 def model_messages(harness: Harness, state: SessionState, *, starting: str | None = None) -> list[dict[str, Any]]:
     """What the model is sent: the system prompt, then the conversation the log holds
-    (``starting``: the message whose turn is being started, see ``conversation``)."""
+    (``starting``: the message whose turn is being started, see ``conversation``), its
+    oldest turns dropped as the harness's ``history`` policy says (when it has one)."""
     messages: list[dict[str, Any]] = []
     if harness.system_prompt:
         messages.append({"role": "system", "content": harness.system_prompt})
     messages.extend(conversation(state, starting=starting))
+    if harness.history is not None:
+        messages = trim_history(
+            messages, max_messages=harness.history.max_messages, max_chars=harness.history.max_chars
+        )
     return messages
 
 
@@ -358,7 +373,7 @@ async def _failed(
     if verdict.transient:
         message = f"the model call failed {action.retries + 1} times (durability.model_retries={durability.model_retries}); last: {message}"
     log.warning("session %s: model call %s.%s failed: %s", session_id, action.turn, action.index, message)
-    await fail("model_error", message)
+    await fail(verdict.code, message)
 
 
 class ModelRetrier:

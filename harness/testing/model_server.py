@@ -69,6 +69,7 @@ class Fail:
     message: str
     headers: dict[str, str] = field(default_factory=dict)
     error_type: str | None = None
+    code: str | None = None  # OpenAI's ``error.code`` (e.g. ``context_length_exceeded``)
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _fail(self, request: Request, fail: Fail) -> None:
         if request.api == "openai":
             kind = fail.error_type or _OPENAI_ERROR_TYPES.get(fail.status, "server_error")
-            body: dict[str, Any] = {"error": {"message": fail.message, "type": kind, "param": None, "code": None}}
+            body: dict[str, Any] = {"error": {"message": fail.message, "type": kind, "param": None, "code": fail.code}}
         else:
             kind = fail.error_type or _ANTHROPIC_ERROR_TYPES.get(fail.status, "api_error")
             body = {"type": "error", "error": {"type": kind, "message": fail.message}}

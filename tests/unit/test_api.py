@@ -29,12 +29,14 @@ from .conftest import Args, call, script
 
 PINNED_ALL = [
     "Clock",
+    "ContextTooLong",
     "Durability",
     "FakeClock",
     "Harness",
     "HarnessClient",
     "HarnessError",
     "HarnessHost",
+    "History",
     "Hooks",
     "InputReceipt",
     "LogEntry",

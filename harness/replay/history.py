@@ -1,0 +1,78 @@
+"""The history policy: which messages of a conversation a model request carries. PURE.
+
+A long session's conversation grows with every turn until the provider refuses it as
+longer than the model's context window. :func:`trim_history` bounds what one request
+sends (never what the log holds), from the messages alone, so a session resumed in
+another process sends the same request:
+
+* the leading system message(s) are always kept;
+* the rest is cut into turns, each from a user message up to the next one (messages
+  before the first user message make a group of their own);
+* the current turn (from the last user message on) is always kept whole, even when it
+  alone is over the bounds: the provider then decides;
+* older turns are kept newest first while the bounds hold; the first one that does not
+  fit is dropped with every turn before it.
+
+Dropping only whole turns never separates an assistant message with ``tool_calls`` from
+its tool results (a tool result without its call is a 400 at every provider), and the
+first message after the system prompt is always a user message (Anthropic requires it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from harness.jsonvalues import dumps
+
+__all__ = ["message_chars", "trim_history"]
+
+M = TypeVar("M", bound=Mapping[str, Any])
+
+
+def message_chars(message: Mapping[str, Any]) -> int:
+    """The characters a message counts for ``max_chars``: its content (text, or its JSON
+    when it is not a string), plus each tool call's name and JSON arguments."""
+    content = message.get("content")
+    size = len(content) if isinstance(content, str) else len(dumps(content)) if content is not None else 0
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping):
+            size += len(str(call.get("name") or "")) + len(dumps(call.get("arguments") or {}))
+    return size
+
+
+def _turns(messages: Sequence[M]) -> list[list[M]]:
+    turns: list[list[M]] = []
+    for message in messages:
+        if not turns or message.get("role") == "user":
+            turns.append([])
+        turns[-1].append(message)
+    return turns
+
+
+def trim_history(
+    messages: Sequence[M], *, max_messages: int | None = None, max_chars: int | None = None
+) -> list[M]:
+    """``messages`` without their oldest whole turns, so that what follows the system
+    prompt holds at most ``max_messages`` messages and ``max_chars`` characters
+    (:func:`message_chars`), the current turn excepted (see the module doc).
+
+    None bounds nothing; with both None the messages come back as they are (a new list
+    of the same objects). Deterministic: the same messages give the same result.
+    """
+    head = 0
+    while head < len(messages) and messages[head].get("role") == "system":
+        head += 1
+    turns = _turns(messages[head:])
+    if not turns or (max_messages is None and max_chars is None):
+        return list(messages)
+    current = turns[-1]
+    count, chars = len(current), sum(message_chars(m) for m in current)
+    first_kept = len(turns) - 1
+    for i in range(len(turns) - 2, -1, -1):
+        count += len(turns[i])
+        chars += sum(message_chars(m) for m in turns[i])
+        if (max_messages is not None and count > max_messages) or (max_chars is not None and chars > max_chars):
+            break
+        first_kept = i
+    return [*messages[:head], *(m for turn in turns[first_kept:] for m in turn)]
