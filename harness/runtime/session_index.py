@@ -18,7 +18,10 @@ nothing. A listing runs to its end even if its caller goes away (a gateway's req
 times out), so the index is never left half updated; listings run one at a time.
 
 :class:`SessionIndex` reads a SQLite or memory log, whose commits land in position
-order: a position read past is never filled in later. :class:`KafkaSessionIndex` reads
+order: a position read past is never filled in later. On SQLite its first listing reads
+only a few record types of every session and each one's last record
+(:mod:`harness.runtime.session_digest`; a session with a turn in progress, or with a
+damaged record among those, is read whole), then on from where that read ended. :class:`KafkaSessionIndex` reads
 each partition from where it stopped; the first time from the partition's latest
 checkpoint (``<prefix>.snapshots``: the live sessions' records and the ids and first
 positions of the ended ones) plus the tail after it. The sessions that ended before the
