@@ -80,6 +80,7 @@ from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.holder import HOLDER_GRACE_S, running_holder
 from harness.log.sqlite_checkpoint import NoCheckpoint, select_checkpoint, select_heads, upsert_checkpoint
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
+from harness.log.sqlite_listing import select_listing
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_schema import (
     append_rows,
@@ -236,6 +237,15 @@ class SqliteLog:
     ) -> list[LogEntry | CorruptRecord]:
         """Like ``read``/``read_all`` but an unreadable row comes back as its ``CorruptRecord``."""
         return await self._call(self._scan, session_id, after or 0, -1 if limit is None else limit)
+
+    async def scan_listing(
+        self, types: Collection[str]
+    ) -> tuple[list[LogEntry | CorruptRecord], dict[str, LogEntry | CorruptRecord], int]:
+        """What a listing of every session reads, from one snapshot
+        (:mod:`harness.log.sqlite_listing`): ``(the records of these types in log order,
+        each session's last record, the log's last position)``; a row that does not
+        check or decode comes back as its ``CorruptRecord``."""
+        return await self._call(self._scan_listing, tuple(types))
 
     async def sessions(self) -> list[str]:
         """Every session with at least one record, in order of its first record."""
@@ -443,10 +453,17 @@ class SqliteLog:
     def _scan(self, session_id: str | None, after: int, limit: int) -> list[LogEntry | CorruptRecord]:
         rows, head = select_rows(self._db(), session_id, after, limit)
         checked = verify_rows(rows, session_id=session_id, after=after, head=head, whole=limit < 0)
-        return [
-            item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
-            for item in checked
-        ]
+        return [self._decoded(item) for item in checked]
+
+    def _scan_listing(
+        self, types: tuple[str, ...]
+    ) -> tuple[list[LogEntry | CorruptRecord], dict[str, LogEntry | CorruptRecord], int]:
+        read = select_listing(self._db(), types)
+        entries = [self._decoded(item) for item in read.rows]
+        return entries, {sid: self._decoded(item) for sid, item in read.lasts.items()}, read.end
+
+    def _decoded(self, item: tuple[int, str, bytes] | CorruptRecord) -> LogEntry | CorruptRecord:
+        return item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
 
     def _changes(self, after: int | None, session_ids: Collection[str]) -> tuple[int, dict[str, list[int]]]:
         return select_changes(self._db(), after, session_ids)

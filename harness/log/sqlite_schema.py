@@ -197,6 +197,7 @@ def verify_rows(
     after: int,
     head: tuple[int, int] | None = None,
     whole: bool = False,
+    chained: bool = True,
 ) -> list[tuple[int, str, bytes] | CorruptRecord]:
     """Check rows read (``seq, session_id, type, value, prev, crc``, in seq order; the
     text columns as bytes, so a flipped bit in them is a bad row, not a decode error).
@@ -204,6 +205,9 @@ def verify_rows(
     Returns ``(seq, session_id, value)`` per good row and a ``CorruptRecord`` per bad
     one. ``whole``: the rows are all of ``session_id``'s records after ``after`` (no
     limit), so they must end at its ``head`` (``(last_seq, crc)`` from ``heads``).
+    ``chained=False``: the rows are not every record of their sessions (a listing reads
+    some types only), so each is checked alone (its CRC covers its ``prev``); the caller
+    checks that its predecessor exists.
     """
     out: list[tuple[int, str, bytes] | CorruptRecord] = []
     last_of: dict[str, int] = {}
@@ -229,7 +233,7 @@ def verify_rows(
             why = "its checksum does not match (a changed byte)"
         elif session_id is not None and sid != session_id:
             why = f"the read of session {session_id!r} found a record of session {sid!r}"
-        elif prev is not None:
+        elif prev is not None and chained:
             before = last_of.get(sid)
             if before is None and prev > max(after, 0):
                 why = f"the record before it (seq={prev}) is missing"

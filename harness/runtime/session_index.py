@@ -18,7 +18,10 @@ nothing. A listing runs to its end even if its caller goes away (a gateway's req
 times out), so the index is never left half updated; listings run one at a time.
 
 :class:`SessionIndex` reads a SQLite or memory log, whose commits land in position
-order: a position read past is never filled in later. :class:`KafkaSessionIndex` reads
+order: a position read past is never filled in later. On SQLite its first listing reads
+only a few record types of every session and each one's last record
+(:mod:`harness.runtime.session_digest`; a session with a turn in progress, or with a
+damaged record among those, is read whole), then on from where that read ended. :class:`KafkaSessionIndex` reads
 each partition from where it stopped; the first time from the partition's latest
 checkpoint (``<prefix>.snapshots``: the live sessions' records and the ids and first
 positions of the ended ones) plus the tail after it. The sessions that ended before the
@@ -44,6 +47,7 @@ from harness.errors import CorruptRecord
 from harness.log.base import SessionLog
 from harness.records import LogEntry
 from harness.replay import SessionState, fold
+from harness.runtime.session_digest import SUMMARY_TYPES, digest
 from harness.views import SessionSummary, Usage, summarize
 
 __all__ = ["HISTORY_BUDGET", "KafkaSessionIndex", "SessionIndex", "split_readable"]
@@ -106,6 +110,8 @@ class SessionIndex:
 
     async def _catch_up(self) -> set[str]:
         """Fold every record appended since the last call; the sessions it touched."""
+        if self._position == 0 and hasattr(self._log, "scan_listing"):
+            return await self._first_listing()
         touched: set[str] = set()
         while True:
             items = await self._log.scan(None, after=self._position, limit=CHUNK)
@@ -117,6 +123,24 @@ class SessionIndex:
             if len(self._busy) > BUSY_KEPT:  # (module doc of BUSY_KEPT: a bounded peak)
                 for sid in touched:
                     self._settle(sid, self._now)
+
+    async def _first_listing(self) -> set[str]:
+        """SQLite's first listing: the quiet sessions from a few record types of theirs
+        (:mod:`harness.runtime.session_digest`), the others read whole, one by one."""
+        entries, lasts, end = await self._log.scan_listing(SUMMARY_TYPES)
+        found = digest(entries, lasts, now_ms=self._now)
+        self.unreadable += found.unreadable
+        for sid, summary in found.summaries.items():
+            self._quiet[sid] = _compact(summary)
+        touched: set[str] = set()
+        for sid in sorted(found.whole):
+            whole = self._readable(await self._log.scan(sid))
+            if whole:  # (none: a session id garbled on disk, its records are under the real one)
+                self._take(sid, whole)
+                self._settle(sid, self._now)  # one with no turn in progress keeps only its summary
+                touched.add(sid)
+        self._position = end
+        return touched
 
     async def _fold_all(self, items: Iterable[Any], touched: set[str]) -> None:
         for item in items:
