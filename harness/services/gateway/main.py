@@ -23,7 +23,7 @@ HARNESS_GATEWAY_READ_TIMEOUT_SECONDS, HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT,
 HARNESS_GATEWAY_MAX_WAITS_PER_TENANT, HARNESS_GATEWAY_ALLOWED_HOSTS, HARNESS_GATEWAY_RATE_LIMIT,
 HARNESS_GATEWAY_RATE_LIMIT_READS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
-``serve``'s worker also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
+The worker of ``serve`` also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
 HARNESS_SECRET_<NAME>), ``--max-sessions`` (HARNESS_MAX_SESSIONS) and ``--drain-timeout``
 (HARNESS_DRAIN_TIMEOUT_SECONDS: on SIGTERM, running calls get that long to finish; a
 second signal ends the drain), as ``harness worker`` does. Log lines: HARNESS_LOG_LEVEL (default warning) and
