@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.gateway.helpers import child_env, harness_command, start_process
@@ -59,3 +60,28 @@ def test_allowed_hosts_that_would_never_match_stop_the_start(tmp_path: Path, giv
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and said in lines[0], done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_a_gateway_on_the_ipv6_loopback_prints_a_url_that_works(tmp_path: Path) -> None:
+    # It printed 'url=http://::1:PORT', which no browser or client takes.
+    server = start_process(["gateway", "--log", f"sqlite:///{tmp_path / 'h.db'}", "--port", "0", "--open-access",
+                            "--host", "::1"], ready="gateway ready")
+    try:
+        assert server.url.startswith("http://[::1]:"), server.url
+        line = next(line for line in server.lines if line.startswith("gateway ready"))
+        assert f"console={server.url}/" in line
+        with httpx.Client(timeout=30) as http:
+            r = http.get(f"{server.url}/v1/harnesses")  # (Host: [::1]:PORT, a loopback name)
+            assert r.status_code == 200, r.text
+    finally:
+        assert server.stop() == 0, server.stderr()

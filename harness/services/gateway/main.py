@@ -175,6 +175,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
             log.warning("there was no SQLite log at %s: this gateway made an empty one; sessions move only while a "
                         "worker runs on the same file ('harness worker --log %s ...', or 'harness serve')",
                         created, settings.log)
+        if ":" in host:  # an IPv6 address goes in brackets in a URL (http://[::1]:8080)
+            host = f"[{host}]"
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
 
     announcer = asyncio.create_task(announce())
