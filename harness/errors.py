@@ -416,7 +416,10 @@ class ContextTooLong(ModelError):
     """What the user is told to do, at the end of the message."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(f"{message}; {self.FIX}", transient=False, status=status, kind="context_too_long")
+        # (the provider's sentence usually ends with a full stop: "...tokens.; to fix it" read badly)
+        said = message.rstrip()
+        said = said[:-1] if said.endswith(".") and not said.endswith("..") else said
+        super().__init__(f"{said}; {self.FIX}", transient=False, status=status, kind="context_too_long")
         self.provider_message = message
         """The provider's refusal alone, without the fix."""
 

@@ -17,7 +17,7 @@ processes may write it: a write keeps the row whose ``covers`` is the highest, a
 row is true whoever wrote it (it only says what the log held up to ``covers``, which
 never changes). A row that is damaged (its CRC), of another ``VERSION``, or that covers
 more than the file holds (a file put back from a copy) is not used: the restart reads
-the whole file, as without a checkpoint, and says why. No table (a file made before
+the whole file, as without a checkpoint, and says why; the next write replaces it. No table (a file made before
 checkpoints, opened read-only since) reads as no checkpoint. The table (in
 ``sqlite_schema.SCHEMA``) is made by ``CREATE TABLE IF NOT EXISTS`` when a writer opens the file: no schema version of its
 own, and a harness that does not know it leaves it alone (its records after ``covers``
@@ -70,8 +70,14 @@ def _crc(version: int, covers: int, live: bytes) -> int:
 
 def upsert_checkpoint(db: sqlite3.Connection, covers: int, live: Collection[str]) -> bool:
     """Write the checkpoint in ``db``'s open transaction, unless one covers as much
-    already; whether it was written."""
+    already; whether it was written. A stored row that cannot be used (damaged, or
+    covering more than the file) is replaced whatever it covers: kept, a changed byte in
+    its ``covers`` would keep every later checkpoint out and each restart would read the
+    whole file."""
     body = json.dumps(sorted(live), separators=(",", ":")).encode()
+    stored = select_checkpoint(db)
+    if isinstance(stored, NoCheckpoint) and stored.damaged:
+        db.execute("DELETE FROM checkpoint WHERE id = 1")
     cur = db.execute(_UPSERT, (VERSION, covers, body, _crc(VERSION, covers, body)))
     return cur.rowcount == 1
 

@@ -68,6 +68,7 @@ def test_every_command_has_help_with_an_example(command: str) -> None:
     body = out.stdout.split("\n\n", 1)[1]  # after the usage lines: an example of the command
     assert f"harness {command} " in body
     assert "``" not in out.stdout, "plain text, not a docstring's reStructuredText"
+    assert "''s" not in out.stdout, "a quoted name's possessive ('serve''s worker) reads as a typo"
 
 
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])

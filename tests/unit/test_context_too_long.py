@@ -104,7 +104,9 @@ async def test_an_overflow_fails_the_turn_with_its_code_and_is_not_retried(host,
     session = await host.open(define_harness(name="t/long", model=make_model(server, provider, models)), session_id=SID)
     result = await session.send("one message too many", input_id="in-1")
     assert (result.outcome, result.code) == ("failed", "context_too_long")
-    assert OVERFLOW[provider].message in (result.error or "")
+    said = OVERFLOW[provider].message.removesuffix(".")  # (its full stop gives way to the fix's '; ')
+    assert f"{said}; to fix it, bound what each request sends" in (result.error or ""), result.error
+    assert ".;" not in (result.error or "")
     assert "history=History(" in (result.error or "") and "start a new session" in (result.error or "")
     assert len(server.requests) == 1  # permanent: no second try
     assert "harness.model.retry" not in await types(log, SID)
@@ -128,3 +130,14 @@ async def test_an_adapter_of_your_own_gets_the_same_code(host):
     result = await session.send("hi", input_id="in-1")
     assert (result.outcome, result.code) == ("failed", "context_too_long")
     assert (result.error or "").startswith("mine: 9000 tokens > 8192; ")
+
+
+async def test_a_refusal_ending_in_a_full_stop_reads_as_one_sentence(host):
+    class Small:
+        async def complete(self, messages: list[dict[str, Any]], tools: Any = ()) -> Any:
+            raise ContextTooLong("Your prompt is 9000 tokens, over the 8192 of this model. ")
+
+    session = await host.open(define_harness(name="t/own", model=Small()), session_id=SID)
+    result = await session.send("hi", input_id="in-1")
+    assert (result.error or "").startswith("Your prompt is 9000 tokens, over the 8192 of this model; to fix it, ")
+    assert ContextTooLong("cut off...").message.startswith("cut off...; ")  # (an ellipsis stays)

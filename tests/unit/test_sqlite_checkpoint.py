@@ -202,6 +202,33 @@ async def test_a_damaged_checkpoint_is_not_used_the_whole_file_is_read(
     await log.close()
 
 
+async def test_a_damaged_checkpoint_is_replaced_by_the_next_one_even_when_it_covers_more(
+    tmp_path: Path, clock: FakeClock, caplog: Any, often: None
+):
+    """A changed byte in the row's ``covers`` (a far higher position): the row is never used,
+    and the next checkpoint replaces it, so only one restart reads the whole file."""
+    path = tmp_path / "log.db"
+    await first_life(path, clock, caplog)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE checkpoint SET covers = covers + ?", (1 << 40,))
+    log = SqliteLog(path, clock=clock.now)
+    caplog.clear()
+    await run_worker(log, clock, lambda: True, caplog)  # reads it all, then writes a checkpoint
+    assert any("not starting from a checkpoint" in r.getMessage() and r.levelno == logging.WARNING
+               for r in caplog.records)
+    found = await log.read_checkpoint()
+    assert not isinstance(found, NoCheckpoint), found.why
+    assert set(found[0].sessions) == {"asking", "napping"}
+    # The restart after it starts from the new checkpoint, and the waiting session goes on.
+    await HarnessClient(log=log).answer("asking", "c1", "approve", {"ok": True}, input_id="a-1")
+    caplog.clear()
+    await run_worker(log, clock, lambda: settled(log, "asking", "in-1"), caplog)
+    assert await settled(log, "asking", "in-1") == "completed"
+    assert not any("not starting from a checkpoint" in r.getMessage() for r in caplog.records)
+    assert any(f"after its checkpoint at position {found[0].covers}" in r.getMessage() for r in caplog.records)
+    await log.close()
+
+
 async def test_a_checkpoint_that_covers_more_than_the_file_is_not_used(tmp_path: Path, clock: FakeClock, often: None):
     """A file put back from a copy older than its checkpoint row (or a row from elsewhere)."""
     path = tmp_path / "log.db"

@@ -42,14 +42,21 @@ def parse_allowed_hosts(text: str) -> tuple[str, ...]:
     """
     patterns: list[str] = []
     for part in text.split(","):
-        if not part.strip():
+        raw = part.strip()
+        if not raw:
             continue
+        if "://" in raw:  # a URL: its host is what the Host header carries
+            host = raw.split("://", 1)[1].split("/", 1)[0]
+            raise ValueError(f"{raw!r} is a URL: give the host alone ({host_name(host) or 'localhost'!r}, any port)")
         pattern = _normal(part)
-        bracketed = part.strip().startswith("[")
-        if not bracketed and pattern.count(":") == 1:
-            raise ValueError(f"{part.strip()!r} has a port: give the host alone (any port is allowed)")
-        if "*" in pattern and pattern != ANY_HOST and not (pattern.startswith("*.") and "*" not in pattern[2:]):
-            raise ValueError(f"{part.strip()!r}: a '*' is only allowed as '*' (any host) or '*.example.com'")
+        bracketed = raw.startswith("[")
+        if bracketed and "]" not in raw:
+            raise ValueError(f"{raw!r} is not a host name or an IP address (an IPv6 address goes in [ ])")
+        if (bracketed and not raw.rstrip(".").endswith("]")) or (not bracketed and pattern.count(":") == 1):
+            raise ValueError(f"{raw!r} has a port: give the host alone (any port is allowed)")
+        if "*" in raw and not (raw == ANY_HOST or (pattern.startswith("*.") and "*" not in pattern[2:])):
+            # ('*.' would read as '*' once its trailing dot is dropped: any host, not what was meant)
+            raise ValueError(f"{raw!r}: a '*' is only allowed as '*' (any host) or '*.example.com'")
         if not pattern or "/" in pattern or " " in pattern:
             raise ValueError(f"{part.strip()!r} is not a host name or an IP address")
         patterns.append(pattern)

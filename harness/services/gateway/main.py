@@ -23,7 +23,7 @@ HARNESS_GATEWAY_READ_TIMEOUT_SECONDS, HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT,
 HARNESS_GATEWAY_MAX_WAITS_PER_TENANT, HARNESS_GATEWAY_ALLOWED_HOSTS, HARNESS_GATEWAY_RATE_LIMIT,
 HARNESS_GATEWAY_RATE_LIMIT_READS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
-``serve``'s worker also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
+The worker of ``serve`` also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
 HARNESS_SECRET_<NAME>), ``--max-sessions`` (HARNESS_MAX_SESSIONS) and ``--drain-timeout``
 (HARNESS_DRAIN_TIMEOUT_SECONDS: on SIGTERM, running calls get that long to finish; a
 second signal ends the drain), as ``harness worker`` does. Log lines: HARNESS_LOG_LEVEL (default warning) and
@@ -175,6 +175,8 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
             log.warning("there was no SQLite log at %s: this gateway made an empty one; sessions move only while a "
                         "worker runs on the same file ('harness worker --log %s ...', or 'harness serve')",
                         created, settings.log)
+        if ":" in host:  # an IPv6 address goes in brackets in a URL (http://[::1]:8080)
+            host = f"[{host}]"
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
 
     announcer = asyncio.create_task(announce())

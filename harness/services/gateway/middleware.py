@@ -50,8 +50,12 @@ class AllowedHosts:
         if host_allowed(host, self.patterns):
             await self.app(scope, receive, send)
             return
-        shown = "no Host header" if host is None else f"Host {host[:100]!r}"
-        detail = f"{shown} is not served here: add the name to --allowed-hosts (HARNESS_GATEWAY_ALLOWED_HOSTS)"
+        if host is None or not host.strip():  # (an HTTP/1.0 client may send none: no name to add)
+            detail = ("a request without a Host header is not served here: send the host you reach the gateway "
+                      "by as Host (any HTTP/1.1 client does); --allowed-hosts names the hosts served")
+        else:
+            detail = (f"Host {host[:100]!r} is not served here: add the name to --allowed-hosts "
+                      "(HARNESS_GATEWAY_ALLOWED_HOSTS)")
         if scope["type"] == "websocket":  # (the gateway has none; refused all the same)
             await send({"type": "websocket.close", "code": 1008})
             return
