@@ -12,7 +12,8 @@ everything the restart uses is read from the records themselves.
 
 The row is written by the worker that owns the file, on a connection and in a
 transaction of its own (never in a group commit: a step's commit writes no page more),
-at most every ``CHECKPOINT_EVERY_RECORDS`` records or ``CHECKPOINT_EVERY_S``. Several
+at most every ``CHECKPOINT_EVERY_RECORDS`` records or ``CHECKPOINT_EVERY_S``, and
+when the worker stops (if anything came since the last). Several
 processes may write it: a write keeps the row whose ``covers`` is the highest, and any
 row is true whoever wrote it (it only says what the log held up to ``covers``, which
 never changes). A row that is damaged (its CRC), of another ``VERSION``, or that covers

@@ -473,5 +473,10 @@ class Worker:
                     await asyncio.wait({waiter, stopping}, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waiter.cancel()
+            if rt.records_since_checkpoint > 0:
+                # A stop leaves one too: a worker that never runs CHECKPOINT_EVERY_S (a
+                # script's, a test's, one restarted often) would have its file read whole
+                # at every start otherwise. What runs on is the next start's tail.
+                await self._write_checkpoint(rt)
         finally:
             stopping.cancel()

@@ -336,3 +336,27 @@ async def test_a_file_made_before_checkpoints_is_read_whole_then_gets_one(
     assert said and said[0].levelno == logging.INFO
     assert not isinstance(await log.read_checkpoint(), NoCheckpoint)  # the worker wrote one
     await log.close()
+
+
+async def test_a_worker_that_stops_before_its_first_cadence_leaves_a_checkpoint(
+    tmp_path: Path, clock: FakeClock, caplog: Any
+):
+    """No checkpoint is due yet (2,000 records or 30 s, the default cadence), but a
+    stopping worker writes one: the next start reads only what came after it."""
+    path = tmp_path / "log.db"
+    log = SqliteLog(path, clock=clock.now)
+    await HarnessClient(log=log).send("s", "work", harness="ck", input_id="in-1")
+    await run_worker(log, clock, lambda: settled(log, "s", "in-1"), caplog)
+    found = await log.read_checkpoint()
+    assert isinstance(found, tuple), found
+    covers = found[0].covers
+    assert covers == max(e.seq for e in await log.read("s"))  # all of it, the settlement included
+    await log.close()
+    clock.advance(LEASE.total_seconds() + 1)
+    log = SqliteLog(path, clock=clock.now)
+    await HarnessClient(log=log).send("t", "work", harness="ck", input_id="in-1")
+    caplog.clear()
+    await run_worker(log, clock, lambda: settled(log, "t", "in-1"), caplog)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("log read:")]
+    assert said == [f"log read: 1 records after its checkpoint at position {covers}, 1 live sessions"], said
+    await log.close()
