@@ -719,7 +719,8 @@ async def drain_all(
     runtimes = [rt for rt in runtimes if not rt.stopped]
     if timeout <= 0 or not runtimes:
         return []
-    running = sum(1 for rt in runtimes for session in rt.sessions.values() if session.busy)
+    # (a session whose every running call is in an ask or a sleep is stopped at once: not counted)
+    running = sum(1 for rt in runtimes for session in rt.sessions.values() if session.busy and not session.drained)
     if running:
         log.info("%s: draining %d running session(s): nothing new starts, what runs gets up to %g s to "
                  "finish", why, running, timeout)

@@ -214,23 +214,29 @@ async def test_a_safe_call_stops_at_its_next_step_boundary_and_the_next_owner_re
 
 
 @pytest.mark.parametrize("tool", ["nap", "approve"])
-async def test_a_call_in_a_durable_wait_does_not_hold_the_drain(tool: str) -> None:
-    """A sleep or an ask stops at once (with a drain of 600 s the run would not end)."""
+async def test_a_call_in_a_durable_wait_does_not_hold_the_drain(tool: str, caplog: Any) -> None:
+    """A sleep or an ask stops at once (with a drain of 600 s the run would not end), and
+    the stop does not call it a running session to drain."""
     gates = Gates()
     harness = make_harness(gates, tool=tool)
     log = MemoryLog()
-    _, stop, run = await start(log, harness, drain=600)
+    worker, stop, run = await start(log, harness, drain=600)
     await log.submit(InputMessage("s", 0, "in-1", "wait", "drain"))
     waiting = "harness.sleep.scheduled" if tool == "nap" else "harness.ask.opened"
 
     async def parked() -> bool:
-        return any(e.type == waiting for e in await log.read_all())
+        sessions = [rt.sessions.get("s") for rt in worker.runtimes.values()]
+        return any(e.type == waiting for e in await log.read_all()) and any(
+            s is not None and s.busy and s.drained for s in sessions
+        )
 
     await until(parked)
-    stop.set()
-    async with asyncio.timeout(30):
-        await run
+    with caplog.at_level("INFO", logger="harness"):
+        stop.set()
+        async with asyncio.timeout(30):
+            await run
     assert records(await log.read_all(), ToolResult) == [], "the wait resumes at the next owner"
+    assert "running session" not in caplog.text, caplog.text
 
 
 async def test_a_drain_that_times_out_stops_the_call_the_recoverable_way() -> None:
