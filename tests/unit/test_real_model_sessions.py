@@ -439,3 +439,17 @@ async def test_a_stream_without_done_nor_finish_reason_is_cut_and_retried(host, 
     assert retry["kind"] == "stream_cut"
     assert len(server.requests) == 2
     assert [r["text"] for r in await entries(log, SID, "harness.model.response")] == ["whole answer"]
+
+
+async def test_chat_sends_thinking_blocks_back_too(server, models):
+    from harness import chat
+
+    model = thinking_model(server, True)
+    models.append(model)
+    charges: list[str] = []
+    server.script(Reply(thinking=THINKING, tool_calls=(("toolu_1", "checkout", {"order_id": "7"}),)), Reply(text="Paid."))
+    tools = list(checkout_harness(model, charges).tools.values())
+    out = await chat(model=model, messages=[{"role": "user", "content": "pay 7"}], tools=tools)
+    assert (out[-1]["content"], charges) == ("Paid.", ["ch-7"])
+    assert next(m for m in out if m["role"] == "assistant")["thinking"] == [dict(b) for b in THINKING]
+    assert server.requests[1].body["messages"][1]["content"][:2] == [dict(b) for b in THINKING]
