@@ -187,14 +187,14 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Iterator[tuple[str | N
                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": i, "output_tokens": 1}}
     yield event("message_start", {"message": message})
     index = 0
-    for block in reply.thinking:
-        if block["type"] == "thinking":
+    for thought in reply.thinking:
+        if thought["type"] == "thinking":
             yield event("content_block_start", {"index": index, "content_block": {"type": "thinking", "thinking": ""}})
-            for piece in _pieces(block["thinking"], reply.chunk):
+            for piece in _pieces(thought["thinking"], reply.chunk):
                 yield event("content_block_delta", {"index": index, "delta": {"type": "thinking_delta", "thinking": piece}})
-            yield event("content_block_delta", {"index": index, "delta": {"type": "signature_delta", "signature": block["signature"]}})
+            yield event("content_block_delta", {"index": index, "delta": {"type": "signature_delta", "signature": thought["signature"]}})
         else:
-            yield event("content_block_start", {"index": index, "content_block": dict(block)})
+            yield event("content_block_start", {"index": index, "content_block": dict(thought)})
         yield event("content_block_stop", {"index": index})
         index += 1
     if reply.text:
