@@ -13,7 +13,9 @@ Wire framing of a value (the decoder tells them apart by the first bytes):
   in tests, :class:`ConfluentRegistryClient` against a real registry).
 
 Fields listed in a record class's ``JSON_FIELDS`` travel as JSON text, and so do
-the ``arguments`` of each tool call of a model response.
+the ``arguments`` of each tool call of a model response. A model response's
+``thinking`` blocks travel as Avro records with every field (absent ones null) and
+read back with only the fields the block had.
 
 Schema versions: ``schemas/<type>.avsc`` is the version written today;
 ``schemas/history/<type>.<n>.avsc`` are the versions written before (a field added
@@ -70,6 +72,7 @@ REGISTRY_MAGIC = b"\x00"
 _SO_HEADER = 10  # magic (2) + fingerprint (8)
 _REG_HEADER = 5  # magic (1) + schema id (4)
 _TOOL_CALL_KEYS = frozenset(("id", "name", "arguments"))
+_THINKING_KEYS = ("type", "thinking", "signature", "data")  # = harness.models.base.THINKING_FIELDS
 
 Framing = Literal["single-object", "registry"]
 
@@ -160,8 +163,9 @@ class RecordCodec:
             for name in schema.json_fields:
                 datum[name] = _dumps(getattr(record, name))
             if schema.has_tool_calls:
-                calls = typing.cast(ModelResponseRecord, record).tool_calls
-                datum["tool_calls"] = [_tool_call_out(call) for call in calls]
+                response = typing.cast(ModelResponseRecord, record)
+                datum["tool_calls"] = [_tool_call_out(call) for call in response.tool_calls]
+                datum["thinking"] = [_thinking_out(block) for block in response.thinking]
             out = BytesIO()
             out.write(header)
             schemaless_writer(out, schema.parsed, datum)
@@ -287,6 +291,9 @@ class RecordCodec:
                 datum[name] = _loads(datum[name])
             if schema.has_tool_calls:
                 datum["tool_calls"] = tuple(_tool_call_in(call) for call in datum["tool_calls"])
+                datum["thinking"] = tuple(
+                    {k: v for k, v in block.items() if v is not None} for block in datum["thinking"]
+                )
             return schema.cls(**datum)
         except HarnessError:
             raise
@@ -306,6 +313,14 @@ def _tool_call_out(call: Any) -> dict[str, str]:
         "name": call["name"],
         "arguments": _dumps(call["arguments"]),
     }
+
+
+def _thinking_out(block: Any) -> dict[str, str | None]:
+    if (not isinstance(block, Mapping) or not isinstance(block.get("type"), str)
+            or not set(block) <= set(_THINKING_KEYS)):
+        raise _error(f"a thinking block must be a dict with a string type and only {', '.join(_THINKING_KEYS)}; "
+                     f"got {block!r:.120}")
+    return {k: block.get(k) for k in _THINKING_KEYS}
 
 
 def _tool_call_in(call: dict[str, str]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class _Schema:
     plain: tuple[str, ...]  # fields that go as they are
     json_fields: tuple[str, ...]
     get_plain: attrgetter[Any]
-    has_tool_calls: bool
+    has_tool_calls: bool  # a model response: its tool_calls and thinking need the codec's care
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -160,7 +160,7 @@ def _build_schema(cls: type[Record], root: Path) -> _Schema:
             record_type=cls.TYPE,
         )
     has_tool_calls = cls is ModelResponseRecord
-    special = set(cls.JSON_FIELDS) | ({"tool_calls"} if has_tool_calls else set())
+    special = set(cls.JSON_FIELDS) | ({"tool_calls", "thinking"} if has_tool_calls else set())
     plain = tuple(n for n in names if n not in special)
     canonical = to_parsing_canonical_form(parsed)
     return _Schema(

@@ -147,7 +147,10 @@ class ModelResponseRecord(Record):
 
     ``tool_calls`` is a tuple of dicts ``{"id": str, "name": str, "arguments": dict}``.
     ``finish_reason`` ``"length"`` marks a response cut at the model's output limit:
-    its tool calls never run (the planner decides so from this field).
+    its tool calls never run (the planner decides so from this field). ``thinking`` is a
+    tuple of the provider's reasoning blocks (dicts ``{"type", "thinking"?, "signature"?,
+    "data"?}``, only the keys the block had) to send back with this response
+    (``ModelResponse.thinking``); empty for most models and for records written before it.
     """
 
     TYPE: ClassVar[str] = "harness.model.response"
@@ -157,6 +160,7 @@ class ModelResponseRecord(Record):
     text: str | None = None
     tool_calls: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     finish_reason: str | None = None
+    thinking: tuple[dict[str, str], ...] = ()  # (a tuple is immutable: a plain default, as old logs read it)
 
     @property
     def truncated(self) -> bool:

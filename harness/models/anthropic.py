@@ -5,8 +5,9 @@ Extra ``[anthropic]``; the SDK is imported when the adapter is made.
 Mapping (the harness' chat-completions-shaped messages -> the request body):
 
 * system messages -> the top-level ``system`` string (several are joined by a blank line);
-* user text -> ``{"type": "text"}`` blocks; an assistant message -> its text block (if any)
-  then one ``{"type": "tool_use", "id", "name", "input"}`` block per tool call;
+* user text -> ``{"type": "text"}`` blocks; an assistant message -> its ``thinking``
+  blocks (as they came, first), its text block (if any), then one ``{"type": "tool_use",
+  "id", "name", "input"}`` block per tool call;
 * tool results -> ``{"type": "tool_result", "tool_use_id", "content", "is_error": true}``
   blocks (``is_error`` only on errors) in the user message that follows the assistant's;
 * consecutive messages of one role are merged into one message (the API alternates
@@ -20,8 +21,16 @@ The answer: text, every ``tool_use`` block, ``stop_reason`` normalised (``end_tu
 ``stop_sequence`` -> ``stop``, ``tool_use`` -> ``tool_calls``, ``max_tokens`` and
 ``model_context_window_exceeded`` -> ``length``, ``refusal`` -> ``content_filter``), usage
 (input tokens, cache reads and writes included; output tokens; the model) and cost from
-``pricing=``. Thinking blocks are not kept: extended thinking with tool use is not
-supported by this adapter.
+``pricing=``.
+
+Extended thinking (``thinking={"type": "enabled", "budget_tokens": N}``): the answer's
+``{"type": "thinking", "thinking", "signature"}`` and ``{"type": "redacted_thinking",
+"data"}`` blocks are kept in ``ModelResponse.thinking`` (streamed: put together from
+``thinking_delta`` and ``signature_delta`` events; thinking text never reaches the stream
+sink), logged with the response, and sent back first in that assistant message, as the
+API requires for a tool-use turn's next call. The log replaces session secrets in them as
+in the text: a thinking block that held one no longer matches its signature, and the
+API refuses that turn's next call (400).
 
 The SDK's own retries are off (``max_retries=0``): the harness retries, durably.
 """
@@ -68,7 +77,10 @@ def to_anthropic_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str | 
         elif role == "user":
             add("user", [{"type": "text", "text": content}] if content else [])
         elif role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+            # Thinking blocks go back first and unchanged (their signature covers them).
+            blocks: list[dict[str, Any]] = [dict(b) for b in m.get("thinking") or ()]
+            if content:
+                blocks.append({"type": "text", "text": content})
             for c in m.get("tool_calls") or []:
                 arguments = c.get("arguments")
                 # The API takes only an object: arguments the model sent as broken text go as {}.
@@ -166,9 +178,14 @@ class AnthropicMessages(ProviderModel):
             raise self.not_the_api(message, "Messages API")
         texts: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[dict[str, str]] = []
         for block in message.content or ():
             if block.type == "text":
                 texts.append(block.text)
+            elif block.type == "thinking":
+                thinking.append({"type": "thinking", "thinking": block.thinking or "", "signature": block.signature or ""})
+            elif block.type == "redacted_thinking":
+                thinking.append({"type": "redacted_thinking", "data": block.data or ""})
             elif block.type == "tool_use":
                 calls.append(ToolCall(id=block.id, name=block.name, arguments=block.input if isinstance(block.input, dict) else {}))
         reason = message.stop_reason
@@ -177,11 +194,13 @@ class AnthropicMessages(ProviderModel):
             tool_calls=calls,
             finish_reason=_FINISH.get(reason, reason) if reason is not None else None,
             usage=self._usage(message.usage, message.model),
+            thinking=tuple(thinking),
         )
 
     async def _read_stream(self, events: Any, sink: StreamSink | None) -> ModelResponse:
         texts: list[str] = []
         blocks: dict[int, dict[str, Any]] = {}
+        thinking: dict[int, dict[str, str]] = {}  # index -> a thinking block being put together
         start_usage: Any = None
         model: str | None = None
         reason: str | None = None
@@ -195,6 +214,11 @@ class AnthropicMessages(ProviderModel):
                 block = event.content_block
                 if block.type == "tool_use":
                     blocks[event.index] = {"id": block.id, "name": block.name, "json": ""}
+                elif block.type == "thinking":
+                    thinking[event.index] = {"type": "thinking", "thinking": block.thinking or "",
+                                             "signature": getattr(block, "signature", None) or ""}
+                elif block.type == "redacted_thinking":  # comes whole, with no deltas
+                    thinking[event.index] = {"type": "redacted_thinking", "data": block.data or ""}
             elif kind == "content_block_delta":
                 delta = event.delta
                 if delta.type == "text_delta":
@@ -203,6 +227,10 @@ class AnthropicMessages(ProviderModel):
                         sink(delta.text)
                 elif delta.type == "input_json_delta" and event.index in blocks:
                     blocks[event.index]["json"] += delta.partial_json
+                elif delta.type == "thinking_delta" and event.index in thinking:
+                    thinking[event.index]["thinking"] += delta.thinking
+                elif delta.type == "signature_delta" and event.index in thinking:
+                    thinking[event.index]["signature"] = delta.signature  # whole, in one delta (as the SDK takes it)
             elif kind == "message_delta":
                 reason = event.delta.stop_reason or reason
                 if event.usage is not None and event.usage.output_tokens is not None:
@@ -219,4 +247,5 @@ class AnthropicMessages(ProviderModel):
             ],
             finish_reason=_FINISH.get(reason, reason) if reason is not None else None,
             usage=self._usage(start_usage, model, output_tokens),
+            thinking=tuple(b for _, b in sorted(thinking.items())),
         )

@@ -29,8 +29,10 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "THINKING_FIELDS",
     "call_complete",
     "model_keywords",
+    "thinking_copy",
 ]
 
 StreamSink = Callable[[str], None]
@@ -41,6 +43,34 @@ FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 ``length`` means the answer was cut at the output limit: its tool calls never run."""
 
 OPTIONAL_KEYWORDS = ("stream", "secrets")
+
+THINKING_FIELDS = ("type", "thinking", "signature", "data")
+"""The fields a thinking block may have (all strings; ``type`` always there). The log's
+schema holds exactly these (``harness.model.response``, ``thinking``)."""
+
+
+def thinking_copy(blocks: object) -> tuple[dict[str, str], ...]:
+    """``ModelResponse.thinking`` as plain dicts, checked.
+
+    Raises:
+        TypeError: not a sequence of mappings with a string ``type`` and only string
+            :data:`THINKING_FIELDS`.
+    """
+    if isinstance(blocks, (str, bytes, Mapping)) or not isinstance(blocks, Sequence):
+        raise TypeError(f"ModelResponse.thinking must be a sequence of blocks (dicts), not {type(blocks).__name__}")
+    out = []
+    for i, block in enumerate(blocks):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise TypeError(f"ModelResponse.thinking[{i}] must be a dict with a string 'type'; got {block!r:.80}")
+        extra = sorted(str(k) for k in block if k not in THINKING_FIELDS)
+        if extra:
+            raise TypeError(f"ModelResponse.thinking[{i}] has fields the log cannot hold: {', '.join(extra)} "
+                            f"(a block has only {', '.join(THINKING_FIELDS)})")
+        bad = sorted(k for k, v in block.items() if not isinstance(v, str))
+        if bad:
+            raise TypeError(f"ModelResponse.thinking[{i}]: {', '.join(bad)} must be strings")
+        out.append(dict(block))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +118,19 @@ class ModelResponse:
     provider stopped at its output limit) marks the response truncated: its tool
     calls are logged but never run (each gets a tool error), and the model is
     called again. ``usage`` is None when the model does not report it.
+
+    ``thinking``: the provider's reasoning blocks that must go back to it unchanged with
+    this assistant message (Anthropic extended thinking: ``{"type": "thinking",
+    "thinking", "signature"}`` and ``{"type": "redacted_thinking", "data"}``), in the
+    order they came. They are logged with the response and sent back as the assistant
+    message's ``thinking``; adapters without such blocks leave it empty and ignore it.
     """
 
     text: str | None = None
     tool_calls: Sequence[ToolCall] = ()
     finish_reason: str | None = None
     usage: Usage | None = None
+    thinking: Sequence[Mapping[str, str]] = ()
 
     @property
     def truncated(self) -> bool:

@@ -25,7 +25,11 @@ name, and cost from ``pricing=`` or a ``usage.cost`` the server reports); a refu
 Compatible servers' ways of streaming tool calls (every call whole at index 0, no index,
 the arguments as an object) give the same calls as OpenAI's (see ``_StreamedCalls``). Streaming
 (``streaming=True``, the default) asks for ``stream_options.include_usage`` unless
-``stream_usage=False`` (for servers that refuse it).
+``stream_usage=False`` (for servers that refuse it). A stream is complete when a chunk
+carried a ``finish_reason`` or the stream ended with ``data: [DONE]``: some servers (older
+llama.cpp and vLLM builds) never send a finish reason, which is then ``tool_calls`` if the
+answer has calls, else ``stop``. A stream that ends with neither was cut: a transient
+error (retried).
 
 The SDK's own retries are off (``max_retries=0``): the harness retries, durably.
 """
@@ -142,8 +146,9 @@ class OpenAIChat(ProviderModel):
                 return self._parse(await client.chat.completions.create(**body))
             extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if self.stream_usage else {}
             chunks = await client.chat.completions.create(**body, stream=True, **extra)
+            done = _watch_done(chunks)
             try:
-                return await self._read_stream(chunks, stream)
+                return await self._read_stream(chunks, stream, done)
             finally:
                 await chunks.close()
         except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
@@ -176,7 +181,7 @@ class OpenAIChat(ProviderModel):
             usage=self._usage(completion.usage, completion.model),
         )
 
-    async def _read_stream(self, chunks: Any, sink: StreamSink | None) -> ModelResponse:
+    async def _read_stream(self, chunks: Any, sink: StreamSink | None, done: _DoneWatch | None = None) -> ModelResponse:
         parts: list[str] = []
         refusal: list[str] = []
         calls = _StreamedCalls()
@@ -201,9 +206,11 @@ class OpenAIChat(ProviderModel):
                     calls.add(tc)
                 if choice.finish_reason:
                     finish = choice.finish_reason
+        tool_calls = calls.tool_calls()
+        if finish is None and done is not None and done.seen:
+            finish = "tool_calls" if tool_calls else "stop"  # a server that sends no finish_reason
         if finish is None:
             raise ModelError("openai: the stream ended before the answer was complete", transient=True, kind="stream_cut")
-        tool_calls = calls.tool_calls()
         text, finish = _refused("".join(parts) or None, "".join(refusal) or None, tool_calls, finish)
         return ModelResponse(
             text=text,
@@ -211,6 +218,38 @@ class OpenAIChat(ProviderModel):
             finish_reason=_FINISH.get(finish, finish),
             usage=self._usage(usage, model),
         )
+
+
+class _DoneWatch:
+    """The SDK stream's SSE decoder, passed through, noting whether ``data: [DONE]`` came.
+
+    The SDK ends its iteration the same way at ``[DONE]`` and at a body that just stops,
+    so the events are watched where it reads them (``AsyncStream._decoder``, made in its
+    constructor and first used when iteration begins)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self._decoder = decoder
+        self.seen = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
+
+    async def aiter_bytes(self, iterator: Any) -> Any:
+        async for sse in self._decoder.aiter_bytes(iterator):
+            if isinstance(getattr(sse, "data", None), str) and sse.data.startswith("[DONE]"):
+                self.seen = True
+            yield sse
+
+
+def _watch_done(chunks: Any) -> _DoneWatch | None:
+    """A watch on ``chunks``' ``[DONE]``; None when this SDK's stream has no decoder to
+    watch (then a stream without a finish reason counts as cut, as before)."""
+    decoder = getattr(chunks, "_decoder", None)
+    if decoder is None or not hasattr(decoder, "aiter_bytes"):
+        return None
+    watch = _DoneWatch(decoder)
+    chunks._decoder = watch
+    return watch
 
 
 def _refused(content: str | None, refusal: str | None, calls: Sequence[ToolCall], finish: str) -> tuple[str | None, str]:

@@ -34,6 +34,8 @@ def conversation(state: SessionState, *, starting: str | None = None) -> list[di
         messages.append({"role": "user", "content": record.text})
         for response in turn.responses:
             assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
+            if response.thinking:  # the model's reasoning blocks, from the log: sent back as they are
+                assistant["thinking"] = [dict(b) for b in response.thinking]
             if response.tool_calls:
                 assistant["tool_calls"] = [
                     {"id": c["id"], "name": c["name"], "arguments": c.get("arguments") or {}}

@@ -31,7 +31,7 @@ from harness.definition import Harness, ToolCallEvent
 from harness.errors import DefinitionError, HarnessError
 from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import dumps, json_copy
-from harness.models.base import ModelResponse, call_complete
+from harness.models.base import ModelResponse, call_complete, thinking_copy
 from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
@@ -108,6 +108,9 @@ def _response_json(response: ModelResponse, scrubber: SecretScrubber, k: int) ->
         calls.append(call)
     text = scrubber.redact_text(response.text) if response.text is not None else None
     out: dict[str, Any] = {"text": text, "tool_calls": calls}
+    thinking = thinking_copy(response.thinking)
+    if thinking:  # sent back to the model with this response, secrets replaced as in its text
+        out["thinking"] = scrubber.redact(list(thinking))
     if response.truncated:  # cut at the output limit: its calls never run (as at the top level)
         out["finish_reason"] = response.finish_reason
     usage = response.usage
@@ -181,6 +184,8 @@ def agent_tool(
             response = await _model_step(ctx)._model_call(f"agent:model:{k}", k, call_model)
             calls = response["tool_calls"]
             assistant: dict[str, Any] = {"role": "assistant", "content": response["text"] or ""}
+            if response.get("thinking"):
+                assistant["thinking"] = response["thinking"]
             if calls:
                 assistant["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls]
             messages.append(assistant)

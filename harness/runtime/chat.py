@@ -27,7 +27,7 @@ from harness.definition import (
 from harness.errors import DefinitionError, HarnessError
 from harness.ids import model_call_id
 from harness.jsonvalues import dumps, json_copy
-from harness.models.base import Model, StreamSink, call_complete, model_keywords
+from harness.models.base import Model, StreamSink, call_complete, model_keywords, thinking_copy
 from harness.replay import trim_history
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
@@ -160,6 +160,9 @@ async def chat(
             seen.add(call_id)
             calls.append({"id": call_id, "name": c.name, "arguments": json_copy(c.arguments)})
         assistant: dict[str, Any] = {"role": "assistant", "content": response.text or ""}
+        thinking = thinking_copy(response.thinking)
+        if thinking:
+            assistant["thinking"] = list(thinking)
         if calls:
             assistant["tool_calls"] = calls
         out.append(assistant)

@@ -49,7 +49,7 @@ from harness.errors import ContextTooLong, ModelError
 from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
-from harness.models.base import ModelResponse, call_complete
+from harness.models.base import ModelResponse, call_complete, thinking_copy
 from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation, trim_history
@@ -234,6 +234,10 @@ def _response_records(
     rewritten: one that is no usable id, or repeated, is renamed before anything is logged)."""
     if response.text is not None:
         check_text(response.text, what="the model's text")
+    thinking = thinking_copy(response.thinking)  # (secrets are replaced in it as in the text, when committed)
+    for pos, block in enumerate(thinking):
+        for key, value in block.items():
+            check_text(value, what="the model's thinking", path=f"$[{pos}].{key}")
     seen = set(state.calls)
     calls = []
     for pos, call in enumerate(response.tool_calls):
@@ -247,7 +251,7 @@ def _response_records(
         calls.append({"id": call_id, "name": call.name, "arguments": json_copy(call.arguments, what="tool arguments")})
     finish = response.finish_reason if isinstance(response.finish_reason, str) else None
     records: list[Record] = [
-        ModelResponseRecord(session_id, now, action.turn, action.index, response.text, tuple(calls), finish)
+        ModelResponseRecord(session_id, now, action.turn, action.index, response.text, tuple(calls), finish, thinking)
     ]
     # A call whose arguments hold a session secret never runs (SPEC 7.6): its logged
     # arguments are redacted with the rest of the record, and its result is the

@@ -16,9 +16,17 @@ Each request takes the next scripted answer (or ``server.handler(request)`` when
   ``cut_after=n`` closes the connection after n events (a stream cut half-way),
   ``pause_after=n`` stops after n events until :meth:`ModelServer.release`;
   ``error_after=n`` sends an error event after n events; ``end_after=n`` ends the body
-  cleanly after n events (the answer's last events never come);
+  cleanly after n events (the answer's last events never come); as older OpenAI-compatible
+  servers do, ``send_finish=False`` leaves every chunk's ``finish_reason`` null and
+  ``send_done=False`` ends the stream without ``data: [DONE]``;
+  ``thinking``: Anthropic thinking / redacted_thinking blocks, first in the answer (streamed
+  as ``thinking_delta`` pieces and one ``signature_delta``; a redacted block whole);
 * :class:`Fail`: an HTTP error status with the provider's error body and headers;
 * :class:`Hang`: no answer at all until released (for client timeouts).
+
+As the real Messages API does, a request with extended thinking enabled whose last
+assistant message holds a ``tool_use`` but does not start with a thinking block is
+answered 400 (``invalid_request_error``), without taking a scripted answer.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ class Reply:
     error_after: int | None = None
     error_type: str = "overloaded_error"
     end_after: int | None = None  # end the body cleanly after n events: an answer without its end
+    send_finish: bool = True  # OpenAI streams: False = no chunk carries a finish_reason
+    send_done: bool = True  # OpenAI streams: False = no closing "data: [DONE]"
+    thinking: tuple[dict[str, str], ...] = ()  # Anthropic: {"type": "thinking", ...} / {"type": "redacted_thinking", ...}
 
     @property
     def finish_reason(self) -> str:
@@ -140,21 +151,24 @@ def openai_events(reply: Reply, model: str, n: int, include_usage: bool) -> Iter
         yield chunk({"tool_calls": [{"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}]})
         for piece in _pieces(_args_text(args), reply.chunk):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield chunk({}, _OPENAI_FINISH[reply.finish_reason])
+    yield chunk({}, _OPENAI_FINISH[reply.finish_reason] if reply.send_finish else None)
     if include_usage:
         i, o = reply.usage
         body = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000,
                 "model": reply.model or model, "choices": [],
                 "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}
         yield None, json.dumps(body)
-    yield None, "[DONE]"
+    if reply.send_done:
+        yield None, "[DONE]"
 
 
 # -- rendering: Anthropic Messages ---------------------------------------------------------------
 
 
 def anthropic_json(reply: Reply, model: str, n: int) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+    content: list[dict[str, Any]] = [dict(b) for b in reply.thinking]
+    if reply.text:
+        content.append({"type": "text", "text": reply.text})
     for cid, name, args in reply.tool_calls:
         content.append({"type": "tool_use", "id": cid, "name": name, "input": args if isinstance(args, dict) else {}})
     i, o = reply.usage
@@ -174,6 +188,16 @@ def anthropic_events(reply: Reply, model: str, n: int) -> Iterator[tuple[str | N
                "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": i, "output_tokens": 1}}
     yield event("message_start", {"message": message})
     index = 0
+    for thought in reply.thinking:
+        if thought["type"] == "thinking":
+            yield event("content_block_start", {"index": index, "content_block": {"type": "thinking", "thinking": ""}})
+            for piece in _pieces(thought["thinking"], reply.chunk):
+                yield event("content_block_delta", {"index": index, "delta": {"type": "thinking_delta", "thinking": piece}})
+            yield event("content_block_delta", {"index": index, "delta": {"type": "signature_delta", "signature": thought["signature"]}})
+        else:
+            yield event("content_block_start", {"index": index, "content_block": dict(thought)})
+        yield event("content_block_stop", {"index": index})
+        index += 1
     if reply.text:
         yield event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
         for piece in _pieces(reply.text, reply.chunk):
@@ -282,6 +306,24 @@ class ModelServer:
         return not self._stopping.is_set()
 
 
+def _thinking_problem(body: dict[str, Any]) -> str | None:
+    """The Messages API's refusal of a tool-use continuation without its thinking blocks."""
+    if not isinstance(body.get("thinking"), dict) or body["thinking"].get("type") != "enabled":
+        return None
+    messages = body.get("messages") or []
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    if last is None or not isinstance(messages[last].get("content"), list):
+        return None
+    content = messages[last]["content"]
+    if not any(b.get("type") == "tool_use" for b in content):
+        return None
+    first = content[0].get("type") if content else None
+    if first in ("thinking", "redacted_thinking"):
+        return None
+    return (f"messages.{last}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{first}`. "
+            "When `thinking` is enabled, a final `assistant` message must start with a thinking block")
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ModelServer
     protocol_version = "HTTP/1.1"
@@ -300,6 +342,12 @@ class _Handler(BaseHTTPRequestHandler):
         request = Request(path=path, headers={k.lower(): v for k, v in self.headers.items()}, body=body)
         if not (path.endswith("/chat/completions") or path.endswith("/messages")):
             self._json(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
+            return
+        problem = _thinking_problem(body) if request.api == "anthropic" else None
+        if problem is not None:
+            with self.owner._lock:
+                self.owner.requests.append(request)
+            self._fail(request, Fail(400, problem))
             return
         answer = self.owner._next(request)
         if isinstance(answer, Hang):

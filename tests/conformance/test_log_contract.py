@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import CodecError, FencedError, RecordTooLarge, SessionBusy
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
-from harness.records import InputMessage, Record, StepResult, ToolStarted, TurnStarted
+from harness.records import InputMessage, ModelResponseRecord, Record, StepResult, ToolStarted, TurnStarted
 
 pytestmark = pytest.mark.asyncio
 
@@ -65,6 +65,19 @@ async def test_append_then_read_returns_the_records_in_order(log):
     assert [e.type for e in read][:2] == [TurnStarted.TYPE, StepResult.TYPE]
     assert read[1].data["value"] == {"n": 1}
     assert read[1].session_id == "s"
+
+
+async def test_a_model_responses_thinking_blocks_read_back_as_they_were(log):
+    thinking = (
+        {"type": "thinking", "thinking": "Zuerst suchen… ✓", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+    )
+    response = ModelResponseRecord("s", 4000, 1, 0, None, ({"id": "toolu_1", "name": "search", "arguments": {}},),
+                                   "tool_calls", thinking)
+    writer = await log.claim("s", owner="w1", lease=LEASE)
+    await writer.append([started("s"), response])
+    [_, entry] = await log.read("s")
+    assert entry.record == response and entry.data["thinking"] == list(thinking)
 
 
 async def test_append_is_atomic_a_batch_with_an_unencodable_record_lands_nothing(log):

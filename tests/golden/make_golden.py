@@ -113,6 +113,11 @@ def examples() -> list[Record]:
                 },
                 {"id": "call-2", "name": "noop", "arguments": {}},
             ),
+            finish_reason="tool_calls",
+            thinking=(
+                {"type": "thinking", "thinking": "Sollte ich suchen? 🤔", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA=="},
+                {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+            ),
         ),
         ToolStarted(S, TS + 8, "call-1", "search", 1),
         StepResult(S, TS + 9, "call-1", "fetch", nested),

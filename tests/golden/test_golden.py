@@ -37,14 +37,16 @@ def test_golden_vector_decodes(path: Path) -> None:
     record = decode(path.read_bytes())
     assert expected["type"] == record.TYPE
     got = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-    if "tool_calls" in got:
-        got["tool_calls"] = list(got["tool_calls"])
     for f in dataclasses.fields(record):
         if f.name not in expected["fields"]:  # added after this vector was written
             assert f.default is not dataclasses.MISSING, f"{f.name} was added without a default"
             assert got.pop(f.name) == f.default, f.name
+    for name in ("tool_calls", "thinking"):
+        if name in got:
+            got[name] = list(got[name])
     assert got == expected["fields"]
     fields = dict(expected["fields"])
-    if "tool_calls" in fields:
-        fields["tool_calls"] = tuple(fields["tool_calls"])
+    for name in ("tool_calls", "thinking"):
+        if name in fields:
+            fields[name] = tuple(fields[name])
     assert record == RECORD_TYPES[expected["type"]](**fields)

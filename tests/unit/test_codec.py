@@ -58,6 +58,14 @@ tool_calls = st.lists(
     st.fixed_dictionaries({"id": texts, "name": texts, "arguments": json_values}),
     max_size=3,
 ).map(tuple)
+# A block has a type and any of the other fields (only those it had come back).
+thinking_blocks = st.lists(
+    st.fixed_dictionaries(
+        {"type": texts},
+        optional={"thinking": texts, "signature": texts, "data": texts},
+    ),
+    max_size=3,
+).map(tuple)
 
 _PRIMITIVES: dict[Any, st.SearchStrategy[Any]] = {
     str: texts,
@@ -72,6 +80,8 @@ def _field_strategy(cls: type[Record], name: str, hint: Any) -> st.SearchStrateg
         return json_values
     if cls is ModelResponseRecord and name == "tool_calls":
         return tool_calls
+    if cls is ModelResponseRecord and name == "thinking":
+        return thinking_blocks
     if hint in _PRIMITIVES:
         return _PRIMITIVES[hint]
     args = typing.get_args(hint)
@@ -99,6 +109,8 @@ def example(cls: type[Record]) -> Record:
             values[f.name] = {"k": ["v", 1, 2.5, None, True], "ü": {}}
         elif f.name == "tool_calls":
             values[f.name] = ({"id": "c1", "name": "t", "arguments": {"x": [1]}},)
+        elif f.name == "thinking":
+            values[f.name] = ({"type": "thinking", "thinking": "hm", "signature": "sig=="},)
         else:
             hint = hints[f.name]
             base = typing.get_args(hint)[0] if typing.get_args(hint) else hint
@@ -170,6 +182,33 @@ def test_tool_calls_come_back_as_tuple_of_dicts() -> None:
     assert isinstance(back, ModelResponseRecord)
     assert back.tool_calls == ({"id": "c", "name": "t", "arguments": {"q": 1}},)
     assert isinstance(back.tool_calls, tuple)
+
+
+def test_thinking_blocks_come_back_as_they_were_with_only_their_own_fields() -> None:
+    blocks = (
+        {"type": "thinking", "thinking": "Let me think… ü", "signature": "EqQBCgIYAhIM=="},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3p"},
+        {"type": "thinking", "thinking": "", "signature": ""},
+    )
+    record = ModelResponseRecord("s", 1, 1, 0, None, (), "tool_calls", blocks)
+    back = decode(encode(record))
+    assert isinstance(back, ModelResponseRecord) and isinstance(back.thinking, tuple)
+    assert back.thinking == blocks and back == record
+
+
+@pytest.mark.parametrize(
+    "blocks",
+    [
+        ({"thinking": "no type"},),
+        ({"type": "thinking", "thinking": "t", "extra": "x"},),
+        ("not a dict",),
+        ({"type": 1},),
+        ({"type": "thinking", "thinking": 5},),
+    ],
+)
+def test_encode_bad_thinking_blocks_raises(blocks: Any) -> None:
+    with pytest.raises(CodecError):
+        encode(ModelResponseRecord("s", 1, 1, 0, None, (), None, blocks))
 
 
 def test_memoryview_and_bytearray_decode() -> None:

@@ -19,7 +19,7 @@ from harness.models import Pricing, from_uri
 from harness.records import LogEntry
 from harness.testing.model_server import Fail, ModelServer, Reply
 
-from .conftest import entries, raw_bytes, types
+from .conftest import LEASE, entries, raw_bytes, types
 
 SID = "s-1"
 KEY = "sk-live-secret-key-0001"
@@ -301,3 +301,155 @@ async def test_chat_gives_a_truncated_call_the_durability_s_error(server, models
     tool_message = next(m for m in out if m["role"] == "tool")
     assert json.loads(tool_message["content"])["message"] == "Your call was cut: send fewer items per call."
     assert (charges, out[-1]["content"]) == ([], "Shorter now.")
+
+
+# -- Anthropic extended thinking with tools ---------------------------------------------------------
+
+THINKING = (
+    {"type": "thinking", "thinking": "The user wants order 42 paid. I should call checkout.",
+     "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},
+    {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"},
+)
+EXTENDED = {"type": "enabled", "budget_tokens": 2048}
+
+
+def thinking_model(server: ModelServer, streaming: bool) -> Any:
+    from harness.models.anthropic import AnthropicMessages
+
+    return AnthropicMessages(model="claude-test", base_url=server.anthropic_url, api_key=KEY, streaming=streaming,
+                             max_tokens=8192, thinking=EXTENDED)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "whole"])
+async def test_thinking_blocks_go_back_first_and_verbatim_on_the_turns_next_call(host, log, server, models, streaming):
+    model = thinking_model(server, streaming)
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(thinking=THINKING, text="Paying.", tool_calls=(("toolu_1", "checkout", {"order_id": "42"}),), chunk=7),
+        Reply(text="Order 42 is paid."),
+    )
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    result = await session.send("pay order 42", input_id="in-1")
+    assert (result.outcome, result.text, charges) == ("completed", "Order 42 is paid.", ["ch-42"])
+    assert len(server.requests) == 2  # (the server answers 400 to a tool-use continuation without them)
+    first, second = (r.body for r in server.requests)
+    assert first["thinking"] == EXTENDED and second["thinking"] == EXTENDED
+    assistant = second["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"][:2] == [dict(b) for b in THINKING]
+    assert [b["type"] for b in assistant["content"][2:]] == ["text", "tool_use"]
+    [logged, _] = await entries(log, SID, "harness.model.response")
+    assert logged["thinking"] == [dict(b) for b in THINKING]
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "whole"])
+async def test_thinking_blocks_come_back_from_the_log_in_a_new_host(hosts, log, other_log, clock, server, models,
+                                                                    streaming):
+    """The turn parks on an ask after the first call; another host, with a model adapter of
+    its own, finishes it: the blocks it sends back can only come from the log."""
+
+    class Ok(BaseModel):
+        ok: bool
+
+    async def approve(args: Order, ctx: Any) -> Any:
+        answer = await ctx.step.ask("approve", message=f"pay {args.order_id}?", schema=Ok)
+        return {"paid": answer.ok}
+
+    def harness_with(model: Any) -> Any:
+        tool = durable_tool(tool_definition(name="approve", description="Ask, then pay", input_schema=Order), approve)
+        return define_harness(name="t/think", model=model, tools=[tool])
+
+    server.script(
+        Reply(thinking=THINKING, tool_calls=(("toolu_1", "approve", {"order_id": "42"}),)),
+        Reply(text="Paid after approval."),
+    )
+    first_model = thinking_model(server, streaming)
+    models.append(first_model)
+    first = await hosts(owner_id="host-1").open(harness_with(first_model), session_id=SID)
+    assert (await first.send("pay 42", input_id="in-1")).outcome == "waiting"
+    await first.close()
+    clock.advance(LEASE.total_seconds() + 1)
+
+    second_model = thinking_model(server, streaming)
+    models.append(second_model)
+    second = await hosts(log_=other_log(), owner_id="host-2").open(harness_with(second_model), session_id=SID)
+    result = await second.answer("toolu_1", "approve", {"ok": True})
+    assert result is not None and (result.outcome, result.text) == ("completed", "Paid after approval.")
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert (tool_result["content"], tool_result["is_error"]) == ({"paid": True}, False)
+    assert len(server.requests) == 2
+    assistant = server.requests[1].body["messages"][1]
+    assert assistant["content"][:2] == [dict(b) for b in THINKING]
+    assert [b["type"] for b in assistant["content"][2:]] == ["tool_use"]
+
+
+async def test_a_secret_in_thinking_is_replaced_in_the_log_as_in_text(host, log, logs, server, models):
+    model = thinking_model(server, True)
+    models.append(model)
+    secret = "tok-very-secret-0042"
+    blocks = ({"type": "thinking", "thinking": f"the token is {secret}", "signature": "c2ln"},)
+    server.script(Reply(thinking=blocks, text="Done."))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID, secrets={"tok": secret})
+    assert (await session.send("go", input_id="in-1")).text == "Done."
+    [logged] = await entries(log, SID, "harness.model.response")
+    assert logged["thinking"] == [{"type": "thinking", "thinking": "the token is [secret:tok]", "signature": "c2ln"}]
+    assert secret.encode() not in await raw_bytes(log, logs)
+
+
+# -- OpenAI-compatible streams without a finish_reason -----------------------------------------------
+
+
+@pytest.mark.parametrize("calls", [False, True], ids=["text", "tool_calls"])
+async def test_a_stream_ended_by_done_without_a_finish_reason_is_complete_and_not_called_again(
+    host, log, clock, server, models, calls
+):
+    model = from_uri(provider_uri(server, "openai"), api_key=KEY)
+    models.append(model)
+    charges: list[str] = []
+    tool_calls = (("call_1", "checkout", {"order_id": "42"}),) if calls else ()
+    server.script(Reply(text="Paying." if calls else "Hello.", tool_calls=tool_calls, send_finish=False),
+                  Reply(text="Paid.", send_finish=False))
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    await until(lambda: task.done() or clock.sleepers)  # (a retry would wait on the fake clock)
+    assert task.done(), "the answer was taken as cut: a retry is waiting"
+    result = task.result()
+    assert result.outcome == "completed"
+    assert "harness.model.retry" not in await types(log, SID)
+    responses = await entries(log, SID, "harness.model.response")
+    if calls:
+        assert (result.text, charges, len(server.requests)) == ("Paid.", ["ch-42"], 2)
+        assert [r["finish_reason"] for r in responses] == ["tool_calls", "stop"]
+    else:
+        assert (result.text, len(server.requests)) == ("Hello.", 1)
+        assert [r["finish_reason"] for r in responses] == ["stop"]
+
+
+async def test_a_stream_without_done_nor_finish_reason_is_cut_and_retried(host, log, clock, server, models):
+    model = from_uri(provider_uri(server, "openai"), api_key=KEY)
+    models.append(model)
+    server.script(Reply(text="maybe more", send_finish=False, send_done=False), Reply(text="whole answer"))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    task = asyncio.create_task(session.send("go", input_id="in-1"))
+    await until(lambda: clock.sleepers == 1)
+    clock.advance(60)
+    assert (await task).text == "whole answer"
+    [retry] = await entries(log, SID, "harness.model.retry")
+    assert retry["kind"] == "stream_cut"
+    assert len(server.requests) == 2
+    assert [r["text"] for r in await entries(log, SID, "harness.model.response")] == ["whole answer"]
+
+
+async def test_chat_sends_thinking_blocks_back_too(server, models):
+    from harness import chat
+
+    model = thinking_model(server, True)
+    models.append(model)
+    charges: list[str] = []
+    server.script(Reply(thinking=THINKING, tool_calls=(("toolu_1", "checkout", {"order_id": "7"}),)), Reply(text="Paid."))
+    tools = list(checkout_harness(model, charges).tools.values())
+    out = await chat(model=model, messages=[{"role": "user", "content": "pay 7"}], tools=tools)
+    assert (out[-1]["content"], charges) == ("Paid.", ["ch-7"])
+    assert next(m for m in out if m["role"] == "assistant")["thinking"] == [dict(b) for b in THINKING]
+    assert server.requests[1].body["messages"][1]["content"][:2] == [dict(b) for b in THINKING]
