@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.clock import duration_seconds
 from harness.errors import DefinitionError
@@ -303,18 +303,8 @@ def check_durability(durability: object, what: str) -> Durability:
     """
     if durability is None:
         return Durability()
-    if isinstance(durability, Durability):
-        return durability
-    names = [f.name for f in dataclasses.fields(Durability)]
-    if isinstance(durability, Mapping):
-        for key in durability:
-            if key not in names:
-                raise DefinitionError(f"{what}: durability= has no field {key!r}; its fields are {', '.join(names)}")
-        return Durability(**durability)
-    raise DefinitionError(
-        f"{what} takes durability= as Durability(...) or a dict of its fields ({', '.join(names)}), "
-        f"not {type(durability).__name__}"
-    )
+    names = ", ".join(f.name for f in dataclasses.fields(Durability))
+    return _of_fields(Durability, durability, what, "durability", f"Durability(...) or a dict of its fields ({names})")
 
 
 def check_history(history: object, what: str) -> History | None:
@@ -325,18 +315,25 @@ def check_history(history: object, what: str) -> History | None:
         DefinitionError: anything else, a dict key that is no field, or a field's value
             that ``History`` refuses.
     """
-    if history is None or isinstance(history, History):
-        return history
-    names = [f.name for f in dataclasses.fields(History)]
-    if isinstance(history, Mapping):
-        for key in history:
+    if history is None:
+        return None
+    return _of_fields(History, history, what, "history", "History(max_messages=..., max_chars=...) or a dict of its fields")
+
+
+_D = TypeVar("_D")
+
+
+def _of_fields(cls: type[_D], value: object, what: str, keyword: str, takes: str) -> _D:
+    """``value`` as a ``cls`` (a dataclass): one already, or a dict of its fields."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        for key in value:
             if key not in names:
-                raise DefinitionError(f"{what}: history= has no field {key!r}; its fields are {', '.join(names)}")
-        return History(**history)
-    raise DefinitionError(
-        f"{what} takes history= as History(max_messages=..., max_chars=...) or a dict of its fields, "
-        f"not {type(history).__name__}"
-    )
+                raise DefinitionError(f"{what}: {keyword}= has no field {key!r}; its fields are {', '.join(names)}")
+        return cls(**value)
+    raise DefinitionError(f"{what} takes {keyword}= as {takes}, not {type(value).__name__}")
 
 
 def check_system_prompt(system_prompt: object, what: str) -> str | None:
