@@ -15,7 +15,8 @@ from harness.log.follow import subscribe
 from harness.records import InputMessage, LogEntry
 from harness.replay.state import fold
 from harness.runtime.catalog import read_session
-from harness.services.gateway.sessions import Sessions
+from harness.services.gateway.sessions import Sessions, entry_bytes
+from harness.services.gateway.settings import DEFAULT_SESSION_CACHE_MB, parse_settings
 
 
 class CountingReader:
@@ -69,6 +70,40 @@ async def test_least_recently_used_sessions_are_evicted_first() -> None:
     await sessions.get("b")
     assert sessions.full_reads == reads + 1  # b was evicted: read whole again
     await log.close()
+
+
+async def test_sessions_with_big_records_are_evicted_by_their_size_not_only_their_count() -> None:
+    """200,000 records of model answers of a few KB are a GB: the kept records' size is
+    bounded too (``--session-cache-mb``), least recently used first."""
+    log = open_log("memory:")
+    sessions = Sessions(CountingReader(log), max_entries=1000, max_bytes=25_000)
+    for sid in ("a", "b", "c"):
+        await log.submit(InputMessage(sid, 0, f"{sid}0", "x" * 10_000, "h"))  # one big message each
+    small = entry_bytes((await log.read("a"))[0])
+    assert 10_000 < small < 10_400  # the text, and a little for the rest
+    await sessions.get("a")
+    await sessions.get("b")
+    assert sessions.kept == (2, 2) and sessions.kept_bytes == 2 * small
+    await sessions.get("c")  # over 25,000 bytes with three: a goes, by size (3 records are far under 1000)
+    assert sessions.kept == (2, 2) and sessions.kept_bytes == 2 * small
+    reads = sessions.full_reads
+    await sessions.get("c")
+    await sessions.get("b")
+    assert sessions.full_reads == reads
+    await sessions.get("a")
+    assert sessions.full_reads == reads + 1  # a was evicted: read whole again
+    await log.submit(InputMessage("a", 1, "a1", "more", "h"))
+    await sessions.get("a")  # caught up: its size counts the new record too
+    assert sessions.kept_bytes == sum(v.size for v in (sessions.known("a"), sessions.known("b"), sessions.known("c")) if v)
+    await log.close()
+
+
+def test_a_kafka_entry_counts_its_encoded_value() -> None:
+    from harness.log.kafka.reader import LazyEntry
+
+    raw = b"\x00" * 1234
+    entry = LazyEntry(7, "s", "harness.input.message", raw, decode=lambda b: None)  # (never decoded here)
+    assert entry_bytes(entry) == 1234  # type: ignore[arg-type]
 
 
 class CountingFollower:
@@ -190,3 +225,12 @@ def test_an_event_stream_from_a_known_position_reads_nothing_first() -> None:
                         break
             # no cursor: nothing to read first; a cursor past what is known: read (and clamped)
             assert len(reads) == before + reading, params
+
+
+def test_the_session_cache_size_comes_from_a_flag_or_the_environment() -> None:
+    assert parse_settings(["--log", "memory:", "--open-access"], {}).session_cache_mb == DEFAULT_SESSION_CACHE_MB
+    assert parse_settings(["--log", "memory:", "--open-access", "--session-cache-mb", "16"], {}).session_cache_mb == 16
+    env = {"HARNESS_GATEWAY_SESSION_CACHE_MB": "200"}
+    assert parse_settings(["--log", "memory:", "--open-access"], env).session_cache_mb == 200
+    with pytest.raises(SystemExit):
+        parse_settings(["--log", "memory:", "--open-access", "--session-cache-mb", "0"], {})

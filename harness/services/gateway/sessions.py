@@ -11,7 +11,9 @@ A session's committed records never change and only grow at the end (SQLite and 
 commit in position order; a Kafka read_committed reader never sees past an open
 transaction), so catching up gives what reading it all again would: every replica
 answers the same. Bounded: whole sessions are evicted, least recently used first, once
-the kept records pass ``MAX_ENTRIES``. A session with no record is never kept (a 404
+the kept records pass ``MAX_ENTRIES`` or their size passes ``max_bytes`` (``MAX_BYTES``,
+``harness gateway --session-cache-mb``; a record counts its encoded size, or the text
+and JSON it holds: kept in memory it takes a few times that). A session with no record is never kept (a 404
 costs one small read, and probing ids fills nothing).
 """
 
@@ -25,13 +27,21 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from harness.errors import LogError
+from harness.jsonvalues import dumps
 from harness.records import LogEntry
 from harness.replay.state import SessionState, fold
 
-__all__ = ["FOLLOW_TIMEOUT_S", "MAX_ENTRIES", "SessionFollower", "SessionReader", "SessionView", "Sessions"]
+__all__ = [
+    "FOLLOW_TIMEOUT_S", "MAX_BYTES", "MAX_ENTRIES", "SessionFollower", "SessionReader", "SessionView", "Sessions",
+    "entry_bytes",
+]
 
 MAX_ENTRIES = 200_000
-"""Records kept in memory across sessions (a few hundred MB at most)."""
+"""Records kept in memory across sessions, at most."""
+MAX_BYTES = 64 * 1024 * 1024
+"""The size of the kept records (:func:`entry_bytes`) at most: with Python's objects around
+them a few times that in memory, within the chart's 512Mi gateway limit. Record counts
+alone did not bound it: 200,000 model answers of a few KB each are a GB."""
 FOLLOW_TIMEOUT_S = 5.0
 """How long :meth:`Sessions.get_through` waits on the live records before it reads instead."""
 
@@ -48,6 +58,27 @@ class SessionFollower(Protocol):
     def __call__(self, session_id: str, *, after: int | None = None) -> AsyncGenerator[LogEntry, None]: ...
 
 
+_RECORD_OVERHEAD = 64
+"""What a record counts besides its text and JSON (its ids, numbers and framing)."""
+
+
+def entry_bytes(entry: LogEntry) -> int:
+    """About the bytes a record takes in the log: its encoded value when the entry still
+    has it (a Kafka read), else the text and the JSON of its fields."""
+    raw = getattr(entry, "raw", None)
+    if isinstance(raw, bytes | bytearray):
+        return len(raw)
+    size = _RECORD_OVERHEAD
+    record = entry.record
+    for name in record.__dataclass_fields__:
+        value = getattr(record, name)
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, dict | list | tuple):
+            size += len(dumps(value))
+    return size
+
+
 @dataclass(slots=True)
 class SessionView:
     """A session as far as it was read: its records in log order and their fold.
@@ -58,21 +89,26 @@ class SessionView:
     session_id: str
     entries: list[LogEntry]
     state: SessionState
+    size: int = 0
+    """The :func:`entry_bytes` of ``entries``."""
 
     @property
     def position(self) -> int:
         """The last position read (0: none)."""
         return self.entries[-1].seq if self.entries else 0
 
-    def _take(self, entries: list[LogEntry]) -> int:
-        """Fold on the entries past ``position`` (in order); how many there were."""
+    def _take(self, entries: list[LogEntry]) -> tuple[int, int]:
+        """Fold on the entries past ``position`` (in order); how many there were, their bytes."""
         new = [e for e in entries if e.seq > self.position]
+        size = 0
         for entry in new:
             self.state.apply(entry.seq, entry.record)
             self.entries.append(entry)
+            size += entry_bytes(entry)
         if new:
             self.state.mark_read(self.position)
-        return len(new)
+        self.size += size
+        return len(new), size
 
 
 class Sessions:
@@ -81,6 +117,7 @@ class Sessions:
     Args:
         read: how a session's records are read (``harness.runtime.catalog.read_session``).
         max_entries: records kept across sessions before the least recently used go.
+        max_bytes: their :func:`entry_bytes` before the least recently used go.
         follow: the log's live records of a session (``harness.log.follow.subscribe``),
             for :meth:`get_through`; None: it reads.
         follow_timeout: how long :meth:`get_through` waits on ``follow`` before it reads.
@@ -92,6 +129,7 @@ class Sessions:
         read: SessionReader,
         *,
         max_entries: int = MAX_ENTRIES,
+        max_bytes: int = MAX_BYTES,
         follow: SessionFollower | None = None,
         follow_timeout: float = FOLLOW_TIMEOUT_S,
         watch: SessionFollower | None = None,
@@ -101,8 +139,10 @@ class Sessions:
         self._watch = watch
         self._follow_timeout = follow_timeout
         self._max = max_entries
+        self._max_bytes = max_bytes
         self._views: OrderedDict[str, SessionView] = OrderedDict()
         self._kept = 0
+        self._kept_bytes = 0
         self.full_reads = 0  # whole histories read (for tests)
 
     async def get(self, session_id: str) -> SessionView:
@@ -188,23 +228,32 @@ class Sessions:
 
     def _catch_up(self, view: SessionView, entries: list[LogEntry]) -> None:
         """Fold ``entries`` on into ``view``; a kept view counts them and is the most recently used."""
-        taken = view._take(entries)
+        taken, size = view._take(entries)
         if self._views.get(view.session_id) is view:  # (not evicted meanwhile)
             self._kept += taken
+            self._kept_bytes += size
             self._views.move_to_end(view.session_id)
             self._evict()
 
     def _keep(self, view: SessionView) -> None:
         self._views[view.session_id] = view
         self._kept += len(view.entries)
+        self._kept_bytes += view.size
         self._evict()
 
     def _evict(self) -> None:
-        while self._kept > self._max and len(self._views) > 1:
+        """The least recently used sessions go while over a bound (the latest one stays)."""
+        while (self._kept > self._max or self._kept_bytes > self._max_bytes) and len(self._views) > 1:
             _, old = self._views.popitem(last=False)
             self._kept -= len(old.entries)
+            self._kept_bytes -= old.size
 
     @property
     def kept(self) -> tuple[int, int]:
         """(sessions, records) kept now."""
         return len(self._views), self._kept
+
+    @property
+    def kept_bytes(self) -> int:
+        """The :func:`entry_bytes` of the records kept now."""
+        return self._kept_bytes

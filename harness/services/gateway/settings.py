@@ -25,6 +25,9 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_HEARTBEAT_S = 15.0
 DEFAULT_MAX_STREAMS_PER_TENANT = 1000
 DEFAULT_MAX_WAITS_PER_TENANT = 1000
+DEFAULT_SESSION_CACHE_MB = 64
+"""The records of recently read sessions kept in memory, in MB of their log size (a few
+times that in the process: fits the chart's 512Mi gateway limit)."""
 DEFAULT_RATE_LIMIT = 0.0
 """Off: a tenant may be one person or a whole company's app, so no one rate fits every
 deployment, and a limit switched on by an upgrade would refuse working clients. The
@@ -54,6 +57,8 @@ class GatewaySettings:
             ``open_access`` is one tenant).
         max_waits_per_tenant: message and answer POSTs with ``?wait=`` one tenant may have
             waiting at once in this process; one more is a 429.
+        session_cache_mb: the recently read sessions' records kept in memory, in MB of their
+            size in the log (``sessions.Sessions``; a few times that in the process).
         allowed_hosts: the ``Host`` names answered (``hosts.parse_allowed_hosts`` patterns);
             None: the loopback names when bound to a loopback address, else any
             (``hosts.allowed_hosts``). Another Host gets 400 (DNS rebinding).
@@ -91,6 +96,7 @@ class GatewaySettings:
     max_streams_per_tenant: int = DEFAULT_MAX_STREAMS_PER_TENANT
     max_waits_per_tenant: int = DEFAULT_MAX_WAITS_PER_TENANT
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    session_cache_mb: int = DEFAULT_SESSION_CACHE_MB
     allowed_hosts: tuple[str, ...] | None = None
     rate_limit: float = DEFAULT_RATE_LIMIT
     rate_limit_reads: bool = False
@@ -195,6 +201,12 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                                           DEFAULT_MAX_WAITS_PER_TENANT),
                         help="POSTs with ?wait= one tenant may have waiting at once; more get 429 "
                         f"(HARNESS_GATEWAY_MAX_WAITS_PER_TENANT; default {DEFAULT_MAX_WAITS_PER_TENANT})")
+    parser.add_argument("--session-cache-mb", type=_positive_int, metavar="MB",
+                        default=_from_env(env, "HARNESS_GATEWAY_SESSION_CACHE_MB", _positive_int,
+                                          DEFAULT_SESSION_CACHE_MB),
+                        help="recently read sessions kept in memory, in MB of their records' size in the log (a few "
+                        "times that in the process: keep it well under the memory limit) "
+                        f"(HARNESS_GATEWAY_SESSION_CACHE_MB; default {DEFAULT_SESSION_CACHE_MB})")
     parser.add_argument("--read-timeout", type=_positive_float, metavar="SECONDS",
                         default=_from_env(env, "HARNESS_GATEWAY_READ_TIMEOUT_SECONDS", _positive_float,
                                           DEFAULT_READ_TIMEOUT_S),
@@ -275,6 +287,7 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         max_streams_per_tenant=args.max_streams_per_tenant,
         max_waits_per_tenant=args.max_waits_per_tenant,
         read_timeout_s=args.read_timeout,
+        session_cache_mb=args.session_cache_mb,
         allowed_hosts=args.allowed_hosts,
         rate_limit=args.rate_limit,
         rate_limit_reads=args.rate_limit_reads,

@@ -101,7 +101,8 @@ class GatewayState:
         self.breaker = LogBreaker(self._probe, timeout=settings.read_timeout_s)
         # On Kafka a POST's read-back of its own input comes from the shared tail.
         self.sessions = Sessions(self.read, follow=self.follow if hasattr(log, "subscribe") else None,
-                                 follow_timeout=settings.read_timeout_s, watch=self.follow)
+                                 follow_timeout=settings.read_timeout_s, watch=self.follow,
+                                 max_bytes=settings.session_cache_mb * 1024 * 1024)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
         self.stream_slots = TenantSlots(settings.max_streams_per_tenant)
