@@ -332,7 +332,10 @@ def _of_fields(cls: type[_D], value: object, what: str, keyword: str, takes: str
         for key in value:
             if key not in names:
                 raise DefinitionError(f"{what}: {keyword}= has no field {key!r}; its fields are {', '.join(names)}")
-        return cls(**value)
+        try:
+            return cls(**value)
+        except DefinitionError as exc:  # a value it refuses: say whose
+            raise DefinitionError(f"{what}: {exc}") from None
     raise DefinitionError(f"{what} takes {keyword}= as {takes}, not {type(value).__name__}")
 
 

@@ -139,3 +139,5 @@ def test_history_is_checked_when_the_harness_is_defined():
         define_harness(name="t/h", model=model, history={"max_tokens": 1000})
     with pytest.raises(DefinitionError, match="takes history= as History"):
         define_harness(name="t/h", model=model, history=40)
+    with pytest.raises(DefinitionError, match=r"^harness 't/h': history\.max_messages must be a whole number"):
+        define_harness(name="t/h", model=model, history={"max_messages": 0})  # a dict's value: says whose
