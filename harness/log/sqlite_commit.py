@@ -102,6 +102,10 @@ class _Busy(Exception):
     """The write lock is held elsewhere; retry where waiting does not block the loop."""
 
 
+_BUSY = object()
+"""``GroupCommit._alone``'s answer when the write lock is held elsewhere."""
+
+
 class GroupCommit:
     """The write side of one SQLite file: queues writes per event loop and commits them.
 
@@ -159,7 +163,8 @@ class GroupCommit:
         """Run ``fn(db, *args)`` in the next group commit of the running loop; its value.
 
         A write that finds the loop's writes idle opens the group and flushes it itself
-        after one loop step (see the module doc); any other waits for its group's flush.
+        after one loop step (see the module doc), or, when no other task is ready to join
+        it, commits at once without a group; any other waits for its group's flush.
         """
         if self.closed:
             raise LogClosed(f"the SQLite log {self._path!r} is closed")
@@ -170,6 +175,8 @@ class GroupCommit:
         ):
             return await self.write(fn, args, is_append)
         if group is None:
+            if not _others_ready(loop) and (done := self._alone(fn, args, is_append)) is not _BUSY:
+                return done
             group = self._groups[loop] = _Group()
         fut = loop.create_future()
         group.queue.append((fn, args, fut, is_append))
@@ -185,6 +192,22 @@ class GroupCommit:
         if group.scheduled:  # (else close() flushed it meanwhile)
             self._flush(loop, group)
         return await fut  # done, unless the commit went to the writer thread
+
+    def _alone(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
+        """A lone writer (no group on this loop, no other task ready to join one): its own
+        transaction at once, with no group and no future to make and resolve (the common
+        case: one session's sequential steps); ``_BUSY`` when another connection holds
+        the lock (then it is queued as any other write)."""
+        try:
+            [outcome] = self._commit([(fn, args, None, is_append)], wait=False)  # type: ignore[list-item]
+        except _Busy:
+            return _BUSY
+        except Exception as exc:
+            err = self._write_error(exc)
+            raise err  # (with the SQLite error as its cause)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def run_blocking(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Run ``fn(db, *args)`` in a transaction of its own on the calling thread (not an
@@ -277,14 +300,17 @@ class GroupCommit:
     def _fail(self, ops: list[_Op], exc: BaseException) -> None:
         """The whole transaction failed: every write of it gets its own error."""
         for _, _, fut, _ in ops:
-            if fut.done():
-                continue
-            if isinstance(exc, LogUnavailable) or not isinstance(exc, Exception):
-                err = LogUnavailable(str(exc) or f"SQLite log {self._path!r}: write interrupted")
-                err.__cause__ = exc.__cause__ if isinstance(exc, LogUnavailable) else exc
-                fut.set_exception(err)
-            else:  # a bug: show it as itself
-                fut.set_exception(exc)
+            if not fut.done():
+                fut.set_exception(self._write_error(exc))
+
+    def _write_error(self, exc: BaseException) -> BaseException:
+        """What a write of a failed transaction raises: a ``LogUnavailable`` of its own
+        (the SQLite error as its cause), or a bug as itself."""
+        if isinstance(exc, LogUnavailable) or not isinstance(exc, Exception):
+            err = LogUnavailable(str(exc) or f"SQLite log {self._path!r}: write interrupted")
+            err.__cause__ = exc.__cause__ if isinstance(exc, LogUnavailable) else exc
+            return err
+        return exc
 
     def _commit(self, ops: list[_Op], *, wait: bool) -> list[Any]:
         """Run ``ops`` in one transaction; a value or a refusal (exception) per op.
