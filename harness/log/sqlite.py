@@ -82,6 +82,7 @@ from harness.log.sqlite_checkpoint import NoCheckpoint, select_checkpoint, selec
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
 from harness.log.sqlite_listing import select_listing
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
+from harness.log.sqlite_positions import WriteConnection
 from harness.log.sqlite_schema import (
     append_rows,
     select_changes,
@@ -323,7 +324,7 @@ class SqliteLog:
 
     def _op_append(
         self,
-        db: sqlite3.Connection,
+        db: WriteConnection,
         session_id: str,
         encoded: Sequence[tuple[str, bytes]],
         writer: SqliteWriter | None,
@@ -337,13 +338,13 @@ class SqliteLog:
                 writer._renew_at = now + writer._lease_seconds / 3
             else:
                 owner = (writer.owner, writer.epoch)  # checked by the positions' query
-        seqs = append_rows(db, session_id, encoded, owner)
+        seqs = append_rows(db, session_id, encoded, owner, db.known)
         if seqs is None:
             assert writer is not None
             raise self._fenced(writer)
         return seqs
 
-    def _op_claim(self, db: sqlite3.Connection, session_id: str, owner: str, lease_seconds: float) -> int:
+    def _op_claim(self, db: WriteConnection, session_id: str, owner: str, lease_seconds: float) -> int:
         now = self._clock()
         row = db.execute(
             "SELECT owner, epoch, lease_until FROM owners WHERE session_id = ?", (session_id,)
@@ -372,6 +373,7 @@ class SqliteLog:
                         keep_until=cur_until + HOLDER_GRACE_S,
                     )
         epoch: int = (row[1] if row is not None else 0) + 1
+        db.known.owner_changed(session_id)
         db.execute(
             "INSERT OR REPLACE INTO owners (session_id, owner, epoch, lease_until) VALUES (?, ?, ?, ?)",
             (session_id, owner, epoch, now + lease_seconds),
@@ -383,7 +385,8 @@ class SqliteLog:
         self._fence(db, writer)
         writer._renew_at = now + writer._lease_seconds / 3
 
-    def _op_release(self, db: sqlite3.Connection, writer: SqliteWriter) -> None:
+    def _op_release(self, db: WriteConnection, writer: SqliteWriter) -> None:
+        db.known.owner_changed(writer.session_id)
         db.execute(
             "UPDATE owners SET owner = NULL, lease_until = NULL WHERE session_id = ? AND epoch = ? AND owner = ?",
             (writer.session_id, writer.epoch, writer.owner),

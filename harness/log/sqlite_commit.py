@@ -51,6 +51,7 @@ from functools import partial
 from typing import Any
 
 from harness.errors import FencedError, LogClosed, LogUnavailable, SessionBusy
+from harness.log.sqlite_positions import WriteConnection
 from harness.observability import metrics
 
 __all__ = ["GroupCommit", "SqliteStats"]
@@ -121,7 +122,7 @@ class GroupCommit:
     def __init__(
         self,
         path: str,
-        conn: sqlite3.Connection,
+        conn: WriteConnection,
         *,
         busy_seconds: float,
         inline_limit: float,
@@ -134,8 +135,8 @@ class GroupCommit:
         self._commit_avg = 0.0  # moving average of commit times, seconds
         self._groups: dict[asyncio.AbstractEventLoop, _Group] = {}
         self._wlock = threading.Lock()  # the write connection: one thread at a time
-        self._wconn: sqlite3.Connection | None = conn  # commits on the loop (busy_timeout 0)
-        self._tconn: sqlite3.Connection | None = None  # commits on the writer thread (waits for locks)
+        self._wconn: WriteConnection | None = conn  # commits on the loop (busy_timeout 0)
+        self._tconn: WriteConnection | None = None  # commits on the writer thread (waits for locks)
         # (the thread starts on first use: a log whose commits all run on the loop has none)
         self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-sqlite-write")
         self.closed = False
@@ -337,8 +338,10 @@ class GroupCommit:
                     raise
                 started = time.perf_counter()
                 try:
+                    db.known.begin(db)
                     outcomes, appends = self._run_ops(db, ops)
                 except BaseException:
+                    db.known.forget()  # (what this transaction wrote is gone)
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
                     raise
@@ -355,13 +358,17 @@ class GroupCommit:
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
 
-    def _thread_conn(self) -> sqlite3.Connection:
+    def _thread_conn(self) -> WriteConnection:
         """The writer thread's connection (made at its first commit, ``_wlock`` held): it
         waits up to ``busy_timeout`` for another connection's lock; its pragmas are set once."""
         conn = self._tconn
         if conn is None:
             conn = sqlite3.connect(
-                self._path, timeout=self._busy_seconds, isolation_level=None, check_same_thread=False
+                self._path,
+                timeout=self._busy_seconds,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=WriteConnection,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_seconds * 1000)}")
             conn.execute("PRAGMA synchronous = FULL")
@@ -369,7 +376,7 @@ class GroupCommit:
         return conn
 
     @staticmethod
-    def _run_ops(db: sqlite3.Connection, ops: list[_Op]) -> tuple[list[Any], int]:
+    def _run_ops(db: WriteConnection, ops: list[_Op]) -> tuple[list[Any], int]:
         """Inside BEGIN: run each op, then COMMIT (or ROLLBACK when none landed: -1 appends)."""
         if len(ops) == 1:  # the sequential case: the transaction is the op
             fn, args, _, is_append = ops[0]

@@ -39,6 +39,7 @@ import sqlite3
 import urllib.parse
 
 from harness.errors import LogUnavailable
+from harness.log.sqlite_positions import WriteConnection
 from harness.log.sqlite_schema import SCHEMA, namespace_of, read_namespace, user_tables
 
 __all__ = ["PROBE_WRITE", "connect_read", "open_hint", "open_reader", "open_writer"]
@@ -110,7 +111,7 @@ def _uri(path: str, query: str) -> str:
     return f"file:{urllib.parse.quote(os.path.abspath(path))}?{query}"
 
 
-def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[sqlite3.Connection, str]:
+def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[WriteConnection, str]:
     """The write connection (any thread, one at a time, ``busy_timeout=0``), the schema
     made or upgraded, and the namespace.
 
@@ -120,11 +121,13 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[sqlite
     """
     if not create and not os.path.exists(path):
         raise _no_file(path)
-    conn: sqlite3.Connection | None = None
+    conn: WriteConnection | None = None
     try:
         # Without create, mode=rw: a file deleted since the check above is not made again.
         target, uri = (path, False) if create else (_uri(path, "mode=rw"), True)
-        conn = sqlite3.connect(target, timeout=busy_seconds, isolation_level=None, check_same_thread=False, uri=uri)
+        conn = sqlite3.connect(
+            target, timeout=busy_seconds, isolation_level=None, check_same_thread=False, uri=uri, factory=WriteConnection
+        )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_seconds * 1000)}")
         _check_tables(conn, path, create=create)  # before journal_mode: setting WAL rewrites the header
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

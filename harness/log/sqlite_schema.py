@@ -40,6 +40,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from harness.errors import CorruptRecord, LogUnavailable
+from harness.log.sqlite_positions import KnownPositions
 
 __all__ = [
     "INSERT",
@@ -140,21 +141,32 @@ def append_rows(
     session_id: str,
     encoded: Sequence[tuple[str, bytes]],
     owner: tuple[str, int] | None = None,
+    known: KnownPositions | None = None,
 ) -> list[int] | None:
     """Insert ``encoded`` (type, bytes) as the session's next records, chained and checksummed.
 
     ``owner`` (owner, epoch): the same statement that reads the positions checks that
     this owner still holds the session at that epoch; if not, nothing is written and
-    the answer is None (the caller raises ``FencedError``).
+    the answer is None (the caller raises ``FencedError``). ``known``: what the write
+    connection knows since its last commit (:mod:`harness.log.sqlite_positions`); the
+    positions (and the owner) it knows are not read again.
     """
-    if owner is None:
-        head, last = db.execute(_NEXT, (session_id,)).fetchone()
+    found = None if known is None else known.next_of(session_id, owner)
+    if found is not None:
+        prev, last = found
     else:
-        head, last, epoch = db.execute(_NEXT_OWNED, (session_id, session_id, owner[0])).fetchone()
-        if epoch != owner[1]:
-            return None
-    prev: int = head if head is not None else 0
-    last = max(last, prev)  # a damaged file whose last rows are gone: never reuse a head's position
+        if owner is None:
+            head, last = db.execute(_NEXT, (session_id,)).fetchone()
+        else:
+            head, last, epoch = db.execute(_NEXT_OWNED, (session_id, session_id, owner[0])).fetchone()
+            if epoch != owner[1]:
+                if known is not None:
+                    known.read(session_id, last, None)
+                return None
+        if known is not None:
+            known.read(session_id, last, owner)
+        prev = head if head is not None else 0
+        last = max(last, prev)  # a damaged file whose last rows are gone: never reuse a head's position
     seqs: list[int] = []
     for type_, value in encoded:
         last += 1
@@ -163,6 +175,8 @@ def append_rows(
         prev = last
     if seqs:
         db.execute(SET_HEAD, (session_id, prev, head_crc(session_id, prev)))
+        if known is not None:
+            known.appended(session_id, prev)
     return seqs
 
 
