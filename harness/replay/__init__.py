@@ -3,6 +3,8 @@
 from harness.replay.conversation import conversation
 from harness.replay.history import trim_history
 from harness.replay.planner import (
+    CLOSED_CODE,
+    UNREADABLE_CODE,
     AbortTurn,
     CallDecision,
     CallModel,
@@ -15,6 +17,7 @@ from harness.replay.planner import (
     decide_call,
     first_runs,
     is_parked,
+    parked_settlements,
     plan_turn,
 )
 from harness.replay.probe import CONTROL_TYPES, control_fields, ended_from_control
@@ -31,8 +34,10 @@ from harness.replay.state import (
 )
 
 __all__ = [
+    "CLOSED_CODE",
     "CONTROL_TYPES",
     "FINAL_OUTCOMES",
+    "UNREADABLE_CODE",
     "AbortTurn",
     "AppEntry",
     "AskState",
@@ -56,6 +61,7 @@ __all__ = [
     "first_runs",
     "fold",
     "is_parked",
+    "parked_settlements",
     "plan_turn",
     "trim_history",
 ]

@@ -12,10 +12,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.records import ModelResponseRecord
-from harness.replay.state import CallState, SessionState, TurnState
+from harness.records import InputSettled, ModelResponseRecord
+from harness.replay.state import FINAL_OUTCOMES, CallState, SessionState, TurnState
 
 __all__ = [
+    "CLOSED_CODE",
+    "UNREADABLE_CODE",
     "AbortTurn",
     "CallDecision",
     "CallModel",
@@ -28,8 +30,15 @@ __all__ = [
     "decide_call",
     "first_runs",
     "is_parked",
+    "parked_settlements",
     "plan_turn",
 ]
+
+CLOSED_CODE = "input_already_settled"
+"""The ``harness.turn.finished`` code of a turn closed because its input had its verdict
+already (``CloseSettledTurn``)."""
+UNREADABLE_CODE = "session_unreadable"
+"""The settlement code of the inputs of a session parked on an unreadable record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,3 +286,44 @@ def _call_model(turn: TurnState, index: int) -> CallModel:
     if retry is None:
         return CallModel(turn.turn, index)
     return CallModel(turn.turn, index, retries=retry.retry, not_before=retry.wait_until)
+
+
+def parked_settlements(state: SessionState, now_ms: int, reason: str) -> list[tuple[int, InputSettled]]:
+    """The verdicts the owner of a PARKED session writes (its log has an unreadable record,
+    ``state`` is the fold of the records it can read; ``reason`` says where and what to
+    do): ``(position of the input record, its settlement)`` for every input without a
+    readable settlement, so that no sender waits for good and nothing of the session runs.
+
+    * the input of the running turn: ``failed`` / ``session_unreadable`` (the turn never
+      goes on here; repaired, its next owner closes it: ``CloseSettledTurn``);
+    * the input of a FINISHED turn: its settlement is the unreadable record (the driver
+      writes a turn's ``turn.finished`` and its input's settlement in one append, with the
+      same outcome, code and error), so it is settled again with that same verdict, read
+      from the ``turn.finished``: the sender gets the answer it was given, and a reader
+      that reads the repaired record later sees two settlements that agree (the first in
+      log order wins: ``SessionState``). A turn closed ``input_already_settled`` carried
+      no verdict of its own (the unreadable one came before): ``failed`` /
+      ``session_unreadable``;
+    * every input that no turn took, and every conflicting reuse of an input id:
+      ``rejected`` / ``session_unreadable``.
+    """
+    sid = state.session_id
+    out: list[tuple[int, InputSettled]] = []
+    for turn in state.turns:
+        inp = state.inputs.get(turn.input_id)
+        if inp is None or inp.settled is not None:
+            continue
+        fin = turn.finished
+        if fin is None or fin.code == CLOSED_CODE or fin.outcome not in FINAL_OUTCOMES:
+            out.append((inp.seq, InputSettled(sid, now_ms, inp.input_id, "failed", UNREADABLE_CODE, reason)))
+        else:
+            out.append((inp.seq, InputSettled(sid, now_ms, inp.input_id, fin.outcome, fin.code, fin.error)))
+    out += [
+        (i.seq, InputSettled(sid, now_ms, i.input_id, "rejected", UNREADABLE_CODE, reason))
+        for i in state.pending_inputs()
+    ]
+    out += [
+        (c.seq, InputSettled(sid, now_ms, c.input_id, "rejected", UNREADABLE_CODE, reason, c.seq))
+        for c in state.pending_conflicts()
+    ]
+    return out

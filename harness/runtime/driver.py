@@ -55,6 +55,7 @@ from harness.records import (
     TurnStarted,
 )
 from harness.replay import (
+    CLOSED_CODE,
     AbortTurn,
     CallDecision,
     CallModel,
@@ -77,9 +78,6 @@ from harness.step import CallScope, DurableStep
 __all__ = ["DriverCore", "TurnDriver"]
 
 log = logging.getLogger("harness.session")
-CLOSED_CODE = "input_already_settled"
-"""The ``harness.turn.finished`` code of a turn closed because its input had its verdict
-already (``CloseSettledTurn``)."""
 TURN_LINES = TurnLines(log)
 """This process's per-turn lines, sampled past ``turn_lines.RATE`` a second."""
 

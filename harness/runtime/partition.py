@@ -64,7 +64,15 @@ from harness.log.base import Checkpoint, CheckpointWritten
 from harness.logs import SECRETS, lease_wait_message
 from harness.observability import metrics
 from harness.records import InputMessage, InputSettled, LogEntry
-from harness.replay import CONTROL_TYPES, InputState, SessionState, control_fields, ended_from_control, fold
+from harness.replay import (
+    CONTROL_TYPES,
+    UNREADABLE_CODE,
+    SessionState,
+    control_fields,
+    ended_from_control,
+    fold,
+    parked_settlements,
+)
 from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.gate import Active, SessionGate
 from harness.secrets import secret_values, secrets_for_result
@@ -273,24 +281,17 @@ class PartitionRuntime:
         task.add_done_callback(lambda done: self._settling.pop(sid, None) if self._settling.get(sid) is done else None)
 
     async def _settle_parked(self, sid: str) -> None:
-        """Settle every input of parked ``sid`` that no turn took ``rejected`` /
-        ``session_unreadable``, and the input of its running turn, if any, ``failed`` /
-        ``session_unreadable``: nothing of the session runs, so its senders are told so."""
+        """Write the verdicts of parked ``sid``'s inputs that have none it can read
+        (``parked_settlements``: the running turn's input ``failed``, a finished turn's
+        input its turn's verdict again, the others ``rejected``; all but the finished
+        turns' with ``session_unreadable``), once each here: nothing of the session runs,
+        so its senders are told so."""
         if self._closing:  # its handle, if it was driven, closes first (it writes nothing)
             await asyncio.gather(*list(self._closing), return_exceptions=True)
         corrupt = self._parked.get(sid)
         if corrupt is None or self.stopped:
             return
         state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
-        turn = state.active_turn
-        running = state.inputs[turn.input_id] if turn is not None else None
-        if running is not None and (running.settled is not None or (sid, running.seq) in self._parked_settled):
-            running = None
-        todo: list[tuple[InputState, int | None]] = [(i, None) for i in state.pending_inputs()]
-        todo += [(c, c.seq) for c in state.pending_conflicts()]
-        todo = [(i, at) for i, at in todo if (sid, i.seq) not in self._parked_settled]
-        if not todo and running is None:
-            return
         fix = (
             "repair or remove that record and restart the worker, or continue in a new session"
             if getattr(self.host.log, "has_leases", False)
@@ -301,16 +302,13 @@ class PartitionRuntime:
             f"{fix} (runbook: HarnessDeadLetters)"
         )
         now = int(self.host.clock.now() * 1000)
+        todo = [(at, r) for at, r in parked_settlements(state, now, reason) if (sid, at) not in self._parked_settled]
+        if not todo:
+            return
         try:
             writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
             try:
-                # The running turn's input: its turn never goes on here (and, the record
-                # repaired, its next owner closes it: CloseSettledTurn), so it failed.
-                await writer.append(
-                    ([InputSettled(sid, now, running.input_id, "failed", "session_unreadable", reason)]
-                     if running is not None else [])
-                    + [InputSettled(sid, now, i.input_id, "rejected", "session_unreadable", reason, at) for i, at in todo]
-                )
+                await writer.append([r for _, r in todo])
             finally:
                 with contextlib.suppress(LogError):
                     await writer.release()
@@ -319,13 +317,19 @@ class PartitionRuntime:
         except (LogError, HarnessError) as exc:
             log.warning("could not refuse the inputs of parked session %s: %s", sid, exc)
             return
-        self._parked_settled.update((sid, i.seq) for i, _ in todo)
-        if running is not None:
-            self._parked_settled.add((sid, running.seq))
-            log.warning("input %s of parked session %s, whose turn was running, settled failed "
-                        "(session_unreadable)", running.input_id, sid)
-        if todo:
-            log.warning("refused %d input(s) of parked session %s (session_unreadable)", len(todo), sid)
+        self._parked_settled.update((sid, at) for at, _ in todo)
+        refused = 0
+        for _, r in todo:
+            if r.outcome == "rejected" and r.code == UNREADABLE_CODE:
+                refused += 1
+            elif r.code == UNREADABLE_CODE:
+                log.warning("input %s of parked session %s, whose turn was running, settled failed "
+                            "(session_unreadable)", r.input_id, sid)
+            else:
+                log.warning("input %s of parked session %s, whose turn had finished but whose settlement is "
+                            "unreadable, settled %s again (its turn's verdict)", r.input_id, sid, r.outcome)
+        if refused:
+            log.warning("refused %d input(s) of parked session %s (session_unreadable)", refused, sid)
 
     @property
     def parked(self) -> Mapping[str, CorruptRecord]:

@@ -22,9 +22,11 @@ from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import (
     InputMessage,
     InputSettled,
+    LogEntry,
     ModelResponseRecord,
     StepResult,
     ToolStarted,
+    TurnFinished,
     TurnStarted,
 )
 from harness.runtime.worker import Worker
@@ -144,6 +146,52 @@ async def test_a_kafka_worker_parks_a_session_with_an_unreadable_record(kafka_bo
     finally:
         stop.set()
         await run
+        await worker_log.close()
+        await reader.close()
+
+
+async def test_a_kafka_worker_settles_again_an_input_whose_settlement_is_the_unreadable_record(
+    kafka_bootstrap: str, unique_prefix: str
+) -> None:
+    """The turn finished, but its input's settlement (same transaction on a good owner;
+    here produced with a changed byte) cannot be read: the worker parks the session and
+    settles the input again with its turn's verdict, once; before, its sender waited for good."""
+    log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    codec = default_codec()
+    sid = "bad"
+    await log.submit(InputMessage(sid, 1, "in-1", "hi", "shop"))
+    writer = await log.claim(sid, owner="dead", lease=timedelta(seconds=30))
+    await writer.append([TurnStarted(sid, 2, "in-1", 1), ModelResponseRecord(sid, 3, 1, 0, "hello", ())])
+    await writer.append([TurnFinished(sid, 4, "in-1", 1, "completed", "hello")])
+    value = codec.encode(InputSettled(sid, 4, "in-1", "completed"))
+    await asyncio.to_thread(
+        _produce_raw, kafka_bootstrap, log.settings.sessions_topic, sid,
+        value.replace(b"completed", b"complete!"), value, InputSettled.TYPE,
+    )
+    await writer.release()
+    await log.close()
+    shop = define_harness(name="shop", model=ScriptedModel([ModelResponse(text="hello")]))
+
+    worker_log = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    worker = Worker(log=worker_log, harnesses=[shop])
+    stop = asyncio.Event()
+    run = asyncio.create_task(worker.run(stop))
+    reader = KafkaLog(bootstrap=kafka_bootstrap, topic_prefix=unique_prefix, partitions=1)
+    client = HarnessClient(log=reader)
+    try:
+        settled = await asyncio.wait_for(client.wait_settled(sid, "in-1"), 60)
+        assert (settled.outcome, settled.code) == ("completed", None)
+        await asyncio.sleep(1.0)  # the worker runs on: no second verdict
+        assert 0 in worker.runtimes and sid in worker.runtimes[0].parked
+        items = await reader.scan(sid)
+        assert [type(i).__name__ for i in items][-2:] == ["CorruptRecord", "LogEntry"]
+        assert [i.record.outcome for i in items if isinstance(i, LogEntry) and isinstance(i.record, InputSettled)] == [
+            "completed"
+        ]
+    finally:
+        stop.set()
+        await run
+        await client.close()
         await worker_log.close()
         await reader.close()
 
