@@ -34,10 +34,29 @@ _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _pack_double = struct.Struct("<d").pack
 
 
+_CONTINUED = tuple(bytes((n | 0x80,)) for n in range(0x80))
+"""A varint's first byte when more follow."""
+_last_high: list[tuple[int, bytes]] = [(-1, b"")]
+"""The last multi-byte varint's part after its first byte: a timestamp in ms has six
+bytes, and only its first changes from one record to the next. (One tuple, replaced
+whole: threads never see a value with another's bytes.)"""
+
+
 def _varint(n: int) -> bytes:
     """``n`` (>= 0, < 2**64) as an Avro varint."""
     if n < 0x80:
         return _SMALL[n]
+    if n < 0x4000:
+        return _CONTINUED[n & 0x7F] + _SMALL[n >> 7]
+    high = n >> 7
+    last, tail = _last_high[0]
+    if high != last:
+        tail = _varint_loop(high)
+        _last_high[0] = (high, tail)
+    return _CONTINUED[n & 0x7F] + tail
+
+
+def _varint_loop(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
