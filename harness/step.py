@@ -326,7 +326,9 @@ class DurableStep:
         if info is None:
             metrics.step(self._s.harness_name, "served")
             return stored
-        await self._boundary()
+        at_boundary = self._s.at_boundary  # (inline: a step is a hot path)
+        if at_boundary is not None and (pause := at_boundary()) is not None:
+            await pause  # the owner is handing over: stop here, before fn runs
         started = time.perf_counter()
         try:
             value = await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
