@@ -18,8 +18,11 @@ and a crash leaves all of it or none.
 Fencing: ``claim`` bumps the session's epoch. Every ``append`` checks, in its
 transaction and in the statement that reads the next positions, that the owners row
 still names this writer at its epoch: a newer claim (or a release) makes that write
-fail with ``FencedError`` having written nothing. So an append costs one SELECT, its
-INSERTs and the head's upsert. The lease is renewed by ``renew`` (the host's poller)
+fail with ``FencedError`` having written nothing. That statement is skipped when the
+write connection already knows its answer: what it wrote and checked itself, as long
+as no other connection has committed since (``PRAGMA data_version``, asked in every
+write transaction: :mod:`harness.log.sqlite_positions`). So a writer's next append
+costs that pragma, its INSERTs and the head's upsert. The lease is renewed by ``renew`` (the host's poller)
 and by an append only when a third of it has passed since it was last renewed (then
 the check is ``UPDATE owners SET lease_until=? WHERE session_id=? AND epoch=? AND
 owner=?``: no row changed means fenced). The lease only decides whether a *claim* is
