@@ -164,8 +164,8 @@ class RecordCodec:
         """The record as framed Avro bytes; ``CodecError`` if it cannot be encoded."""
         schema, header, fast = self._header(type(record))
         try:
-            if fast is not None and (out := fast(record, header)) is not None:
-                return out  # (None: a value fastavro must judge; see harness.codec_fast)
+            if fast is not None and (written := fast(record, header)) is not None:
+                return written  # (None: a value fastavro must judge; see harness.codec_fast)
             values = schema.get_plain(record)
             # Every record has at least session_id and ts as plain fields, so this is a tuple.
             datum = dict(zip(schema.plain, values, strict=True))

@@ -203,9 +203,9 @@ class GroupCommit:
             [outcome] = self._commit([(fn, args, None, is_append)], wait=False)  # type: ignore[list-item]
         except _Busy:
             return _BUSY
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure of the transaction is this write's)
             err = self._write_error(exc)
-            raise err  # (with the SQLite error as its cause)
+            raise err from err.__cause__  # (a LogUnavailable caused by the SQLite error; a bug as itself)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome

@@ -5,35 +5,17 @@ transaction) may have changed: chains stay whole and fencing still holds."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from harness.errors import FencedError, LogUnavailable
 from harness.log.sqlite import SqliteLog
-from harness.records import InputMessage, StepResult
+from harness.records import InputMessage
+from tests.unit.test_sqlite_log import LEASE, db, log, step
 
 pytestmark = pytest.mark.asyncio
 
-LEASE = timedelta(seconds=30)
-
-
-def step(session: str, n: int) -> StepResult:
-    return StepResult(session_id=session, ts=n, tool_call_id="call-1", name=f"step-{n}", value={"n": n})
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "harness.db"
-
-
-@pytest_asyncio.fixture
-async def log(db: Path):
-    log = SqliteLog(db)
-    yield log
-    await log.close()
+__all__ = ["db", "log"]  # (the fixtures of test_sqlite_log, used here)
 
 
 def traced(log: SqliteLog) -> list[str]:
