@@ -26,6 +26,7 @@ from typing import Protocol
 __all__ = [
     "MAX_LABEL_VALUES",
     "OTHER",
+    "RATE_LIMIT_REASONS",
     "SESSION_STATES",
     "STEP_OUTCOMES",
     "TOKEN_KINDS",
@@ -51,6 +52,9 @@ TOOL_OUTCOMES = frozenset({"ok", "error", "cut", "rejected"})
 answered for a call that may have run; ``rejected``: unknown tool or invalid arguments."""
 TURN_OUTCOMES = frozenset({"completed", "failed", "aborted"})
 TOKEN_KINDS = frozenset({"input", "output"})
+RATE_LIMIT_REASONS = ("rate_limit", "auth_failures")
+"""Why the gateway answered 429 by a limit: the caller's ``--rate-limit``, or its address's
+``--auth-failure-limit``."""
 SESSION_STATES = ("running", "waiting", "sleeping", "unreadable", "held")
 """``waiting``: parked on ``step.ask``; ``sleeping``: parked on ``step.sleep``;
 ``unreadable``: never driven, its log has an unreadable record (parked for good, its
@@ -97,7 +101,7 @@ class MetricsSink(Protocol):
     def rebuild(self, seconds: float, records: int) -> None: ...
     def http_request(self, route: str, method: str, status: int, seconds: float) -> None: ...
     def sse_subscribers(self, delta: int) -> None: ...
-    def rate_limited(self) -> None: ...
+    def rate_limited(self, reason: str) -> None: ...
     def add_source(self, source: ObservationSource) -> None: ...
     def remove_source(self, source: ObservationSource) -> None: ...
 
@@ -256,11 +260,12 @@ class Metrics:
         if sink is not None:
             sink.sse_subscribers(delta)
 
-    def rate_limited(self) -> None:
-        """A gateway request refused by its caller's rate limit (429)."""
+    def rate_limited(self, reason: str = "rate_limit") -> None:
+        """A gateway request refused by a rate limit (429): ``reason`` ``rate_limit`` (the
+        caller's ``--rate-limit``) or ``auth_failures`` (its address's ``--auth-failure-limit``)."""
         sink = self._sink
         if sink is not None:
-            sink.rate_limited()
+            sink.rate_limited(reason if reason in RATE_LIMIT_REASONS else OTHER)
 
     def add_source(self, source: ObservationSource) -> None:
         sink = self._sink

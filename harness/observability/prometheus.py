@@ -15,7 +15,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from harness.observability.facade import SESSION_STATES, TOKEN_KINDS, Observation, ObservationSource
+from harness.observability.facade import (
+    RATE_LIMIT_REASONS,
+    SESSION_STATES,
+    TOKEN_KINDS,
+    Observation,
+    ObservationSource,
+)
 
 __all__ = ["PrometheusSink"]
 
@@ -141,13 +147,17 @@ class PrometheusSink:
         )
         self.sse = Gauge("harness_sse_subscribers", "Open SSE event streams of the gateway", registry=r)
         self.rate_limited_requests = Counter(
-            "harness_http_rate_limited_total", "Gateway requests refused by the caller's --rate-limit (429)",
-            registry=r,
+            "harness_http_rate_limited_total",
+            "Gateway requests refused with 429 by the caller's --rate-limit (reason=rate_limit) or its address's "
+            "--auth-failure-limit (reason=auth_failures)",
+            ["reason"], registry=r,
         )
         self._collector = _WorkerCollector()
         r.register(self._collector)
         for kind in sorted(TOKEN_KINDS):  # both series exist from the start
             self.tokens.labels(kind)
+        for reason in RATE_LIMIT_REASONS:
+            self.rate_limited_requests.labels(reason)
 
     # -- MetricsSink ----------------------------------------------------------------------
 
@@ -207,8 +217,8 @@ class PrometheusSink:
     def sse_subscribers(self, delta: int) -> None:
         self.sse.inc(delta)
 
-    def rate_limited(self) -> None:
-        self.rate_limited_requests.inc()
+    def rate_limited(self, reason: str = "rate_limit") -> None:
+        self.rate_limited_requests.labels(reason).inc()
 
     def add_source(self, source: ObservationSource) -> None:
         self._collector.add(source)

@@ -114,7 +114,8 @@ class ServerThread:
                 app = create_app(self.settings, log=log, harnesses=self.harnesses, live=live, metrics=self.metrics,
                                  clock=self.clock, on_startup=on_startup, on_shutdown=on_shutdown)
                 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False,
-                                        lifespan="on", timeout_graceful_shutdown=2)
+                                        lifespan="on", timeout_graceful_shutdown=2,
+                                        proxy_headers=False)  # (as harness gateway: the app's ForwardedClient)
                 self._server = uvicorn.Server(config)
 
                 async def main() -> None:

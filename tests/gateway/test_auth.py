@@ -54,6 +54,7 @@ def secured(tmp_path: Path, auth_files: dict[str, Path]) -> Iterator[ServerThrea
         jwt_audience=AUDIENCE,
         api_keys_file=str(auth_files["keys"]),
         heartbeat_s=0.2,
+        auth_failure_limit=0,  # (these tests send many wrong credentials from one address: test_auth_limit)
     )
     with ServerThread(settings, harnesses=[approvals], worker=True) as server:
         yield server

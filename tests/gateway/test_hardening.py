@@ -101,9 +101,10 @@ def limited(tmp_path: Path) -> tuple[ServerThread, Clock, PrometheusSink]:
     return server, clock, sink
 
 
-def refused_count(sink: PrometheusSink) -> float:
+def refused_count(sink: PrometheusSink, reason: str = "rate_limit") -> float:
     text = generate_latest(sink.registry).decode()
-    line = next(line for line in text.splitlines() if line.startswith("harness_http_rate_limited_total "))
+    series = f'harness_http_rate_limited_total{{reason="{reason}"}} '
+    line = next(line for line in text.splitlines() if line.startswith(series))
     return float(line.split()[1])
 
 

@@ -62,7 +62,8 @@ GATEWAY_ONLY: dict[str, Any] = {
     "gateway": {"auth": {"mode": "apiKeys", "existingSecret": "gw-keys", "secretKey": "keys.json"},
                 "autoscaling": {"enabled": False}, "replicas": 3,
                 "ingress": {"enabled": True},
-                "allowedHosts": ["harness.example.com", "*.internal.example.com"], "rateLimit": 20},
+                "allowedHosts": ["harness.example.com", "*.internal.example.com"], "rateLimit": 20,
+                "authFailureLimit": 0, "forwardedAllowIps": ["10.244.0.0/16", "fd00::/8"]},
     "serviceMonitor": {"enabled": True},
 }
 COMBINATIONS = {"defaults": None, "full": FULL, "workers-only": WORKERS_ONLY, "gateway-only": GATEWAY_ONLY}
@@ -201,6 +202,11 @@ def test_gateway_allowed_hosts_keep_the_pod_ip_for_the_probes(tmp_path: Path) ->
     settings = gateway_settings(argv[2:], env)
     assert settings.allowed_hosts == ("harness.example.com", "*.internal.example.com", "10.244.3.9")
     assert settings.rate_limit == 20 and not settings.rate_limit_reads
+    assert (settings.auth_failure_limit, settings.forwarded_allow_ips) == (0, ("10.244.0.0/16", "fd00::/8"))
+    plain = render()
+    plain_argv, plain_env = process_of(plain, find(plain, "Deployment", "-gateway"), pod_name="gw-0", secrets={})
+    defaults = gateway_settings(plain_argv[2:], plain_env)
+    assert (defaults.auth_failure_limit, defaults.forwarded_allow_ips) == (10, ("127.0.0.1", "::1"))
     assert not any("--allowed-hosts" in arg for arg in container(find(render(), "Deployment", "-gateway"))["args"])
 
     (tmp_path / "keys").write_text("acme key-acme-1234\n")
@@ -292,6 +298,8 @@ SCHEMA_REFUSALS = [
     ({"gateway": {"resources": {"limits": {"cpu": -1}}}}, "/gateway/resources/limits/cpu"),
     ({"gateway": {"allowedHosts": ["harness.example.com:443"]}}, "/gateway/allowedHosts/0"),
     ({"gateway": {"rateLimit": -1}}, "/gateway/rateLimit"),
+    ({"gateway": {"authFailureLimit": -1}}, "/gateway/authFailureLimit"),
+    ({"gateway": {"forwardedAllowIps": ["ingress.local"]}}, "/gateway/forwardedAllowIps/0"),
 ]
 TEMPLATE_REFUSALS = [
     ({"worker": {"replicas": 13}}, "worker.replicas (13) is above kafka.partitions (12)"),

@@ -8,7 +8,9 @@ import argparse
 import pytest
 
 from harness.services.gateway.auth import jwks_problem
+from harness.services.gateway.authlimit import AuthFailureLimit, address_key
 from harness.services.gateway.hosts import allowed_hosts, host_allowed, host_name, parse_allowed_hosts
+from harness.services.gateway.proxies import TrustedProxies, parse_forwarded_allow_ips
 from harness.services.gateway.ratelimit import TokenBuckets
 from harness.services.gateway.settings import parse_settings
 
@@ -128,3 +130,53 @@ def test_settings_take_the_new_flags_and_their_environment() -> None:
     for bad in (["--rate-limit", "-1"], ["--rate-limit", "inf"], ["--rate-limit-reads"]):
         with pytest.raises(SystemExit):
             parse_settings(["--log", "memory:", "--open-access", *bad], {})
+
+
+# -- auth failures per address, trusted proxies --------------------------------------------
+
+
+def test_wait_peeks_without_taking() -> None:
+    now = [0.0]
+    buckets = TokenBuckets(rate=1, burst=1, clock=lambda: now[0])
+    assert buckets.wait("k") == 0.0 and buckets.wait("k") == 0.0
+    assert buckets.take("k") == 0.0
+    assert buckets.wait("k") == pytest.approx(1.0)
+    now[0] = 0.5
+    assert buckets.wait("k") == pytest.approx(0.5)
+
+
+def test_ipv6_addresses_are_limited_by_their_64() -> None:
+    assert address_key("2001:db8::1") == address_key("2001:db8::ffff:2") == "2001:db8::/64"
+    assert address_key("2001:db8:0:1::1") != address_key("2001:db8::1")
+    assert address_key("::ffff:192.0.2.1") == "192.0.2.1"
+    assert (address_key(None), address_key("testclient")) == ("?", "testclient")
+
+
+def test_the_failure_budget_and_one_warning_a_minute() -> None:
+    now = [0.0]
+    limit = AuthFailureLimit(2, clock=lambda: now[0])
+    assert limit.refused("192.0.2.1") == 0
+    limit.failed("192.0.2.1")
+    limit.failed("192.0.2.1")
+    assert limit.refused("192.0.2.1") == 30 and limit.refused("192.0.2.2") == 0
+    assert limit.should_warn("192.0.2.1") and not limit.should_warn("192.0.2.1")
+    now[0] = 30.0
+    assert limit.refused("192.0.2.1") == 0
+    now[0] = 60.0
+    assert limit.should_warn("192.0.2.1")
+    with pytest.raises(ValueError):
+        AuthFailureLimit(0)
+
+
+def test_forwarded_for_is_walked_from_the_right_past_trusted_proxies() -> None:
+    proxies = TrustedProxies(parse_forwarded_allow_ips("10.0.0.0/8, 127.0.0.1"))
+    assert proxies.client("192.0.2.9", ["198.51.100.1"]) == "192.0.2.9"  # an untrusted peer: its header ignored
+    assert proxies.client("10.1.1.1", []) == "10.1.1.1"
+    assert proxies.client("10.1.1.1", ["198.51.100.1"]) == "198.51.100.1"
+    assert proxies.client("10.1.1.1", ["6.6.6.6, 198.51.100.1, 10.2.2.2"]) == "198.51.100.1"  # 6.6.6.6: made up
+    assert proxies.client("10.1.1.1", ["6.6.6.6", "198.51.100.1:4711"]) == "198.51.100.1"  # two headers, a port
+    assert proxies.client("10.1.1.1", ["10.3.3.3, 10.2.2.2"]) == "10.3.3.3"  # all trusted: the leftmost
+    assert proxies.client("10.1.1.1", ["not-an-ip"]) == "10.1.1.1"
+    assert proxies.client("10.1.1.1", ["[2001:db8::1]:443"]) == "2001:db8::1"
+    assert TrustedProxies(["*"]).client("192.0.2.9", ["198.51.100.1"]) == "198.51.100.1"
+    assert not proxies.trusts(None)

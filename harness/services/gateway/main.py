@@ -13,6 +13,11 @@ Bound to a loopback address (the default) it answers only the Host names ``local
 ``127.0.0.1`` and ``[::1]``, so a web page cannot reach it through DNS rebinding; bound
 elsewhere, any Host; ``--allowed-hosts`` names them. ``--rate-limit N`` (off by default) lets
 a tenant send N writes a second, bursts of 2N; more get 429 with Retry-After.
+``--auth-failure-limit N`` (default 10; 0: off) lets a client address fail to authenticate N
+times at once and a minute; past it its requests with credentials get 429 before they are
+checked. The client address is the peer's, or, from a peer of ``--forwarded-allow-ips``
+(default 127.0.0.1,::1), the one its X-Forwarded-For names: behind an ingress, name the
+ingress's addresses, or every caller shares the ingress's address in both limits.
 
 Every flag has an environment variable, read once at start: HARNESS_LOG,
 HARNESS_APPS, HARNESS_GATEWAY_HOST, HARNESS_GATEWAY_PORT, HARNESS_METRICS_PORT,
@@ -21,7 +26,7 @@ HARNESS_TENANT_CLAIM, HARNESS_API_KEYS_FILE, HARNESS_SECRETS_RECHECK_SECONDS, HA
 HARNESS_GATEWAY_MAX_BODY_BYTES, HARNESS_GATEWAY_HEARTBEAT_SECONDS,
 HARNESS_GATEWAY_READ_TIMEOUT_SECONDS, HARNESS_GATEWAY_MAX_STREAMS_PER_TENANT,
 HARNESS_GATEWAY_MAX_WAITS_PER_TENANT, HARNESS_GATEWAY_SESSION_CACHE_MB, HARNESS_GATEWAY_ALLOWED_HOSTS, HARNESS_GATEWAY_RATE_LIMIT,
-HARNESS_GATEWAY_RATE_LIMIT_READS, and
+HARNESS_GATEWAY_RATE_LIMIT_READS, HARNESS_GATEWAY_AUTH_FAILURE_LIMIT, HARNESS_GATEWAY_FORWARDED_ALLOW_IPS, and
 HARNESS_KAFKA_CONFIG_<KEY> for the Kafka clients (as the worker reads them).
 The worker of ``serve`` also takes ``--secrets-dir`` (HARNESS_SECRETS_DIR, and
 HARNESS_SECRET_<NAME>), ``--max-sessions`` (HARNESS_MAX_SESSIONS) and ``--drain-timeout``
@@ -145,6 +150,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=GRACEFUL_S,
+        proxy_headers=False,  # the app's own (middleware.ForwardedClient, --forwarded-allow-ips)
     )
     loop = asyncio.get_running_loop()
 

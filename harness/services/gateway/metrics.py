@@ -2,8 +2,8 @@
 library's facade.
 
 Events go to ``harness.observability.metrics`` (``http_request(route, method, status,
-seconds)``, ``sse_subscribers(delta)`` and ``rate_limited()``, counted as
-``harness_http_rate_limited_total``; never by tenant): free until ``--metrics-port`` enables the
+seconds)``, ``sse_subscribers(delta)`` and ``rate_limited(reason)``, counted as
+``harness_http_rate_limited_total{reason="rate_limit"|"auth_failures"}``; never by tenant nor address): free until ``--metrics-port`` enables the
 Prometheus sink. Routes are templates (``/v1/sessions/{session_id}``), never paths, so a
 session id is never a label (the facade also caps a label's distinct values).
 """
@@ -23,7 +23,7 @@ class GatewayMetrics(Protocol):
 
     def sse_subscribers(self, delta: int) -> None: ...
 
-    def rate_limited(self) -> None: ...
+    def rate_limited(self, reason: str) -> None: ...
 
 
 def gateway_metrics() -> GatewayMetrics:

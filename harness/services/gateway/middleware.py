@@ -1,5 +1,5 @@
-"""The gateway's ASGI middleware: the Host check, the body size limit, request metrics,
-security headers, and session ids holding a ``/`` (sent percent-encoded) kept as one path
+"""The gateway's ASGI middleware: the client address behind trusted proxies, the Host check,
+the body size limit, request metrics, security headers, and session ids holding a ``/`` (sent percent-encoded) kept as one path
 segment."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness.services.gateway.hosts import host_allowed
+from harness.services.gateway.proxies import TrustedProxies
 
 __all__ = [
     "CONSOLE_CSP",
@@ -19,11 +20,49 @@ __all__ = [
     "AllowedHosts",
     "BodyLimit",
     "EncodedSlashes",
+    "ForwardedClient",
     "RequestMetrics",
     "SecurityHeaders",
     "session_path",
     "session_url_path",
 ]
+
+
+class ForwardedClient:
+    """Sets the request's client address (``scope["client"]``) to the one a trusted proxy
+    names in ``X-Forwarded-For``, and its scheme to ``X-Forwarded-Proto`` (see
+    :mod:`harness.services.gateway.proxies`); from any other peer both headers are ignored.
+    (It replaces uvicorn's ``proxy_headers``, which the gateway turns off: the app decides
+    whom it trusts, whatever server runs it, and a malformed entry is refused at start.)
+    """
+
+    def __init__(self, app: ASGIApp, proxies: TrustedProxies) -> None:
+        self.app = app
+        self.proxies = proxies
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        peer = client[0] if client else None
+        if self.proxies.trusts(peer):
+            forwarded: list[str] = []
+            proto: str | None = None
+            for name, value in scope.get("headers", ()):
+                if name == b"x-forwarded-for":
+                    forwarded.append(value.decode("latin-1"))
+                elif name == b"x-forwarded-proto":
+                    proto = value.decode("latin-1").strip().lower()
+            host = self.proxies.client(peer, forwarded)
+            changed: dict[str, Any] = {}
+            if host != peer:
+                changed["client"] = (host, 0)
+            if proto in ("http", "https"):
+                changed["scheme"] = proto if scope["type"] == "http" else proto.replace("http", "ws")
+            if changed:
+                scope = {**scope, **changed}
+        await self.app(scope, receive, send)
 
 
 class AllowedHosts:

@@ -3,7 +3,8 @@
 Pure (the clock is injected, no I/O). The gateway keeps one :class:`TokenBuckets` per
 process and takes a token per write request (``--rate-limit``; with
 ``--rate-limit-reads`` per API request) for the caller's key: its tenant, or its client
-address under ``--open-access`` without a token.
+address under ``--open-access`` without a token. ``authlimit.AuthFailureLimit`` keeps
+another per client address, a token per failed authentication.
 
 Memory stays bounded: a bucket that has filled up again is no different from a new one,
 so every ``burst / rate`` seconds (the time an emptied bucket takes to fill) the full ones
@@ -53,6 +54,13 @@ class TokenBuckets:
             return 0.0
         self._buckets[key] = (tokens, now)
         return (1 - tokens) / self.rate
+
+    def wait(self, key: str) -> float:
+        """Seconds until ``key``'s bucket holds a token (0.0: it holds one now); nothing taken."""
+        now = self._clock()
+        tokens, then = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + max(0.0, now - then) * self.rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
 
     def retry_after(self, wait_s: float) -> int:
         """``wait_s`` as a ``Retry-After`` (whole seconds, at least 1)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Annotated, Any, Literal
@@ -28,14 +29,18 @@ from harness.services.gateway.middleware import (
     AllowedHosts,
     BodyLimit,
     EncodedSlashes,
+    ForwardedClient,
     RequestMetrics,
     SecurityHeaders,
     session_url_path,
 )
+from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
 from harness.views import SessionStateName, SessionSummary, summarize, timeline
+
+log = logging.getLogger("harness.gateway")
 
 __all__ = ["install_routes"]
 
@@ -214,7 +219,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": Problem, "description": "no such session (for this tenant)"},
     413: {"model": Problem, "description": "request body too large"},
     429: {"model": Problem, "description": "this tenant holds its most open event streams or waiting requests, or "
-          "sent more than --rate-limit allows (Retry-After says when to try again)"},
+          "sent more than --rate-limit allows, or this client address failed to authenticate more often than "
+          "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
 
@@ -283,10 +289,43 @@ async def _principal(request: Request, authorization: Annotated[str | None, Depe
     # microseconds, and a plain ``def`` would hop to the thread pool and back on every
     # request (~8% of a busy gateway's CPU).
     gw: GatewayState = request.app.state.gateway
-    who = gw.auth.authenticate(authorization)
+    if gw.auth_failures is None or not authorization:
+        who = gw.auth.authenticate(authorization)
+    else:
+        who = _authenticate_limited(gw, authorization, request)
     if gw.rate_limits is not None and (gw.settings.rate_limit_reads or request.method in WRITE_METHODS):
         _rate_limit(gw, who, request)
     return who
+
+
+def _authenticate_limited(gw: GatewayState, authorization: str, request: Request) -> Principal:
+    """Authenticate under ``--auth-failure-limit``: an address whose failure budget is spent
+    gets 429 before its credentials are looked at (so a guess costs no signature check); a
+    failure spends one. Nothing awaited in between: concurrent guesses cannot all pass.
+
+    Raises:
+        HTTPException: 429 with ``Retry-After``.
+        AuthError: the credentials do not authenticate (401).
+    """
+    limit = gw.auth_failures
+    assert limit is not None
+    address = request.client.host if request.client else None
+    retry = limit.refused(address)
+    if retry:
+        gw.metrics.rate_limited("auth_failures")
+        if limit.should_warn(address):
+            # (the address is an IP, ours or a trusted proxy's word; never the credentials)
+            log.warning("client address %s failed to authenticate more than %d times a minute "
+                        "(--auth-failure-limit): its requests get 429 until its budget refills; if it is an ingress "
+                        "or a load balancer, name it in --forwarded-allow-ips", address, limit.per_minute)
+        raise HTTPException(429, "too many failed authentications from this client address (at most "
+                            f"{limit.per_minute} a minute, --auth-failure-limit): retry in {retry} s",
+                            headers={"Retry-After": str(retry)})
+    try:
+        return gw.auth.authenticate(authorization)
+    except AuthError:
+        limit.failed(address)
+        raise
 
 
 def _rate_limit(gw: GatewayState, who: Principal, request: Request) -> None:
@@ -302,7 +341,7 @@ def _rate_limit(gw: GatewayState, who: Principal, request: Request) -> None:
     key = f"t:{who.tenant}" if who.tenant is not None else f"a:{request.client.host if request.client else '?'}"
     wait = gw.rate_limits.take(key)
     if wait > 0:
-        gw.metrics.rate_limited()
+        gw.metrics.rate_limited("rate_limit")
         retry = gw.rate_limits.retry_after(wait)
         whose = "this tenant" if who.tenant is not None else "this client address"
         raise HTTPException(429, f"too many requests from {whose} (at most {gw.settings.rate_limit:g} a second, "
@@ -323,7 +362,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     app.add_middleware(EncodedSlashes)
 
-    app.add_middleware(SecurityHeaders)  # the outermost of these: a 413 has them too
+    app.add_middleware(SecurityHeaders)  # a 413 has them too
+
+    # Outermost: every part after it sees the client a trusted proxy names (the limits by address).
+    app.add_middleware(ForwardedClient, proxies=TrustedProxies(gw.settings.forwarded_allow_ips))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -14,8 +14,10 @@ from typing import TypeVar
 
 from harness.cli.common import CommandParser, kafka_client_config, seconds_or_zero
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
+from harness.services.gateway.authlimit import DEFAULT_AUTH_FAILURE_LIMIT
 from harness.services.gateway.breaker import DEFAULT_READ_TIMEOUT_S
 from harness.services.gateway.hosts import parse_allowed_hosts
+from harness.services.gateway.proxies import DEFAULT_FORWARDED_ALLOW_IPS, parse_forwarded_allow_ips
 from harness.services.mounted import RECHECK_SECONDS
 
 __all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
@@ -66,6 +68,13 @@ class GatewaySettings:
             ``open_access`` without a token, one client address) may send on average, with
             bursts of twice as many; more get 429 with ``Retry-After``. 0: no limit.
         rate_limit_reads: the rate limit counts every API request, reads too.
+        auth_failure_limit: failed authentications one client address may have at once and a
+            minute (``authlimit.AuthFailureLimit``); past it, a request with credentials from
+            it gets 429 with ``Retry-After`` before they are checked. 0: no limit.
+        forwarded_allow_ips: the peers (IP addresses, networks, or ``*``) whose
+            ``X-Forwarded-For`` names the client address (``proxies.TrustedProxies``);
+            default the loopback addresses. Behind an ingress: its addresses, or every
+            caller shares the ingress's address in the per-address limits.
         read_timeout_s: a read of the log that takes longer makes the gateway ask the log
             whether it answers; if not, it gets 503, and so do the next requests, at once,
             until the log answers again (``breaker.LogBreaker``).
@@ -100,6 +109,8 @@ class GatewaySettings:
     allowed_hosts: tuple[str, ...] | None = None
     rate_limit: float = DEFAULT_RATE_LIMIT
     rate_limit_reads: bool = False
+    auth_failure_limit: int = DEFAULT_AUTH_FAILURE_LIMIT
+    forwarded_allow_ips: tuple[str, ...] = DEFAULT_FORWARDED_ALLOW_IPS
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     secrets_dir: str | None = None
     max_sessions: int | None = None
@@ -153,6 +164,21 @@ def _rate(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be requests per second, 0 or more (0: no limit), not {text}")
     return value
+
+
+def _failures(text: str) -> int:
+    what = "must be failed authentications a minute per client address, a whole number 0 or more (0: no limit)"
+    value = _whole(text, what)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{what}, not {text}")
+    return value
+
+
+def _proxies(text: str) -> tuple[str, ...]:
+    try:
+        return parse_forwarded_allow_ips(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _hosts(text: str) -> tuple[str, ...]:
@@ -227,6 +253,18 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--rate-limit-reads", action="store_true",
                         default=env.get("HARNESS_GATEWAY_RATE_LIMIT_READS", "").lower() in ("1", "true", "yes"),
                         help="--rate-limit counts every API request, reads too (HARNESS_GATEWAY_RATE_LIMIT_READS=true)")
+    parser.add_argument("--auth-failure-limit", type=_failures, metavar="N",
+                        default=_from_env(env, "HARNESS_GATEWAY_AUTH_FAILURE_LIMIT", _failures,
+                                          DEFAULT_AUTH_FAILURE_LIMIT),
+                        help="failed authentications one client address may have at once and a minute; past it its "
+                        "requests with credentials get 429 with Retry-After before they are checked "
+                        f"(HARNESS_GATEWAY_AUTH_FAILURE_LIMIT; default {DEFAULT_AUTH_FAILURE_LIMIT}; 0: no limit)")
+    parser.add_argument("--forwarded-allow-ips", type=_proxies, metavar="IP,NET",
+                        default=_from_env(env, "HARNESS_GATEWAY_FORWARDED_ALLOW_IPS", _proxies,
+                                          DEFAULT_FORWARDED_ALLOW_IPS),
+                        help="peers whose X-Forwarded-For names the client address (IP addresses, networks like "
+                        "10.0.0.0/8, '*' for any); behind an ingress name its addresses, or all callers share one "
+                        "per-address limit (HARNESS_GATEWAY_FORWARDED_ALLOW_IPS; default 127.0.0.1,::1)")
     if not with_auth:
         return
     parser.add_argument("--jwt-secret-file", default=get("HARNESS_JWT_SECRET_FILE"),
@@ -291,6 +329,8 @@ def settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Gate
         allowed_hosts=args.allowed_hosts,
         rate_limit=args.rate_limit,
         rate_limit_reads=args.rate_limit_reads,
+        auth_failure_limit=args.auth_failure_limit,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         kafka_config=kafka_client_config(env),
         secrets_dir=getattr(args, "secrets_dir", None),
         max_sessions=getattr(args, "max_sessions", None),

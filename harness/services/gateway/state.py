@@ -20,6 +20,7 @@ from harness.log.follow import subscribe
 from harness.records import LogEntry
 from harness.runtime.catalog import KafkaSessionIndex, SessionIndex, read_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
+from harness.services.gateway.authlimit import AuthFailureLimit
 from harness.services.gateway.breaker import LogBreaker
 from harness.services.gateway.inputs import Inputs
 from harness.services.gateway.metrics import GatewayMetrics
@@ -110,6 +111,9 @@ class GatewayState:
         # --rate-limit: a burst of twice the rate (at least one request) per caller.
         self.rate_limits = (TokenBuckets(rate=settings.rate_limit, burst=max(1.0, 2 * settings.rate_limit),
                                          clock=clock) if settings.rate_limit > 0 else None)
+        # --auth-failure-limit: failed authentications per client address, checked before them.
+        self.auth_failures = (AuthFailureLimit(settings.auth_failure_limit, clock=clock)
+                              if settings.auth_failure_limit > 0 else None)
         # A listing reads only what was appended since the previous one (on Kafka: per
         # partition, the first time from its latest checkpoint).
         self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
