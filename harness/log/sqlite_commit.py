@@ -331,7 +331,7 @@ class GroupCommit:
                 if wait:
                     db = self._thread_conn()
                 try:
-                    db.execute("BEGIN IMMEDIATE")
+                    db.statements.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
                     if not wait and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY:
                         raise _Busy() from None
@@ -385,7 +385,7 @@ class GroupCommit:
             except _REFUSALS as exc:
                 db.execute("ROLLBACK")
                 return [exc], -1
-            db.execute("COMMIT")
+            db.statements.execute("COMMIT")
             return [out], int(is_append)
         outcomes: list[Any] = []
         landed = appends = 0

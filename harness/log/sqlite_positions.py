@@ -42,10 +42,10 @@ class KnownPositions:
         self.epochs: dict[str, tuple[str, int]] = {}
         """Session -> the (owner, epoch) found holding it."""
 
-    def begin(self, db: sqlite3.Connection) -> None:
+    def begin(self, db: WriteConnection) -> None:
         """In a write transaction, the write lock held: keep what is known only if no other
         connection committed since this one last did."""
-        version = db.execute("PRAGMA data_version").fetchone()[0]
+        version = db.statements.execute("PRAGMA data_version").fetchone()[0]
         if version != self.version:
             self.forget()
             self.version = version
@@ -92,3 +92,6 @@ class WriteConnection(sqlite3.Connection):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.known = KnownPositions()
+        self.statements = self.cursor()
+        """One cursor for the statements of every transaction that return at most a row
+        read at once (BEGIN, the pragma, COMMIT): ``execute`` makes a cursor a call."""
