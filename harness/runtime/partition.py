@@ -34,7 +34,9 @@ keep their records, which is what a ``Checkpoint`` holds.
 A checkpoint covers every record up to ``covers``: a new owner starts from the
 latest one and reads only the tail after it. A parked session is in a checkpoint as ended
 (``ended``, no records): a new owner reads it whole when a record of it comes, meets the
-unreadable record again and parks it. Checkpoints are an optimisation
+unreadable record again and parks it; while its verdicts are not all written it is in
+``reread`` too, and a new owner reads it whole before going live (a failed verdict write
+is tried again here with a backoff: ``parked_retry_at``). Checkpoints are an optimisation
 only: without one the same state comes from reading the whole partition.
 """
 
