@@ -111,6 +111,12 @@ class Checkpoint:
     unsealed: tuple[tuple[str, int], ...] | None = None
     """The entries of ``ended`` in no part of ``directory`` yet, oldest first (None: all
     of ``ended``, for a checkpoint made without a directory)."""
+    reread: tuple[str, ...] = ()
+    """Sessions of ``ended`` that a new owner reads whole before it goes live, though no
+    record of them comes after ``covers``: the parked sessions (an unreadable record)
+    whose inputs' verdicts were not all written yet. Read again, each parks again and its
+    new owner writes those verdicts (taken for ended, nobody would: its senders would
+    wait for good)."""
 
 
 @dataclass(frozen=True, slots=True)

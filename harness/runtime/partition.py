@@ -34,7 +34,9 @@ keep their records, which is what a ``Checkpoint`` holds.
 A checkpoint covers every record up to ``covers``: a new owner starts from the
 latest one and reads only the tail after it. A parked session is in a checkpoint as ended
 (``ended``, no records): a new owner reads it whole when a record of it comes, meets the
-unreadable record again and parks it. Checkpoints are an optimisation
+unreadable record again and parks it; while its verdicts are not all written it is in
+``reread`` too, and a new owner reads it whole before going live (a failed verdict write
+is tried again here with a backoff: ``parked_retry_at``). Checkpoints are an optimisation
 only: without one the same state comes from reading the whole partition.
 """
 
@@ -79,7 +81,15 @@ from harness.secrets import secret_values, secrets_for_result
 from harness.views import classify
 
 __all__ = [
-    "CHECKPOINT_EVERY_RECORDS", "CHECKPOINT_EVERY_S", "Checkpoint", "PartitionRuntime", "SecretsFor", "drain_all"
+    "CHECKPOINT_EVERY_RECORDS",
+    "CHECKPOINT_EVERY_S",
+    "PARKED_RETRY_FIRST_S",
+    "PARKED_RETRY_MAX_S",
+    "Checkpoint",
+    "PartitionRuntime",
+    "SecretsFor",
+    "drain_all",
+    "parked_retry_at",
 ]
 
 log = logging.getLogger("harness.worker")
@@ -93,6 +103,13 @@ CHECKPOINT_EVERY_S = 30.0
 """... or this long after the last one, if anything was folded since."""
 DRAIN_CHECK_S = 0.02
 """How often a drain looks whether its sessions reached a boundary."""
+PARKED_RETRY_FIRST_S = 0.5
+"""The wait before a parked session's verdicts are tried again after a failed write
+(another process holds its lease, a short outage); each failure doubles it ..."""
+PARKED_RETRY_MAX_S = 30.0
+"""... up to this (and no sooner than the end of a holder's lease)."""
+PARKED_RETRY_LOG_S = 300.0
+"""A failure like the last one logged is logged again only this long after it."""
 
 SecretsFor = Callable[[str, str], Mapping[str, Any] | None]
 """(session id, harness name) -> the session's secrets: names to str or ``SecretStr`` values."""
@@ -132,6 +149,11 @@ class PartitionRuntime:
         self._parked_entries: dict[str, list[LogEntry]] = {}  # their records held (for their inputs)
         self._parked_settled: set[tuple[str, int]] = set()  # (session, input position) rejected here
         self._settling: dict[str, asyncio.Task[None]] = {}  # a parked session's rejections being written
+        # Parked sessions whose verdicts are not known to be all written: id -> how many
+        # times new work was seen for it (a write that saw fewer leaves it pending). A
+        # checkpoint names them in ``reread``: its next owner reads them whole.
+        self._unsettled: dict[str, int] = {}
+        self._parked_partial: set[str] = set()  # parked sessions whose held records may miss some
         self._held: dict[str, str] = {}  # sessions whose secrets_for failed: why (as logged)
         self._closing: set[asyncio.Task[None]] = set()
         self.live = False
@@ -152,6 +174,9 @@ class PartitionRuntime:
         self._directory = checkpoint.directory
         self._unsealed = list(checkpoint.ended.items() if checkpoint.unsealed is None else checkpoint.unsealed)
         self.position = checkpoint.covers
+        for sid in checkpoint.reread:  # parked, verdicts not all written: read whole (parks it again)
+            if sid not in self._entries:
+                self._needs_history.setdefault(sid, [])
 
     def rebuild(self, entries: Iterable[LogEntry]) -> None:
         """Fold history (no driving yet)."""
@@ -161,6 +186,7 @@ class PartitionRuntime:
             sid = entry.session_id
             if sid in self._parked:
                 self._parked_entries.setdefault(sid, []).append(entry)
+                self._unsettled[sid] = self._unsettled.get(sid, 0) + 1  # (settled at go_live)
                 self.position = entry.seq
                 continue
             known = self._entries.get(sid)
@@ -270,6 +296,7 @@ class PartitionRuntime:
 
     def settle_parked_soon(self, sid: str) -> None:
         """Refuse the waiting inputs of parked ``sid`` (in a task; live runtimes only)."""
+        self._unsettled[sid] = self._unsettled.get(sid, 0) + 1  # pending until a write shows otherwise
         if not self.live or self.stopped or self.draining:
             return
         running = self._settling.get(sid)
@@ -285,38 +312,73 @@ class PartitionRuntime:
         (``parked_settlements``: the running turn's input ``failed``, a finished turn's
         input its turn's verdict again, the others ``rejected``; all but the finished
         turns' with ``session_unreadable``), once each here: nothing of the session runs,
-        so its senders are told so."""
+        so its senders are told so.
+
+        A write that fails (another process holds the session's lease for a while, a
+        short outage; with leases also ``FencedError``: another process took it) is tried
+        again after ``parked_retry_at`` on the host's clock, the session's records read
+        again from the log first (another owner's verdicts count: none is written twice),
+        until the verdicts land, the runtime stops, or (Kafka: ``FencedError``) the
+        partition is lost; meanwhile a checkpoint names the session in ``reread``, so
+        its next owner writes them. Said once per kind of failure (and again every
+        ``PARKED_RETRY_LOG_S`` while it lasts), and once more when they land."""
         if self._closing:  # its handle, if it was driven, closes first (it writes nothing)
             await asyncio.gather(*list(self._closing), return_exceptions=True)
-        corrupt = self._parked.get(sid)
-        if corrupt is None or self.stopped:
-            return
-        state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
-        fix = (
-            "repair or remove that record and restart the worker, or continue in a new session"
-            if getattr(self.host.log, "has_leases", False)
-            else "continue in a new session (one Kafka record cannot be removed)"
-        )
-        reason = (
-            f"session {sid!r} is not driven: its log has an unreadable record at position {corrupt.seq}; "
-            f"{fix} (runbook: HarnessDeadLetters)"
-        )
-        now = int(self.host.clock.now() * 1000)
-        todo = [(at, r) for at, r in parked_settlements(state, now, reason) if (sid, at) not in self._parked_settled]
-        if not todo:
-            return
-        try:
-            writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
+        failures = 0
+        told: tuple[str, float] | None = None  # (what the last failure logged was, when)
+        first_failed = 0.0
+        while True:
+            corrupt = self._parked.get(sid)
+            if corrupt is None or self.stopped:
+                return
+            seen = self._unsettled.get(sid, 0)
+            error: LogError | HarnessError | None = None
+            reread = sid in self._parked_partial or failures > 0
+            todo = self._parked_todo(sid, corrupt)
             try:
-                await writer.append([r for _, r in todo])
-            finally:
-                with contextlib.suppress(LogError):
-                    await writer.release()
-        except (SessionBusy, FencedError):
-            return  # another owner has it (it parks it too)
-        except (LogError, HarnessError) as exc:
-            log.warning("could not refuse the inputs of parked session %s: %s", sid, exc)
-            return
+                if todo or reread:
+                    writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
+                    try:
+                        if reread:  # as the log has it now, read under the lease: none written twice
+                            await self._reread_parked(sid)
+                            todo = self._parked_todo(sid, corrupt)
+                        if todo:
+                            await writer.append([r for _, r in todo])
+                    finally:
+                        with contextlib.suppress(LogError):
+                            await writer.release()
+            except FencedError as exc:
+                if not getattr(self.host.log, "has_leases", False):
+                    log.warning("the verdicts of parked session %s were not written: this worker lost its "
+                                "partition (%s); its next owner writes them", sid, exc)
+                    return  # Kafka: the partition was lost; its revocation stops the rest
+                error = exc  # with leases: another process took the session over for a while
+            except (LogError, HarnessError) as exc:
+                error = exc
+            if error is None:
+                break
+            failures += 1
+            now = self.host.clock.now()
+            if failures == 1:
+                first_failed = now
+            when = parked_retry_at(failures, now, getattr(error, "lease_until", None))
+            what = _failure_kind(error)
+            if told is None or told[0] != what or now - told[1] >= PARKED_RETRY_LOG_S:
+                told = (what, now)
+                log.warning(
+                    "the verdicts of parked session %s's inputs could not be written (%s: %s); %s: trying again "
+                    "in %.1f s, then with a backoff up to %g s, until they land or this worker gives the "
+                    "partition up (said again if the failure changes, or every %g s)",
+                    sid, type(error).__name__, error,
+                    "first failure" if failures == 1 else f"{failures} failures over {now - first_failed:.0f} s",
+                    max(0.0, when - now), PARKED_RETRY_MAX_S, PARKED_RETRY_LOG_S,
+                )
+            await self.host.clock.sleep_until(when)
+        if self._unsettled.get(sid) == seen:
+            del self._unsettled[sid]  # nothing came meanwhile (else its own run follows)
+        if failures:
+            log.warning("the verdicts of parked session %s's inputs were written after %d failed attempt(s)",
+                        sid, failures)
         self._parked_settled.update((sid, at) for at, _ in todo)
         refused = 0
         for _, r in todo:
@@ -330,6 +392,34 @@ class PartitionRuntime:
                             "unreadable, settled %s again (its turn's verdict)", r.input_id, sid, r.outcome)
         if refused:
             log.warning("refused %d input(s) of parked session %s (session_unreadable)", refused, sid)
+
+    def _parked_todo(self, sid: str, corrupt: CorruptRecord) -> list[tuple[int, InputSettled]]:
+        """The verdicts parked ``sid`` still needs (of its held records), none written here before."""
+        state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
+        fix = (
+            "repair or remove that record and restart the worker, or continue in a new session"
+            if getattr(self.host.log, "has_leases", False)
+            else "continue in a new session (one Kafka record cannot be removed)"
+        )
+        reason = (
+            f"session {sid!r} is not driven: its log has an unreadable record at position {corrupt.seq}; "
+            f"{fix} (runbook: HarnessDeadLetters)"
+        )
+        now = int(self.host.clock.now() * 1000)
+        return [(at, r) for at, r in parked_settlements(state, now, reason) if (sid, at) not in self._parked_settled]
+
+    async def _reread_parked(self, sid: str) -> None:
+        """Hold parked ``sid``'s records as the log has them now (past its unreadable ones):
+        what another owner wrote meanwhile, and what a read that parked it did not keep."""
+        scan = getattr(self.host.log, "scan", None)
+        if scan is None:  # (every log of this package has it)
+            return
+        items = await scan(sid)
+        read = [item for item in items if isinstance(item, LogEntry)]
+        last = max((e.seq for e in read), default=0)
+        held = self._parked_entries.get(sid, [])
+        self._parked_entries[sid] = read + [e for e in held if e.seq > last]  # (routed here since the read)
+        self._parked_partial.discard(sid)
 
     @property
     def parked(self) -> Mapping[str, CorruptRecord]:
@@ -365,6 +455,7 @@ class PartitionRuntime:
             return list(await self.host.log.read(sid, after=after))
         except CorruptRecord as corrupt:
             self.report_corrupt(corrupt)
+            self._parked_partial.add(sid)  # its records before the unreadable one were not kept
             raise
 
     async def go_live(self) -> None:
@@ -380,7 +471,8 @@ class PartitionRuntime:
     def checkpoint(self) -> Checkpoint:
         """What a new owner needs to start from ``self.position``: the live sessions'
         records, and of the ended ones what the last checkpoint written did not hold
-        (``unsealed``); ``ended`` is this runtime's own map, not a copy."""
+        (``unsealed``); ``ended`` is this runtime's own map, not a copy. A parked session
+        is in ``ended``, and in ``reread`` too while its verdicts are not all written."""
         covers = self.position
         if self._unsealed is None:  # the first checkpoint of a runtime that loaded none
             self._unsealed = list(self._ended.items())
@@ -390,6 +482,7 @@ class PartitionRuntime:
             ended=self._ended,
             directory=self._directory,
             unsealed=tuple(self._unsealed),
+            reread=tuple(sid for sid in self._unsettled if sid in self._parked),
         )
 
     def checkpoint_written(self, written: CheckpointWritten) -> None:
@@ -705,6 +798,25 @@ class PartitionRuntime:
                     ", ".join(sorted(self._harnesses)) or "none")
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
+
+
+def parked_retry_at(failures: int, now: float, lease_until: float | None = None) -> float:
+    """When to try a parked session's verdicts again after its ``failures``-th failed
+    write at ``now`` (pure): ``PARKED_RETRY_FIRST_S`` doubled at each failure, at most
+    ``PARKED_RETRY_MAX_S``; not before the holder's lease ends (``lease_until``, from
+    ``SessionBusy``) if that is sooner than the cap."""
+    wait = min(PARKED_RETRY_FIRST_S * float(1 << max(0, min(failures - 1, 16))), PARKED_RETRY_MAX_S)
+    when = now + wait
+    if lease_until is not None:
+        when = min(max(when, lease_until + 0.001), now + PARKED_RETRY_MAX_S)
+    return when
+
+
+def _failure_kind(error: BaseException) -> str:
+    """What a failed verdict write is, for its log line's throttle (a new holder is news)."""
+    if isinstance(error, SessionBusy):
+        return f"busy:{error.owner}/{error.holder_pid}"
+    return type(error).__name__
 
 
 def _decodable(entry: LogEntry) -> bool:

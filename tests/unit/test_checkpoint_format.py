@@ -113,3 +113,17 @@ def test_a_version_1_checkpoint_is_still_read() -> None:
     back = fmt.decode(2, header, values, CODEC.decode)
     assert back is not None and back.ended == {"x": 5, "y": 9} and back.unsealed == (("x", 5), ("y", 9))
     assert fmt.decode(2, {**header, "v": 9}, values, CODEC.decode) is None
+
+
+def test_the_sessions_to_read_again_read_back_and_an_older_header_has_none() -> None:
+    """``reread``: parked sessions whose verdicts are not all written (a new owner reads
+    them whole); a header without it (written before it existed) names none."""
+    cp = Checkpoint(covers=100, sessions={}, ended={"bad": 7, "b": 12}, reread=("bad",))
+    plan = fmt.plan(0, cp, "c1", lambda e: CODEC.encode(e.record), part_ids())
+    values: dict = {}
+    store(0, plan, values, 0, "c1", 100)
+    header = json.loads(fmt.header_value("c1", 100, len(plan.chunks), 0, (), cp.reread))
+    back = fmt.decode(0, header, values, CODEC.decode)
+    assert back is not None and back.reread == ("bad",) and back.ended == cp.ended
+    header.pop("reread")
+    assert fmt.decode(0, header, values, CODEC.decode).reread == ()

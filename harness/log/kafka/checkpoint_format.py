@@ -11,7 +11,9 @@ Snapshots partition p holds, for sessions partition p:
   live sessions' records and the ended sessions in no part yet (the unsealed ones).
   Rewritten by every checkpoint; compaction keeps the latest of each key.
 * the HEADER, key ``checkpoint/<p>``, written last: ``{"v": 2, "id", "covers",
-  "chunks": n, "first": <offset of chunk 0>, "directory": [[part id, offset], ...]}``.
+  "chunks": n, "first": <offset of chunk 0>, "directory": [[part id, offset], ...]}``,
+  and ``"reread": [session id, ...]`` when there are any (``Checkpoint.reread``: parked
+  sessions whose verdicts are not all written; a new owner reads them whole).
 
 A checkpoint thus costs the live sessions and the unsealed entries (at most about
 ``SEAL_BYTES``) plus, now and then, one new part: not every session the partition ever
@@ -142,12 +144,16 @@ def _groups(entries: Sequence[tuple[str, int]], limit: int) -> Iterable[Sequence
 
 
 def header_value(
-    checkpoint_id: str, covers: int, chunks: int, first: int, directory: Sequence[tuple[str, int]]
+    checkpoint_id: str, covers: int, chunks: int, first: int, directory: Sequence[tuple[str, int]],
+    reread: Sequence[str] = (),
 ) -> bytes:
-    return _dumps({
+    value: dict[str, Any] = {
         "v": VERSION, "id": checkpoint_id, "covers": covers, "chunks": chunks, "first": first,
         "directory": [list(part) for part in directory],
-    })
+    }
+    if reread:  # (absent: none; a reader that predates it reads none, as before)
+        value["reread"] = list(reread)
+    return _dumps(value)
 
 
 def decode(
@@ -198,4 +204,5 @@ def decode(
     return Checkpoint(
         covers=int(header["covers"]), sessions=sessions, ended=ended,
         directory=tuple(directory), unsealed=tuple(unsealed),
+        reread=tuple(str(sid) for sid in header.get("reread", ())),
     )

@@ -132,7 +132,7 @@ class SnapshotStore:
             raise LogUnavailable(f"checkpoint chunks of partition {partition} not written: {errors[:1]}")
         directory = (*checkpoint.directory, *((part_id, offsets[key]) for part_id, key, _ in plan.parts))
         first = offsets[plan.chunks[0][0]]
-        header = fmt.header_value(cid, checkpoint.covers, len(plan.chunks), first, directory)
+        header = fmt.header_value(cid, checkpoint.covers, len(plan.chunks), first, directory, checkpoint.reread)
         self._producer.produce(self.topic, key=fmt.header_key(partition), value=header, partition=partition,
                                on_delivery=delivered)
         if self._producer.flush(READ_TIMEOUT_S) or errors:
@@ -154,10 +154,12 @@ class SnapshotStore:
         taken here, on the caller's loop, so the caller may go on changing its maps."""
         if checkpoint.unsealed is None:
             checkpoint = Checkpoint(checkpoint.covers, dict(checkpoint.sessions), ended={},
-                                    directory=checkpoint.directory, unsealed=tuple(checkpoint.ended.items()))
+                                    directory=checkpoint.directory, unsealed=tuple(checkpoint.ended.items()),
+                                    reread=tuple(checkpoint.reread))
         else:
             checkpoint = Checkpoint(checkpoint.covers, dict(checkpoint.sessions), ended={},
-                                    directory=checkpoint.directory, unsealed=checkpoint.unsealed)
+                                    directory=checkpoint.directory, unsealed=checkpoint.unsealed,
+                                    reread=tuple(checkpoint.reread))
         return await asyncio.to_thread(self._write, partition, checkpoint)
 
     # -- read ------------------------------------------------------------------------------
