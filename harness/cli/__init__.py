@@ -7,13 +7,14 @@ Each subcommand lives in its own module with its own parser (``harness <command>
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.cli.common import EXIT_USAGE, output_closed, run_command
+from harness.cli.common import EXIT_USAGE, kafka_client_lines, output_closed, run_command
 
 __all__ = ["COMMANDS", "main", "version"]
 
@@ -24,26 +25,30 @@ class Command:
     target: str  # module:function taking argv
     summary: str
     group: str
+    client_lines: bool = False
+    """A command of a person at a terminal: the Kafka clients' own log lines are shown
+    only with ``--debug`` (workers and the gateway log them through their logging)."""
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("sessions", "harness.cli.sessions:main_sessions", "list sessions: state, last activity, open asks",
-            "Sessions (--log URL, default $HARNESS_LOG)"),
+            "Sessions (--log URL, default $HARNESS_LOG)", client_lines=True),
     Command("show", "harness.cli.sessions:main_show", "a session's timeline: inputs, turns, tool calls, steps, asks",
-            "Sessions (--log URL, default $HARNESS_LOG)"),
+            "Sessions (--log URL, default $HARNESS_LOG)", client_lines=True),
     Command("tail", "harness.cli.sessions:main_tail", "follow a session's new records live (Ctrl-C stops)",
-            "Sessions (--log URL, default $HARNESS_LOG)"),
+            "Sessions (--log URL, default $HARNESS_LOG)", client_lines=True),
     Command("send", "harness.cli.inputs:main_send", "send a message to a session and wait for its answer",
-            "Sessions (--log URL, default $HARNESS_LOG)"),
+            "Sessions (--log URL, default $HARNESS_LOG)", client_lines=True),
     Command("answer", "harness.cli.inputs:main_answer", "answer a question a tool asked (step.ask)",
-            "Sessions (--log URL, default $HARNESS_LOG)"),
+            "Sessions (--log URL, default $HARNESS_LOG)", client_lines=True),
     Command("worker", "harness.services.worker.main:run", "run the sessions of a log (a deployable process)",
             "Running"),
     Command("gateway", "harness.services.gateway.main:main", "run the HTTP gateway (API, SSE, web console)",
             "Running"),
     Command("serve", "harness.services.gateway.main:serve_main", "the gateway and a worker in one process",
             "Running"),
-    Command("topics", "harness.cli.topics:main_topics", "create the Kafka topics of a log", "Running"),
+    Command("topics", "harness.cli.topics:main_topics", "create the Kafka topics of a log", "Running",
+            client_lines=True),
     Command("demo", "harness.demo:main", "the checkout story with a real crash, on SQLite (no network)",
             "Running"),
     Command("kafka-local", "harness.testing.kafka_local:main", "run a local Apache Kafka broker (KRaft) for development",
@@ -111,4 +116,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     module, _, attr = command.target.partition(":")
     fn = getattr(importlib.import_module(module), attr)
-    return run_command(f"harness {command.name}", args[1:], fn)
+    quiet = kafka_client_lines(debug="--debug" in args[1:]) if command.client_lines else contextlib.nullcontext()
+    with quiet:
+        return run_command(f"harness {command.name}", args[1:], fn)

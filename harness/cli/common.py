@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import re
 import sys
+import time
 import urllib.parse
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -23,13 +26,17 @@ from harness.errors import ConfigError, HarnessError, InvalidId, LogUnavailable,
 from harness.log.base import SessionLog
 
 __all__ = [
+    "BROKER_CHECK_S",
+    "BROKER_LOST_S",
     "EXIT_BROKEN_PIPE",
     "EXIT_RUNTIME",
     "EXIT_USAGE",
     "PROBE_TIMEOUT_S",
+    "BrokerWatch",
     "CommandParser",
     "add_log_option",
     "kafka_client_config",
+    "kafka_client_lines",
     "log_url",
     "open_log_for",
     "positive_float",
@@ -50,7 +57,19 @@ a tool killed by SIGPIPE. Python ignores SIGPIPE, so it shows as ``BrokenPipeErr
 PROBE_TIMEOUT_S = 5.0
 """How long a command waits for a Kafka broker's first answer before it says it cannot reach it."""
 
+BROKER_CHECK_S = 2.0
+"""While a command waits on a Kafka log (``send``, ``answer``, ``tail``...), how often it asks
+the cluster whether it still answers."""
+
+BROKER_LOST_S = 15.0
+"""A command gives up once no broker of its Kafka log has answered for this long (the
+broker stopped or became unreachable mid-command): one line, exit 1. A broker restart
+shorter than this goes unnoticed."""
+
 KAFKA_CONFIG_PREFIX = "HARNESS_KAFKA_CONFIG_"
+
+CLIENT_LOGGERS = ("harness.log.kafka.client", "harness.live.client")
+"""Where the Kafka clients' own log lines go (``harness.log.kafka.client_log``)."""
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -273,6 +292,102 @@ async def _open_kafka(
         await log.close()
         raise
     return log
+
+
+@contextlib.contextmanager
+def kafka_client_lines(*, debug: bool) -> Iterator[None]:
+    """The Kafka clients' own log lines (librdkafka's ``Connect to ... failed`` and such)
+    during a session command: none by default (a broker that cannot be reached is one line
+    of the command's own, see :class:`BrokerWatch`), all of them on stderr with ``--debug``
+    (throttled and scrubbed of secrets). A worker or the gateway configures its own
+    logging (``harness.logs.configure``) and does not use this."""
+    loggers = [logging.getLogger(name) for name in CLIENT_LOGGERS]
+    saved = [(lg, lg.level, lg.propagate) for lg in loggers]
+    handler: logging.Handler | None = None
+    if debug:
+        from harness.logs import SecretFilter
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("kafka client %(levelname)s: %(message)s"))
+        handler.addFilter(SecretFilter())
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
+        lg.propagate = False  # (never Python's last-resort handler, which prints bare WARNINGs)
+        if handler is not None:
+            lg.addHandler(handler)
+    try:
+        yield
+    finally:
+        for lg, level, propagate in saved:
+            lg.setLevel(level)
+            lg.propagate = propagate
+            if handler is not None:
+                lg.removeHandler(handler)
+
+
+class BrokerWatch:
+    """Keeps asking a Kafka log's cluster whether it answers while a command waits on it
+    (every ``every`` seconds), and stops the wait once no broker has answered for
+    ``lost_after`` seconds: librdkafka itself retries for ever, so a ``send`` whose broker
+    went away mid-command would otherwise wait silently. Does nothing on other logs."""
+
+    def __init__(self, log: Any, *, every: float = BROKER_CHECK_S, lost_after: float = BROKER_LOST_S) -> None:
+        self._check: Callable[[float], Coroutine[Any, Any, None]] | None = getattr(log, "check_reachable", None)
+        settings = getattr(log, "settings", None)
+        self._bootstrap = getattr(settings, "bootstrap", "?")
+        self._every = every
+        self._lost_after = lost_after
+        self._last_ok = time.monotonic()  # (the log was just opened: its probe answered)
+        self.failing = False
+        """The last check got no answer."""
+        self.lost = False
+        """The watch gave up: a wait it stopped must not print its Ctrl-C note."""
+
+    def _lost_error(self, note: str) -> LogUnavailable:
+        silent = time.monotonic() - self._last_ok
+        return LogUnavailable(
+            f"lost the Kafka cluster at {self._bootstrap}: no broker answered for {silent:.0f} s; check that the "
+            f"broker is up and that --log (or HARNESS_LOG) names it{'; ' + note if note else ''}"
+        )
+
+    async def guard(self, work: Coroutine[Any, Any, T], *, note: str = "") -> T:
+        """``await work``, unless the cluster stops answering meanwhile: then ``work`` is
+        cancelled and ``LogUnavailable`` (one line: the servers, the fix, and ``note``) raised."""
+        task = asyncio.ensure_future(work)
+        if self._check is None:
+            return await task
+        check: asyncio.Future[None] | None = None
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._every)
+                if not done:
+                    check = asyncio.ensure_future(self._check(min(PROBE_TIMEOUT_S, self._lost_after)))
+                    await asyncio.wait({task, check}, return_when=asyncio.FIRST_COMPLETED)
+                if task.done():
+                    try:
+                        return task.result()
+                    except LogUnavailable as exc:  # (a read or submit that timed out: say what it means)
+                        if self.failing:
+                            raise self._lost_error(note) from exc
+                        raise
+                assert check is not None
+                try:
+                    check.result()
+                except LogUnavailable:
+                    self.failing = True
+                    if time.monotonic() - self._last_ok >= self._lost_after:
+                        self.lost = True
+                        raise self._lost_error(note) from None
+                else:
+                    self.failing = False
+                    self._last_ok = time.monotonic()
+                check = None
+        finally:
+            for pending in (check, task):
+                if pending is not None and not pending.done():
+                    pending.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
 
 def _one_line(exc: BaseException) -> str:

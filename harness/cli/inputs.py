@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from harness.cli.common import (
     EXIT_RUNTIME,
+    BrokerWatch,
     CommandParser,
     add_log_option,
     open_log_for,
@@ -189,10 +190,15 @@ NO_WORKER_HINT = ("Is a worker running on this log ('harness worker --log ... --
                   "The input stays in the log and a worker takes it when it starts")
 
 
-async def _hint_when_untaken(state: SessionState, input_id: str, status: StatusLine) -> None:
+async def _hint_when_untaken(
+    state: SessionState, input_id: str, status: StatusLine, watch: BrokerWatch | None = None
+) -> None:
     """Say once, after ``UNTAKEN_HINT_S``, that nobody has taken the input: on a terminal in the
-    status line, otherwise one line on stderr (a piped ``send`` was silent for ever)."""
+    status line, otherwise one line on stderr (a piped ``send`` was silent for ever). Not
+    while the broker does not answer (the watch then says that instead)."""
     await asyncio.sleep(UNTAKEN_HINT_S)
+    while watch is not None and watch.failing:
+        await asyncio.sleep(1.0)
     if not _untaken(state, input_id):
         return
     ahead = _turn_ahead(state, input_id)
@@ -230,11 +236,26 @@ async def _wait(
         ) from None
 
 
-async def _submit(log: Any, record: InputMessage | InputAnswer, command: str) -> LogEntry:
+def _resend_note(record: InputMessage | InputAnswer, command: str) -> str:
+    return (f"{record.input_id} may be in the log or not: 'harness show {record.session_id}' tells; "
+            f"'harness {command}' again with --input-id {record.input_id} has no second effect")
+
+
+def _in_log_note(input_id: str, session_id: str) -> str:
+    return (f"{input_id} is in the log and its turn runs all the same: 'harness show {session_id}' shows how it goes "
+            "once the broker is back")
+
+
+async def _submit(
+    log: Any, record: InputMessage | InputAnswer, command: str, watch: BrokerWatch | None = None
+) -> LogEntry:
     """``log.submit(record)``; stopped (Ctrl-C) before the log said it took it, say that it
     may be in the log or not, and how to send it again with no second effect."""
     try:
-        entry: LogEntry = await log.submit(record)
+        if watch is None:
+            entry: LogEntry = await log.submit(record)
+        else:
+            entry = await watch.guard(log.submit(record), note=_resend_note(record, command))
     except asyncio.CancelledError:
         print(f"\nharness {command}: stopped while sending; {record.input_id} may be in the log or not: "
               f"'harness show {record.session_id}' tells; 'harness {command}' again with --input-id "
@@ -283,10 +304,11 @@ async def main_send(argv: list[str]) -> int:
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
     log = await open_log_for(args.log, role="client")
+    watch = BrokerWatch(log)
     status = StatusLine(sys.stderr)
     helpers: list[asyncio.Task[None]] = []
     try:
-        entries, _ = await scan_session(log, args.session)
+        entries, _ = await watch.guard(scan_session(log, args.session), note="nothing was sent")
         state = fold(args.session, entries)
         harness = args.harness or state.harness
         if state.harness is not None and args.harness and args.harness != state.harness:
@@ -305,7 +327,7 @@ async def main_send(argv: list[str]) -> int:
         record = InputMessage(args.session, _now_ms(), input_id, args.text, harness)
         first = state.inputs.get(input_id)
         if first is None:
-            sent = await _submit(log, record, "send")
+            sent = await _submit(log, record, "send", watch)
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
         elif _payload(first.record) != _payload(record):
@@ -316,10 +338,14 @@ async def main_send(argv: list[str]) -> int:
         if args.no_wait:
             print(input_id)
             return 0
-        helpers = [asyncio.create_task(status.run()), asyncio.create_task(_hint_when_untaken(state, input_id, status))]
-        watch = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
+        helpers = [asyncio.create_task(status.run()),
+                   asyncio.create_task(_hint_when_untaken(state, input_id, status, watch))]
+        follow = _watch(log, args.session, input_id, state, entries, after, status, stop_when_waiting=True)
         try:
-            settled = await _wait(watch, args.timeout, f"{input_id} was not settled", args.session, state, input_id)
+            settled = await watch.guard(
+                _wait(follow, args.timeout, f"{input_id} was not settled", args.session, state, input_id),
+                note=_in_log_note(input_id, args.session),
+            )
         except asyncio.CancelledError:  # Ctrl-C: the input is in the log all the same
             status.clear()
             print(f"\nharness send: stopped waiting; {input_id} stays in the log and its turn runs all the same: "
@@ -414,9 +440,10 @@ async def main_answer(argv: list[str]) -> int:
         parser.error(f"the answer {args.value!r} is not valid JSON ({exc}); quote it for the shell, "
                      "e.g. '{\"approved\": true}'")
     log = await open_log_for(args.log, role="client")
+    watch = BrokerWatch(log)
     helpers: list[asyncio.Task[None]] = []
     try:
-        entries = await read_existing(log, args.session)
+        entries = await watch.guard(read_existing(log, args.session), note="nothing was sent")
         state = fold(args.session, entries)
         record = InputAnswer(args.session, _now_ms(), args.input_id or "", args.tool_call_id, args.ask_name, value)
         first = state.inputs.get(args.input_id) if args.input_id else None
@@ -439,17 +466,19 @@ async def main_answer(argv: list[str]) -> int:
             return EXIT_RUNTIME
         input_id = args.input_id or f"answer:{args.tool_call_id}:{args.ask_name}:{uuid.uuid4().hex[:8]}"
         await _submit(
-            log, InputAnswer(args.session, _now_ms(), input_id, args.tool_call_id, args.ask_name, value), "answer"
+            log, InputAnswer(args.session, _now_ms(), input_id, args.tool_call_id, args.ask_name, value), "answer",
+            watch,
         )
         if args.no_wait:
             print(input_id)
             return 0
         status = StatusLine(sys.stderr)
-        helpers = [asyncio.create_task(_hint_when_untaken(state, input_id, status))]
-        watch = _watch(log, args.session, input_id, state, entries, entries[-1].seq, status, stop_when_waiting=False)
+        helpers = [asyncio.create_task(_hint_when_untaken(state, input_id, status, watch))]
+        follow = _watch(log, args.session, input_id, state, entries, entries[-1].seq, status, stop_when_waiting=False)
         try:
-            settled = await _wait(
-                watch, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id
+            settled = await watch.guard(
+                _wait(follow, args.timeout, f"the answer {input_id} was not taken", args.session, state, input_id),
+                note=_in_log_note(input_id, args.session).replace("its turn runs", "the owner takes it"),
             )
         except asyncio.CancelledError:  # Ctrl-C: the answer is in the log all the same
             status.clear()

@@ -16,7 +16,14 @@ import sys
 import time
 from typing import Any
 
-from harness.cli.common import CommandParser, add_log_option, open_log_for, positive_int, telling_if_slow
+from harness.cli.common import (
+    BrokerWatch,
+    CommandParser,
+    add_log_option,
+    open_log_for,
+    positive_int,
+    telling_if_slow,
+)
 from harness.cli.render import (
     ask_lines,
     session_header,
@@ -88,11 +95,11 @@ async def main_sessions(argv: list[str]) -> int:
     log = await open_log_for(args.log, role="reader")
     try:
         now = _now_ms()
-        summaries = await telling_if_slow(
+        summaries = await BrokerWatch(log).guard(telling_if_slow(
             list_sessions(log, now_ms=now, history=args.history), after=SLOW_LISTING_S,
             note="(still reading: --history reads every partition from its start, which takes a while on a "
             "big log)" if args.history else "(still reading the log: a big one takes a few seconds)",
-        )
+        ))
     finally:
         await log.close()
     if args.state:
@@ -152,7 +159,7 @@ async def main_show(argv: list[str]) -> int:
     check_id(args.session, "session id")
     log = await open_log_for(args.log, role="reader")
     try:
-        entries = await read_existing(log, args.session)
+        entries = await BrokerWatch(log).guard(read_existing(log, args.session))
     finally:
         await log.close()
     now = _now_ms()
@@ -195,13 +202,14 @@ async def main_tail(argv: list[str]) -> int:
         tail_parser().error("-n takes a number >= 0")
     check_id(args.session, "session id")
     log = await open_log_for(args.log, role="reader")
+    watch = BrokerWatch(log)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     style = style_for(sys.stdout, args.color)
     try:
-        entries, _ = await scan_session(log, args.session)
+        entries, _ = await watch.guard(scan_session(log, args.session))
         made = Timeline()
         items = made.add(entries)
         shown = items[-args.lines:] if args.lines else []
@@ -210,7 +218,7 @@ async def main_tail(argv: list[str]) -> int:
         if not entries:
             print(f"(no records of session {args.session} yet; waiting for the first one)", file=sys.stderr)
         after = entries[-1].seq if entries else 0
-        follower = asyncio.ensure_future(_follow(log, args.session, after, made, args.json, style))
+        follower = asyncio.ensure_future(watch.guard(_follow(log, args.session, after, made, args.json, style)))
         stopper = asyncio.ensure_future(stop.wait())
         await asyncio.wait({follower, stopper}, return_when=asyncio.FIRST_COMPLETED)
         for task in (follower, stopper):
