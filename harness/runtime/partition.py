@@ -450,9 +450,24 @@ class PartitionRuntime:
         return await self._read_session(sid, after=first - 1 if first > 1 else None)
 
     async def _read_session(self, sid: str, *, after: int | None = None) -> list[LogEntry]:
-        """The session's records from the log; an unreadable one parks it (and raises)."""
+        """The session's records from the log; an unreadable one parks it (and raises).
+
+        Read with ``scan``, which hands an unreadable record back on every log: Kafka's
+        ``read`` skips one (dead-lettered), so a parked session read whole after a
+        takeover (``reread``, or a new input for it) was folded without its unreadable
+        record and DRIVEN, its logged charge run again. Each one is reported here (on
+        Kafka the worker's ``on_corrupt`` dead-letters it)."""
+        scan = getattr(self.host.log, "scan", None)
         try:
-            return list(await self.host.log.read(sid, after=after))
+            if scan is None:  # (every log of this package has it)
+                return list(await self.host.log.read(sid, after=after))
+            items = await scan(sid, after=after)
+            corrupt = [item for item in items if not isinstance(item, LogEntry)]
+            for item in corrupt[1:]:
+                self.report_corrupt(item)
+            if corrupt:
+                raise corrupt[0]
+            return list(items)
         except CorruptRecord as corrupt:
             self.report_corrupt(corrupt)
             self._parked_partial.add(sid)  # its records before the unreadable one were not kept

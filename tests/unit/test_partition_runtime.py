@@ -25,6 +25,11 @@ class CountingLog(MemoryLog):
         self.session_reads.append(session_id)
         return await super().read(session_id, after=after)
 
+    async def scan(self, session_id=None, *, after=None, limit=None):  # (how a runtime reads a whole session)
+        if session_id is not None and not after:  # (a handle's catch-up reads after what it folded)
+            self.session_reads.append(session_id)
+        return await super().scan(session_id, after=after, limit=limit)
+
 
 def _harness():
     return define_harness(name="echo", model=ScriptedModel(lambda m: ModelResponse(text="hi")), tools=[])
@@ -228,6 +233,10 @@ class _FailingClaims(CountingLog):
     async def read(self, session_id, *, after=None):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.01)  # a real read waits for the broker: others run meanwhile
         return await super().read(session_id, after=after)
+
+    async def scan(self, session_id=None, *, after=None, limit=None):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.01)  # (a runtime reads a session with scan)
+        return await super().scan(session_id, after=after, limit=limit)
 
 
 async def test_a_stopped_runtime_never_starts_a_session_again() -> None:
