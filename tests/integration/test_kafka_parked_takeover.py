@@ -4,8 +4,8 @@ The first owner parks session ``bad`` (an unreadable record) but cannot write it
 inputs' verdicts (here: every claim of ``bad`` fails as a short outage would); the
 partition checkpoint it writes meanwhile names ``bad`` in ``reread``. It stops; the
 next owner starts from that checkpoint (no record of ``bad`` after it), reads ``bad``
-whole, parks it again and writes the verdicts: each sender gets its answer, once,
-and nothing of it is driven.
+whole, parks it again and writes the verdicts: each sender gets its answer, once, and
+the unreadable record is not dead-lettered again.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pydantic import BaseModel
 from harness import define_harness, durable_tool, tool_definition
 from harness.client import HarnessClient
 from harness.codec import default_codec
-from harness.errors import LogUnavailable
+from harness.errors import CorruptRecord, LogUnavailable
 from harness.ids import RECORD_CRC_HEADER, RECORD_TYPE_HEADER, message_key
+from harness.log.kafka.inputs import DLQ_OFFSET_HEADER, DLQ_PARTITION_HEADER
 from harness.log.kafka.log import KafkaLog
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import (
@@ -36,6 +37,7 @@ from harness.records import (
     TurnStarted,
 )
 from harness.runtime.worker import Worker
+from tests.integration.test_kafka_log import consume_all
 
 pytestmark = pytest.mark.kafka
 
@@ -153,6 +155,7 @@ async def test_a_parked_sessions_verdicts_pending_at_a_checkpoint_are_written_by
             assert (running.outcome, running.code) == ("failed", "session_unreadable")
             assert "bad" in second.runtimes[0].parked
             await asyncio.sleep(1.0)  # it runs on: no second verdict, nothing driven
+            assert second_log.stats.dead_lettered == 0  # the first owner dead-lettered that record
         finally:
             stop.set()
             await run
@@ -165,6 +168,10 @@ async def test_a_parked_sessions_verdicts_pending_at_a_checkpoint_are_written_by
         ]
         assert sorted(verdicts) == [("in-1", "failed"), ("in-2", "rejected")]  # one each
         assert charges == []  # never driven: the charge did not run again
+        [poison] = [i for i in await reader.scan("bad") if isinstance(i, CorruptRecord)]
+        letters = await asyncio.to_thread(consume_all, kafka_bootstrap, reader.settings.dead_letter_topic, 0)
+        where = [(dict(m.headers())[DLQ_PARTITION_HEADER], dict(m.headers())[DLQ_OFFSET_HEADER]) for m in letters]
+        assert where == [(b"0", str(poison.offset).encode())]  # dead-lettered once, by the first owner
     finally:
         await client.close()
         await reader.close()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from harness.errors import CorruptRecord, LogUnavailable
 from harness.log.kafka.config import SUBMIT_TIMEOUT_S, KafkaSettings
@@ -85,8 +86,22 @@ class InputProducer:
         self._producer.close()
 
 
+DLQ_READ_TIMEOUT_S = 10.0
+"""How long a look at the dead-letter topic may take before a record is sent anyway."""
+
+
 class DeadLetters:
-    """Copies poison records to ``<prefix>.dead-letter``, each once per process.
+    """Copies poison records to ``<prefix>.dead-letter``, each once.
+
+    Once per process by memory, and once across processes by the topic itself: before a
+    record this process has not sent is sent, the dead-letter topic is read from where
+    the last look ended up to its end, and a letter there for the same record (its
+    ``harness.dlq.topic`` / ``.partition`` / ``.offset`` headers) means it is not sent
+    again, nor counted. Without that every takeover of a partition re-read its parked
+    sessions and dead-lettered their unreadable records again (a duplicate letter and
+    ``HarnessDeadLetters`` firing again each time). Dead letters are rare, so the look
+    costs little; if the topic cannot be read in time, the record is sent (a duplicate
+    rather than a lost letter).
 
     Args:
         settings: where the dead-letter topic is.
@@ -95,19 +110,29 @@ class DeadLetters:
     """
 
     def __init__(self, settings: KafkaSettings, stats: KafkaLogStats, producer: Callable[[], InputProducer]) -> None:
+        self._settings = settings
         self._topic = settings.dead_letter_topic
         self._stats = stats
         self._producer = producer
         self._lock = threading.Lock()
-        self._sent: set[tuple[int, int]] = set()  # (partition, offset) sent or in flight
+        self._sent: set[tuple[int, int]] = set()  # (partition, offset) sent, in flight, or in the topic
+        self._look = threading.Lock()  # one look at the topic at a time
+        self._looked_upto = 0  # the dead-letter topic's offset the next look starts at
 
     def send(self, corrupt: CorruptRecord) -> None:
         """Copy one poison record (blocking; never raises: a failure is retried by a later read)."""
         where = (corrupt.partition or 0, corrupt.offset or 0)
-        with self._lock:
-            if where in self._sent:
-                return
-            self._sent.add(where)
+        with self._look:
+            with self._lock:
+                if where in self._sent:
+                    return
+            self._look_at_the_topic()
+            with self._lock:
+                if where in self._sent:
+                    log.info("poison record %s[%s]@%s is in %s already (an earlier owner sent it): not sent again",
+                             corrupt.topic, where[0], where[1], self._topic)
+                    return
+                self._sent.add(where)
         log.error("skipping poison record %s[%s]@%s: %s", corrupt.topic, where[0], where[1], corrupt)
         headers = [
             (DLQ_TOPIC_HEADER, (corrupt.topic or "").encode()),
@@ -127,3 +152,60 @@ class DeadLetters:
                 self._sent.discard(where)
             return
         self._stats.add(dead_lettered=1)
+
+    def _look_at_the_topic(self) -> None:
+        """Learn the letters of the dead-letter topic since the last look (of this log's
+        sessions topic); on a failure, learn nothing (the record is sent)."""
+        try:
+            found, upto = read_dead_letters(
+                self._settings, self._looked_upto, self._settings.sessions_topic, DLQ_READ_TIMEOUT_S
+            )
+        except Exception as exc:  # noqa: BLE001 - a look that fails sends the letter (never loses one)
+            log.warning("could not read %s to see what is dead-lettered already (%s); sending anyway", self._topic, exc)
+            return
+        self._looked_upto = upto
+        with self._lock:
+            self._sent.update(found)
+
+
+def read_dead_letters(
+    settings: KafkaSettings, start: int, source_topic: str, timeout: float
+) -> tuple[set[tuple[int, int]], int]:
+    """Where the letters of ``<prefix>.dead-letter`` from offset ``start`` to its end came
+    from (``(partition, offset)`` of ``source_topic``), and the offset the next read starts at.
+
+    Raises:
+        LogUnavailable: the topic could not be read to its end within ``timeout``.
+    """
+    topic = settings.dead_letter_topic
+    consumer = Consumer(settings.reader_config())
+    try:
+        tp = TopicPartition(topic, 0)
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        start = max(start, int(low))  # (older letters are past the topic's retention)
+        found: set[tuple[int, int]] = set()
+        if start >= high:
+            return found, max(start, int(high))
+        consumer.assign([TopicPartition(topic, 0, start)])
+        deadline = time.monotonic() + timeout
+        upto = start
+        while upto < high:
+            if time.monotonic() > deadline:
+                raise LogUnavailable(f"{topic} was not read to its end within {timeout:g} s")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise LogUnavailable(f"reading {topic} failed: {msg.error().str()}")
+            upto = msg.offset() + 1
+            headers = dict(msg.headers() or ())
+            try:
+                if headers.get(DLQ_TOPIC_HEADER, b"").decode() == source_topic:
+                    found.add((int(headers[DLQ_PARTITION_HEADER]), int(headers[DLQ_OFFSET_HEADER])))
+            except (KeyError, ValueError, UnicodeDecodeError):
+                continue  # a letter some other tool wrote: not ours to count
+        return found, upto
+    finally:
+        consumer.close()
