@@ -409,8 +409,7 @@ class Worker:
         rt.checkpoint_written(CheckpointWritten(directory=(), sealed=len(checkpoint.unsealed or ())))
         rt.records_since_checkpoint = 0
         if self._summaries is not None:
-            self._summaries.more = True  # sessions went quiet since the last one
-            await self._store_summaries(rt)
+            self._summaries.more = True  # sessions went quiet since the last one: the sweep stores them
 
     async def _store_summaries(self, rt: PartitionRuntime) -> None:
         """One batch of quiet sessions' stored summaries, if some may be missing (SQLite)."""
@@ -470,8 +469,7 @@ class Worker:
                     ):
                         await self._write_checkpoint(rt)
                         last_checkpoint = time.monotonic()
-                    else:
-                        await self._store_summaries(rt)  # (a file made before them: a batch a sweep)
+                    await self._store_summaries(rt)  # a batch a sweep while some are missing
                     next_sweep = loop.time() + SWEEP_EVERY_S
                     self.publish([0])
                 self.stats.sessions = len(rt.sessions)
