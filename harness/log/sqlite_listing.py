@@ -15,8 +15,9 @@ No new index: an index on ``type`` would cost every commit one more page. The ``
 filter is a scan of ``records`` in SQLite's C code (~0.1 s at 200k rows).
 
 A session with a stored summary (:mod:`harness.log.sqlite_summaries`) whose position is
-its head, and whose head row and last record check, is not read at all: its summary is
-the stored one. The others are read as above: when they are few (at most a quarter of
+its head, and whose head row checks, is not read at all: its summary is the stored one
+(a record of it damaged since is found by the next read of that session, not by the
+listing). The others are read as above: when they are few (at most a quarter of
 the sessions, and every head row checks) session by session through
 ``records_session_seq``, else by the scan, the rows of the sessions with a summary left
 out. So a file whose sessions are mostly quiet and summarized lists in a time that grows
@@ -33,7 +34,7 @@ from typing import Any
 
 from harness.errors import CorruptRecord
 from harness.log.sqlite_schema import _corrupt, head_crc, verify_rows
-from harness.log.sqlite_summaries import decode_summary, summary_crc
+from harness.log.sqlite_summaries import PREFIX, decode_summary, summary_crc
 from harness.views import SessionSummary
 
 __all__ = ["ListingRows", "select_listing", "select_sources"]
@@ -45,13 +46,16 @@ _PREDECESSOR = (  # 1 when the row has no predecessor or its predecessor is ther
 )
 _HEADS = f"SELECT h.session_id, h.last_seq, h.crc, {_COLUMNS} FROM heads h LEFT JOIN records r ON r.seq = h.last_seq"
 _HEADS_STORED = (
-    f"SELECT h.session_id, h.last_seq, h.crc, {_COLUMNS}, s.last_seq, s.summary, s.crc FROM heads h "
-    "LEFT JOIN records r ON r.seq = h.last_seq LEFT JOIN summaries s ON s.session_id = h.session_id"
+    "SELECT h.session_id, h.last_seq, h.crc, s.last_seq, s.summary, s.crc FROM heads h "
+    "LEFT JOIN summaries s ON s.session_id = h.session_id"
 )
-_UNSUMMARIZED = (  # the sessions whose stored summary is missing or not of their head, latest first
+_LAST = f"SELECT {_COLUMNS} FROM records r WHERE r.seq = ?"
+_UNSUMMARIZED = (  # the sessions whose stored summary is missing, not of their head or of another format
     "SELECT h.session_id, h.last_seq FROM heads h LEFT JOIN summaries s ON s.session_id = h.session_id "
-    "WHERE s.session_id IS NULL OR s.last_seq != h.last_seq ORDER BY h.last_seq DESC LIMIT ?"
+    "WHERE s.session_id IS NULL OR s.last_seq != h.last_seq OR substr(s.summary, 1, ?) != ? "
+    "ORDER BY h.last_seq DESC LIMIT ?"
 )
+_NO_ROW = (None,) * 6
 BY_SESSION_SHARE = 4
 """The sessions to read are read one by one when they are at most 1/this of them (else the scan)."""
 
@@ -90,13 +94,15 @@ def select_listing(db: sqlite3.Connection, types: Collection[str]) -> ListingRow
         except sqlite3.OperationalError as exc:  # a file made before stored summaries, opened read-only
             if "no such table" not in str(exc):
                 raise
-            heads = [(*row, None, None, None) for row in db.execute(_HEADS).fetchall()]
-        lasts, stored, damaged = _stored(heads)
-        heads_check = all(not isinstance(item, CorruptRecord) or item.seq is not None for item in lasts.values())
-        if stored and heads_check and len(lasts) * BY_SESSION_SHARE <= len(heads):
+            heads = []
+        stored, damaged, todo, heads_check = _stored(heads)
+        if stored and heads_check and len(todo) * BY_SESSION_SHARE <= len(heads):
+            lasts = _lasts([(sid_raw, last_seq, crc, *_last(db, last_seq)) for sid_raw, last_seq, crc in todo])
             rows = _by_session(db, lasts, wanted)
         else:
-            rows = _scan(db, wanted, {sid.encode() for sid in stored})
+            leave = {sid.encode() for sid in stored}
+            lasts = _lasts([row for row in db.execute(_HEADS).fetchall() if row[0] not in leave])
+            rows = _scan(db, wanted, leave)
         (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
     finally:
         db.execute("COMMIT")
@@ -116,7 +122,7 @@ def select_sources(
     db.execute("BEGIN")
     try:
         try:
-            found = db.execute(_UNSUMMARIZED, (limit + len(skip) + 1,)).fetchall()
+            found = db.execute(_UNSUMMARIZED, (len(PREFIX), PREFIX, limit + len(skip) + 1)).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise
@@ -131,7 +137,7 @@ def select_sources(
         chosen = chosen[:limit]
         heads: list[tuple[Any, ...]] = []
         for sid in chosen:
-            heads.extend(db.execute(_HEADS + " WHERE h.session_id = ?", (sid,)).fetchall())
+            heads.extend(db.execute(_HEADS + " WHERE h.session_id = ?", (sid,)).fetchall())  # (checked anew)
         lasts = _lasts(heads)
         rows = _by_session(db, lasts, wanted)
         (end,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM records").fetchone()
@@ -162,35 +168,41 @@ def _by_session(db: sqlite3.Connection, sessions: Collection[str], wanted: list[
     return rows
 
 
+def _last(db: sqlite3.Connection, seq: Any) -> tuple[Any, ...]:
+    found = db.execute(_LAST, (seq,)).fetchall() if isinstance(seq, int) else []
+    return tuple(found[0]) if found else _NO_ROW
+
+
 def _stored(
     heads: list[tuple[Any, ...]],
-) -> tuple[dict[str, tuple[int, str, bytes] | CorruptRecord], dict[str, SessionSummary], int]:
-    """``(the last record of each session without a usable stored summary, the stored
-    summaries usable, how many stored rows do not check)``."""
-    lasts = _lasts([row[:9] for row in heads])
+) -> tuple[dict[str, SessionSummary], int, list[tuple[Any, Any, Any]], bool]:
+    """``(the stored summaries usable, how many stored rows do not check, the head rows
+    of the other sessions, whether every head row checks)``."""
     stored: dict[str, SessionSummary] = {}
     damaged = 0
-    for row in heads:
-        s_last, body, crc = row[9:]
-        if s_last is None and body is None:
-            continue
-        sid_raw, last_seq = row[0], row[1]
+    todo: list[tuple[Any, Any, Any]] = []
+    heads_check = True
+    for sid_raw, last_seq, crc, s_last, body, s_crc in heads:
         sid = _sid(sid_raw)
-        if (
+        head_ok = isinstance(sid_raw, bytes) and isinstance(last_seq, int) and crc == head_crc(sid, last_seq)
+        heads_check = heads_check and head_ok
+        summary = None
+        if s_last is None and body is None:
+            pass
+        elif (
             not isinstance(s_last, int)
             or not isinstance(body, bytes)
             or not isinstance(sid_raw, bytes)
-            or crc != summary_crc(sid_raw, s_last, body)
+            or s_crc != summary_crc(sid_raw, s_last, body)
         ):
             damaged += 1
-            continue
-        if s_last != last_seq or isinstance(lasts.get(sid), CorruptRecord) or sid not in lasts:
-            continue  # stale (records came since), or the session's head or last record does not check
-        summary = decode_summary(sid, body)
+        elif head_ok and s_last == last_seq:  # else stale: records came since
+            summary = decode_summary(sid, body)  # (None: of another format)
         if summary is not None:
             stored[sid] = summary
-            del lasts[sid]
-    return lasts, stored, damaged
+        else:
+            todo.append((sid_raw, last_seq, crc))
+    return stored, damaged, todo, heads_check
 
 
 def _checked(rows: list[tuple[Any, ...]]) -> list[tuple[int, str, bytes] | CorruptRecord]:

@@ -2,12 +2,13 @@
 so that a listing need not read that session's records again.
 
 One row per session (``summaries``, ``WITHOUT ROWID``): ``last_seq``, the position of
-the session's last record when the summary was made, the summary (the JSON of a
-:class:`~harness.views.SessionSummary`, with a format number) and a CRC-32 over the
-three. A summary is stored only for a session with no turn in progress (``session_digest``
+the session's last record when the summary was made, the summary (of a
+:class:`~harness.views.SessionSummary`) and a CRC-32 over the three. A summary is stored only for a session with no turn in progress (``session_digest``
 calls it quiet), whose summary depends on no clock: no sleep, no open ask. It is made by
 the same code from the same checked rows as a listing makes it, so it is the summary of
 the session's records up to ``last_seq``, and stays so: records are never changed.
+Stored: a JSON array, its format first (~60 bytes a row), then the fields a quiet session's
+summary can vary in.
 
 A listing uses a row only when it checks (its CRC, its format) and its ``last_seq`` is
 the session's head in ``heads`` (checked itself), and the session's last record
@@ -30,20 +31,33 @@ from __future__ import annotations
 import json
 import sqlite3
 import struct
+import sys
 import zlib
 from collections.abc import Iterable
 from dataclasses import fields
-from typing import Any
+from typing import Any, cast
 
-from harness.views import SessionSummary, Usage
+from harness.views import SESSION_STATES, SessionStateName, SessionSummary, Usage
 
-__all__ = ["FORMAT", "decode_summary", "encode_summary", "summary_crc", "upsert_summaries"]
+__all__ = ["FORMAT", "PREFIX", "STORED_FIELDS", "decode_summary", "encode_summary", "summary_crc", "upsert_summaries"]
 
 FORMAT = 1
-"""The format of a row's summary; a row of another format is not used (and is replaced)."""
+"""The format of a row's summary; a row of another format is not used (and is replaced).
+Bump it when :class:`~harness.views.SessionSummary` changes (a test pins its fields)."""
+
+STORED_FIELDS = (
+    "session_id", "harness", "state", "last_activity", "sleeping_until", "open_asks", "turns", "last_outcome",
+    "last_code", "active_input", "pending_inputs", "partial", "usage",
+)
+"""The fields of ``SessionSummary`` as of ``FORMAT`` (those of a quiet session that can vary
+are stored, in this order, after the format: the others are what a quiet session has)."""
 
 _FIELDS = tuple(f.name for f in fields(SessionSummary))
-_USAGE = ("calls", "input_tokens", "output_tokens", "cost")
+
+PREFIX = f"[{FORMAT},".encode()
+"""How a row of this format begins (the worker replaces rows that do not)."""
+
+_NO_USAGE = Usage()
 _UPSERT = (
     "INSERT INTO summaries (session_id, last_seq, summary, crc) VALUES (?, ?, ?, ?) "
     "ON CONFLICT(session_id) DO UPDATE SET last_seq = excluded.last_seq, summary = excluded.summary, "
@@ -57,31 +71,47 @@ def summary_crc(session_id: str | bytes, last_seq: int, body: bytes) -> int:
 
 
 def encode_summary(summary: SessionSummary) -> bytes:
-    """A quiet session's summary as stored (ValueError: one that depends on the clock)."""
+    """A quiet session's summary as stored: a JSON array (ValueError: a summary that
+    depends on the clock, or a ``SessionSummary`` of other fields than ``FORMAT``'s)."""
     if summary.open_asks or summary.sleeping_until is not None or summary.active_input is not None or summary.partial:
         raise ValueError(f"the summary of session {summary.session_id!r} is not a quiet one")
-    return json.dumps({"v": FORMAT, "s": summary.to_json()}, separators=(",", ":")).encode()
+    if _FIELDS != STORED_FIELDS:
+        raise ValueError(f"SessionSummary has other fields than stored summaries of format {FORMAT}")
+    u = summary.usage
+    values = [FORMAT, summary.harness, summary.state, summary.last_activity, summary.turns, summary.last_outcome,
+              summary.last_code, summary.pending_inputs, u.calls, u.input_tokens, u.output_tokens, u.cost]
+    return json.dumps(values, separators=(",", ":")).encode()
 
 
 def decode_summary(session_id: str, body: bytes) -> SessionSummary | None:
-    """The summary of a row whose CRC checked, or None when it is of another format (or
-    does not decode: a row written by a harness that stores other fields)."""
+    """The summary of a row whose CRC checked (its words shared, as a listing keeps them),
+    or None when it is of another format."""
+    if not body.startswith(PREFIX) or _FIELDS != STORED_FIELDS:
+        return None
     try:
-        found = json.loads(body)
+        _, harness, state, last_activity, turns, outcome, code, pending, calls, tokens_in, tokens_out, cost = (
+            json.loads(body)
+        )
     except ValueError:
         return None
-    if not isinstance(found, dict) or found.get("v") != FORMAT:
+    if state not in SESSION_STATES:
         return None
-    data = found.get("s")
-    if not isinstance(data, dict) or tuple(data) != _FIELDS or data["session_id"] != session_id:
-        return None
-    usage = data["usage"]
-    if data["open_asks"] != [] or not isinstance(usage, dict) or tuple(usage) != _USAGE:
-        return None
-    try:
-        return SessionSummary(**{**data, "open_asks": (), "usage": Usage(**usage)})
-    except TypeError:
-        return None
+    usage = Usage(calls, tokens_in, tokens_out, cost)
+    return SessionSummary(
+        session_id=session_id,
+        harness=_shared(harness),
+        state=cast(SessionStateName, sys.intern(state)),
+        last_activity=last_activity,
+        turns=turns,
+        last_outcome=_shared(outcome),
+        last_code=_shared(code),
+        pending_inputs=pending,
+        usage=_NO_USAGE if usage == _NO_USAGE else usage,
+    )
+
+
+def _shared(word: str | None) -> str | None:
+    return None if word is None else sys.intern(word)
 
 
 def upsert_summaries(db: sqlite3.Connection, rows: Iterable[tuple[str, int, SessionSummary]]) -> int:

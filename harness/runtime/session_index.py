@@ -130,8 +130,7 @@ class SessionIndex:
         """SQLite's first listing: the quiet sessions from a few record types of theirs
         (:mod:`harness.runtime.session_digest`), the others read whole, one by one."""
         read = await self._log.scan_listing(SUMMARY_TYPES)
-        for sid, summary in read.stored.items():  # (quiet as of their last record: no clock in them)
-            self._quiet[sid] = _compact(summary)
+        self._quiet.update(read.stored)  # (quiet as of their last record, no clock in them; words shared)
         found = digest(read.entries, read.lasts, now_ms=self._now)
         self.unreadable += found.unreadable + read.damaged
         for sid, summary in found.summaries.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,20 @@ from harness import open_log
 from harness.clock import FakeClock
 from harness.log import sqlite_listing
 from harness.log.sqlite import SqliteLog
-from harness.log.sqlite_summaries import upsert_summaries
+from harness.log.sqlite_summaries import (
+    STORED_FIELDS,
+    decode_summary,
+    encode_summary,
+    summary_crc,
+    upsert_summaries,
+)
 from harness.records import InputMessage
 from harness.runtime import stored_summaries
 from harness.runtime import worker as worker_module
 from harness.runtime.catalog import SessionIndex
 from harness.runtime.session_digest import SUMMARY_TYPES
 from harness.runtime.stored_summaries import SummaryWriter
+from harness.views import SessionSummary, Usage
 
 from .test_sqlite_checkpoint import first_life
 from .test_sqlite_listing import T0, Spy, _json, build, folded, rich_sessions
@@ -184,3 +192,46 @@ async def test_a_worker_stores_the_summaries_of_the_sessions_that_ended_not_the_
     finally:
         await log.close()
     await asyncio.sleep(0)
+
+
+def test_the_stored_fields_are_those_of_session_summary() -> None:
+    """A new field of SessionSummary needs a new FORMAT (rows of the old one are then not
+    used, and replaced): this test says so."""
+    assert tuple(f.name for f in fields(SessionSummary)) == STORED_FIELDS, "bump sqlite_summaries.FORMAT"
+
+
+def test_a_quiet_summary_round_trips_and_a_busy_one_is_not_stored() -> None:
+    quiet = SessionSummary("s", "h", "failed", 5, turns=3, last_outcome="failed", last_code="tool_error",
+                           pending_inputs=1, usage=Usage(2, 10, 3, 0.5))
+    assert decode_summary("s", encode_summary(quiet)) == quiet
+    assert decode_summary("s", encode_summary(SessionSummary("s", None, "idle"))) == SessionSummary("s", None, "idle")
+    assert decode_summary("s", b"[2," + encode_summary(quiet)[3:]) is None  # another format
+    with pytest.raises(ValueError):
+        encode_summary(SessionSummary("s", "h", "sleeping", sleeping_until=7))
+    with pytest.raises(ValueError):
+        encode_summary(SessionSummary("s", "h", "running", active_input="m1"))
+
+
+async def test_a_row_of_another_format_is_not_used_and_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "rich.db"
+    build(path)
+    now = T0 + 10_000
+    expected, _ = await folded(path, now)
+    log = open_log(f"sqlite:///{path}")
+    try:
+        await store_all(log)
+        db = sqlite3.connect(path, isolation_level=None)
+        (seq, body) = db.execute("SELECT last_seq, summary FROM summaries WHERE session_id = 'done'").fetchone()
+        other = b"[99," + bytes(body)[3:]
+        db.execute("UPDATE summaries SET summary = ?, crc = ? WHERE session_id = 'done'",
+                   (other, summary_crc("done", seq, other)))
+        db.close()
+        read = await log.scan_listing(SUMMARY_TYPES)
+        assert "done" not in read.stored and read.damaged == 0
+        assert _json(await SessionIndex(log).summaries(now_ms=now)) == expected
+        writer = SummaryWriter(log)
+        await writer.batch(())
+        assert writer.written == 1 and not writer.more  # that row only
+        assert "done" in (await log.scan_listing(SUMMARY_TYPES)).stored
+    finally:
+        await log.close()
