@@ -1,9 +1,9 @@
 """A SQLite worker's stored summaries: quiet sessions' summaries written into the file,
 so that a listing need not read their records (:mod:`harness.log.sqlite_summaries`).
 
-After each checkpoint it writes (sessions went quiet since the last one), and then at
-each sweep while some are left (a file made before stored summaries: every session),
-the worker takes up to ``BATCH`` sessions whose stored summary is missing or stale, the
+In the sweep after each checkpoint it writes (sessions went quiet since the last one),
+and in each sweep while some are left (a file made before stored summaries: every
+session), never before the worker is ready, the worker takes up to ``BATCH`` sessions whose stored summary is missing or stale, the
 most recently changed first, its live ones left out; reads them as a listing reads them
 (the records of ``SUMMARY_TYPES`` and the last record, checked, from one snapshot, on the
 log's reader thread); summarizes them with the listing's own code
