@@ -7,9 +7,11 @@ Layout::
     owners(session_id PRIMARY KEY, owner, epoch, lease_until)
     heads(session_id PRIMARY KEY, last_seq, crc) WITHOUT ROWID
     checkpoint(id = 1, version, covers, live, crc)   where a worker's restart starts reading
+    summaries(session_id PRIMARY KEY, last_seq, summary, crc) WITHOUT ROWID   quiet sessions' summaries
 
 (checksums, chains and the upgrade of older files: :mod:`harness.log.sqlite_schema`;
-the checkpoint: :mod:`harness.log.sqlite_checkpoint`)
+the checkpoint: :mod:`harness.log.sqlite_checkpoint`; the stored summaries a listing
+uses: :mod:`harness.log.sqlite_summaries`)
 
 Durability: WAL with ``synchronous=FULL``; every write is part of one ``BEGIN
 IMMEDIATE`` ... ``COMMIT`` transaction, so it is fsync'd when ``append`` returns
@@ -52,8 +54,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
@@ -83,7 +86,7 @@ from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.holder import HOLDER_GRACE_S, running_holder
 from harness.log.sqlite_checkpoint import NoCheckpoint, select_checkpoint, select_heads, upsert_checkpoint
 from harness.log.sqlite_commit import GroupCommit, SqliteStats
-from harness.log.sqlite_listing import select_listing
+from harness.log.sqlite_listing import ListingRows, select_listing, select_sources
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_positions import WriteConnection
 from harness.log.sqlite_schema import (
@@ -94,9 +97,11 @@ from harness.log.sqlite_schema import (
     select_sessions,
     verify_rows,
 )
+from harness.log.sqlite_summaries import upsert_summaries
 from harness.records import Record
+from harness.views import SessionSummary
 
-__all__ = ["SqliteLog", "SqliteStats", "SqliteWriter"]
+__all__ = ["ListingRead", "SqliteLog", "SqliteStats", "SqliteWriter"]
 
 T = TypeVar("T")
 
@@ -107,6 +112,25 @@ DEFAULT_BUSY_TIMEOUT = timedelta(seconds=10)
 
 DEFAULT_INLINE_COMMIT_LIMIT = timedelta(milliseconds=2)
 """Commits slower than this (moving average) run on the writer thread, not the loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListingRead:
+    """What ``scan_listing`` read (:class:`~harness.log.sqlite_listing.ListingRows`, decoded).
+
+    Attributes:
+        entries: the records of the types asked for (none of the ``stored`` sessions').
+        lasts: the last record of every session of ``heads`` not in ``stored``.
+        end: the log's last position in the snapshot read.
+        stored: the sessions whose stored summary is their summary -> it.
+        damaged: the stored summaries that did not check.
+    """
+
+    entries: list[LogEntry | CorruptRecord]
+    lasts: dict[str, LogEntry | CorruptRecord]
+    end: int
+    stored: dict[str, SessionSummary] = field(default_factory=dict)
+    damaged: int = 0
 
 
 def _seconds(value: timedelta | float) -> float:
@@ -242,14 +266,31 @@ class SqliteLog:
         """Like ``read``/``read_all`` but an unreadable row comes back as its ``CorruptRecord``."""
         return await self._call(self._scan, session_id, after or 0, -1 if limit is None else limit)
 
-    async def scan_listing(
-        self, types: Collection[str]
-    ) -> tuple[list[LogEntry | CorruptRecord], dict[str, LogEntry | CorruptRecord], int]:
+    async def scan_listing(self, types: Collection[str]) -> ListingRead:
         """What a listing of every session reads, from one snapshot
-        (:mod:`harness.log.sqlite_listing`): ``(the records of these types in log order,
-        each session's last record, the log's last position)``; a row that does not
-        check or decode comes back as its ``CorruptRecord``."""
+        (:mod:`harness.log.sqlite_listing`): the sessions whose stored summary is theirs,
+        and of the others the records of these types in log order and each one's last
+        record; a row that does not check or decode comes back as its ``CorruptRecord``."""
         return await self._call(self._scan_listing, tuple(types))
+
+    async def summary_sources(
+        self, types: Collection[str], skip: Mapping[str, int | None], limit: int
+    ) -> tuple[ListingRead, bool]:
+        """What the summaries of up to ``limit`` sessions whose stored summary is missing
+        or stale are made of, read as ``scan_listing`` reads them (``skip``: sessions to
+        leave out, with the head they were left out at, or None), and whether more are
+        left (:func:`harness.log.sqlite_listing.select_sources`)."""
+        return await self._call(self._summary_sources, tuple(types), dict(skip), limit)
+
+    async def write_summaries(self, rows: Sequence[tuple[str, int, SessionSummary]]) -> int:
+        """Store quiet sessions' summaries (``(session, the position of its last record,
+        summary)``), in a transaction of its own (never with other writes); how many."""
+        self._writes()  # refused when read-only
+        if self._closed:
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
+        if not rows:
+            return 0
+        return await asyncio.to_thread(self._guard, self._write_summaries, list(rows))
 
     async def sessions(self) -> list[str]:
         """Every session with at least one record, in order of its first record."""
@@ -461,12 +502,23 @@ class SqliteLog:
         checked = verify_rows(rows, session_id=session_id, after=after, head=head, whole=limit < 0)
         return [self._decoded(item) for item in checked]
 
-    def _scan_listing(
-        self, types: tuple[str, ...]
-    ) -> tuple[list[LogEntry | CorruptRecord], dict[str, LogEntry | CorruptRecord], int]:
-        read = select_listing(self._db(), types)
-        entries = [self._decoded(item) for item in read.rows]
-        return entries, {sid: self._decoded(item) for sid, item in read.lasts.items()}, read.end
+    def _scan_listing(self, types: tuple[str, ...]) -> ListingRead:
+        return self._listing_read(select_listing(self._db(), types))
+
+    def _summary_sources(
+        self, types: tuple[str, ...], skip: dict[str, int | None], limit: int
+    ) -> tuple[ListingRead, bool]:
+        read, more = select_sources(self._db(), types, skip, limit)
+        return self._listing_read(read), more
+
+    def _listing_read(self, read: ListingRows) -> ListingRead:
+        return ListingRead(
+            entries=[self._decoded(item) for item in read.rows],
+            lasts={sid: self._decoded(item) for sid, item in read.lasts.items()},
+            end=read.end,
+            stored=read.stored,
+            damaged=read.damaged,
+        )
 
     def _decoded(self, item: tuple[int, str, bytes] | CorruptRecord) -> LogEntry | CorruptRecord:
         return item if isinstance(item, CorruptRecord) else _decode_row(self._codec, item[1], item[0], item[2])
@@ -512,6 +564,23 @@ class SqliteLog:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 written = upsert_checkpoint(conn, covers, live)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return written
+        finally:
+            conn.close()
+
+    def _write_summaries(self, rows: list[tuple[str, int, SessionSummary]]) -> int:
+        """On a thread of its own, on a connection of its own: never part of a group commit."""
+        conn = sqlite3.connect(self._path, timeout=self._busy_seconds, isolation_level=None)
+        try:
+            # Not fsync'd here: lost in a power cut, the rows are made again (a listing reads those sessions).
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                written = upsert_summaries(conn, rows)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise

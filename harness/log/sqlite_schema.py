@@ -27,7 +27,9 @@ The ``checkpoint`` table (one row: where a worker's restart starts reading,
 :mod:`harness.log.sqlite_checkpoint`) came later within schema 3: a writer opening a
 file made before it makes it (``CREATE TABLE IF NOT EXISTS``), and a harness that does
 not know it ignores it. It holds no record, only which sessions were live as of a
-position, so a row left behind by any version is still true.
+position, so a row left behind by any version is still true. The ``summaries`` table (a
+quiet session's summary as of its last record, :mod:`harness.log.sqlite_summaries`) came
+the same way, and a row is used only while its position is the session's head.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ CREATE TABLE IF NOT EXISTS checkpoint (
     live BLOB NOT NULL,
     crc INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS summaries (
+    session_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL,
+    summary BLOB NOT NULL,
+    crc INTEGER NOT NULL
+) WITHOUT ROWID;
 """
 
 _HEADS_WITHOUT_ROWID = (

@@ -673,6 +673,10 @@ class PartitionRuntime:
     def sessions(self) -> Mapping[str, SessionCore]:
         return self._sessions
 
+    def not_ended(self) -> set[str]:
+        """The sessions not known to be ended (driven, waiting, held) and the parked ones."""
+        return {*self._entries, *self._sessions, *self._parked}
+
     # -- sessions ------------------------------------------------------------------------
 
     def _harness_for(self, state: SessionState) -> Harness | None:

@@ -21,7 +21,9 @@ times out), so the index is never left half updated; listings run one at a time.
 order: a position read past is never filled in later. On SQLite its first listing reads
 only a few record types of every session and each one's last record
 (:mod:`harness.runtime.session_digest`; a session with a turn in progress, or with a
-damaged record among those, is read whole), then on from where that read ended. :class:`KafkaSessionIndex` reads
+damaged record among those, is read whole), and none of a session whose stored summary
+is of its last record (:mod:`harness.log.sqlite_summaries`), then on from where that
+read ended. :class:`KafkaSessionIndex` reads
 each partition from where it stopped; the first time from the partition's latest
 checkpoint (``<prefix>.snapshots``: the live sessions' records and the ids and first
 positions of the ended ones) plus the tail after it. The sessions that ended before the
@@ -127,9 +129,10 @@ class SessionIndex:
     async def _first_listing(self) -> set[str]:
         """SQLite's first listing: the quiet sessions from a few record types of theirs
         (:mod:`harness.runtime.session_digest`), the others read whole, one by one."""
-        entries, lasts, end = await self._log.scan_listing(SUMMARY_TYPES)
-        found = digest(entries, lasts, now_ms=self._now)
-        self.unreadable += found.unreadable
+        read = await self._log.scan_listing(SUMMARY_TYPES)
+        self._quiet.update(read.stored)  # (quiet as of their last record, no clock in them; words shared)
+        found = digest(read.entries, read.lasts, now_ms=self._now)
+        self.unreadable += found.unreadable + read.damaged
         for sid, summary in found.summaries.items():
             self._quiet[sid] = _compact(summary)
         touched: set[str] = set()
@@ -139,7 +142,7 @@ class SessionIndex:
                 self._take(sid, whole)
                 self._settle(sid, self._now)  # one with no turn in progress keeps only its summary
                 touched.add(sid)
-        self._position = end
+        self._position = read.end
         return touched
 
     async def _fold_all(self, items: Iterable[Any], touched: set[str]) -> None:

@@ -12,7 +12,9 @@ partition is a ``PartitionRuntime``: rebuild from the log, go live, route new re
 A restart reads the log's latest checkpoint and only what came after it, on either log:
 on SQLite the ``checkpoint`` row (``harness.log.sqlite_checkpoint``), written by this
 loop's sweep every ``CHECKPOINT_EVERY_RECORDS`` records or ``CHECKPOINT_EVERY_S``
-(never with a step's commit); without a usable one, the whole file, as before.
+(never with a step's commit); without a usable one, the whole file, as before. On
+SQLite the same sweep stores the summaries of sessions gone quiet, a batch at a time
+(``harness.runtime.stored_summaries``), so a listing need not read their records.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from harness.runtime.partition import (
     SecretsFor,
     drain_all,
 )
+from harness.runtime.stored_summaries import SummaryWriter
 
 __all__ = ["DEFAULT_DRAIN_TIMEOUT", "Worker", "WorkerStats"]
 
@@ -224,6 +227,7 @@ class Worker:
         self._live = live
         self._drain_timeout = drain_s
         self._hurry = asyncio.Event()  # set: a drain under way ends at once
+        self._summaries = SummaryWriter(log) if hasattr(log, "summary_sources") else None
 
     @property
     def drain_timeout(self) -> float:
@@ -404,6 +408,14 @@ class Worker:
             return
         rt.checkpoint_written(CheckpointWritten(directory=(), sealed=len(checkpoint.unsealed or ())))
         rt.records_since_checkpoint = 0
+        if self._summaries is not None:
+            self._summaries.more = True  # sessions went quiet since the last one: the sweep stores them
+
+    async def _store_summaries(self, rt: PartitionRuntime) -> None:
+        """One batch of quiet sessions' stored summaries, if some may be missing (SQLite)."""
+        if self._summaries is None or not self._summaries.more or not rt.live or rt.stopped:
+            return
+        await self._summaries.batch(rt.not_ended())
 
     async def _follow(self, stop: asyncio.Event, changes: ChangeSource | None) -> None:
         rt = self.runtime(0)
@@ -457,6 +469,7 @@ class Worker:
                     ):
                         await self._write_checkpoint(rt)
                         last_checkpoint = time.monotonic()
+                    await self._store_summaries(rt)  # a batch a sweep while some are missing
                     next_sweep = loop.time() + SWEEP_EVERY_S
                     self.publish([0])
                 self.stats.sessions = len(rt.sessions)
