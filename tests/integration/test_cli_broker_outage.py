@@ -14,7 +14,6 @@ import pytest
 from tests.integration.cli_helpers import cli_env
 from tests.integration.fleet_helpers import REPO
 
-
 PROBE_TIMEOUT_S = 5.0  # harness.cli.common's (not imported: this test must run against older code too)
 BROKER_LOST_S = 15.0
 

@@ -195,16 +195,18 @@ def read_dead_letters(
             msg = consumer.poll(0.2)
             if msg is None:
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     break
-                raise LogUnavailable(f"reading {topic} failed: {msg.error().str()}")
-            upto = msg.offset() + 1
-            headers = dict(msg.headers() or ())
+                raise LogUnavailable(f"reading {topic} failed: {error.str()}")
+            offset = msg.offset()
+            upto = upto + 1 if offset is None else offset + 1
+            headers: dict[str, Any] = dict(msg.headers() or ())
             try:
-                if headers.get(DLQ_TOPIC_HEADER, b"").decode() == source_topic:
+                if bytes(headers.get(DLQ_TOPIC_HEADER) or b"").decode() == source_topic:
                     found.add((int(headers[DLQ_PARTITION_HEADER]), int(headers[DLQ_OFFSET_HEADER])))
-            except (KeyError, ValueError, UnicodeDecodeError):
+            except (KeyError, ValueError, TypeError, UnicodeDecodeError):
                 continue  # a letter some other tool wrote: not ours to count
         return found, upto
     finally:
