@@ -33,6 +33,7 @@
     ├── UnknownHarness             a session names a harness this host does not run
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
     │   └── ContextTooLong         the provider refused the request as longer than its context window
+    │       └── RequestTooLarge    the provider refused the request's body as over its size limit (HTTP 413)
     ├── SessionNotFound            a log holds no record of the session asked for
     ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
@@ -68,6 +69,7 @@ __all__ = [
     "NoToolCallError",
     "NotDurableError",
     "RecordTooLarge",
+    "RequestTooLarge",
     "ReservedRecordType",
     "SecretInName",
     "SecretInStepValue",
@@ -403,11 +405,15 @@ class ContextTooLong(ModelError):
     """The provider refused the request as longer than the model's context window.
 
     Permanent (never retried: the same conversation is refused again), and the turn
-    fails with code ``context_too_long``. The built-in adapters raise it for OpenAI's
-    ``context_length_exceeded``, Anthropic's ``prompt is too long``, and the context
-    length errors of OpenAI-compatible servers (vLLM, llama.cpp, Ollama ...); an adapter
-    of your own may raise it too. The message is the provider's, then :attr:`FIX`.
+    fails with code :attr:`code` (``context_too_long``). The built-in adapters raise it for
+    OpenAI's ``context_length_exceeded``, Anthropic's ``prompt is too long``, and the
+    context length errors of OpenAI-compatible servers (vLLM, llama.cpp, Ollama ...), as an
+    HTTP error or as an error event in the middle of a stream; an adapter of your own may
+    raise it too. The message is the provider's, then :attr:`FIX`.
     """
+
+    code = "context_too_long"
+    """The code of the turn it fails (and this error's ``kind``)."""
 
     FIX = (
         "to fix it, bound what each request sends with history=History(max_messages=..., max_chars=...) "
@@ -416,12 +422,32 @@ class ContextTooLong(ModelError):
     """What the user is told to do, at the end of the message."""
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
+        # One line: a provider's (or a proxy's) text may span several.
+        said = " ".join(message.split())
         # (the provider's sentence usually ends with a full stop: "...tokens.; to fix it" read badly)
-        said = message.rstrip()
         said = said[:-1] if said.endswith(".") and not said.endswith("..") else said
-        super().__init__(f"{said}; {self.FIX}", transient=False, status=status, kind="context_too_long")
+        super().__init__(f"{said}; {self.FIX}", transient=False, status=status, kind=self.code)
         self.provider_message = message
         """The provider's refusal alone, without the fix."""
+
+
+class RequestTooLarge(ContextTooLong):
+    """The provider (or a proxy in front of it) refused the request's body as over its size
+    limit: HTTP 413, Anthropic's ``request_too_large`` (a Messages request is at most
+    32 MB), whatever the model's context window.
+
+    Permanent, like its base class (``except ContextTooLong`` catches both: the cure is the
+    same, send less), but the turn fails with its own code ``request_too_large``. The
+    message is the provider's, then :attr:`FIX`.
+    """
+
+    code = "request_too_large"
+
+    FIX = (
+        "the request is over the provider's size limit; to fix it, send less: bound the history with "
+        "history=History(max_chars=...) (define_harness() or chat(); lower it if one is set), keep big tool "
+        "results, files and images out of the conversation, or start a new session"
+    )
 
 
 class ConfigError(HarnessError):

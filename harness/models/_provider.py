@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from harness.errors import ContextTooLong, DefinitionError, MissingExtra, ModelError
+from harness.errors import ContextTooLong, DefinitionError, MissingExtra, ModelError, RequestTooLarge
 from harness.models.base import Pricing
 
 __all__ = ["ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
@@ -321,6 +321,9 @@ class ProviderModel:
             transient = like in _TRANSIENT_STATUS or like >= 500
             kind = _KINDS.get(like, "server_error" if like >= 500 else "client_error")
             text = f"{self.provider}: error during the stream ({kind}): {message}"
+            too_big = _too_big(like, body, message)
+            if too_big is not None:  # refused as the same HTTP error would be: never retried
+                return too_big(self.scrub(text, key))
         elif isinstance(exc, sdk.APIStatusError):
             status = int(exc.status_code)
             response = getattr(exc, "response", None)
@@ -331,9 +334,10 @@ class ProviderModel:
             if _out_of_quota(getattr(exc, "body", None)):
                 # OpenAI says "429" for a spent budget too: no wait brings it back, a person must.
                 transient, kind = False, "quota"
-            text = f"{self.provider}: HTTP {status} {kind}: {message}"
-            if context_overflow(status, getattr(exc, "body", None), message):
-                return ContextTooLong(self.scrub(text, key), status=status)
+            text = f"{self.provider}: HTTP {status} {kind}: {_plain(message)}"
+            too_big = _too_big(status, getattr(exc, "body", None), message)
+            if too_big is not None:
+                return too_big(self.scrub(text, key), status=status)
         elif _bad_request_header(exc):
             # The HTTP client refused a header it was to send (a key with a line break ...) and its
             # message quotes that header whole: permanent, and not quoted.
@@ -347,8 +351,12 @@ class ProviderModel:
             detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
             transient, kind, text = True, "connection", f"{self.provider}: connection {self._to(exc)}failed{detail}"
         elif isinstance(exc, sdk.APIError):  # an error event in the middle of a stream
-            message = _provider_message(getattr(exc, "body", None)) or str(getattr(exc, "message", exc))
+            body = getattr(exc, "body", None)
+            message = _provider_message(body) or str(getattr(exc, "message", exc))
             transient, kind, text = True, "stream_error", f"{self.provider}: error during the stream: {message}"
+            too_big = _too_big(_stream_status(body), body, message)
+            if too_big is not None:  # (OpenAI-compatible servers: vLLM, llama.cpp ...)
+                return too_big(self.scrub(text, key))
         elif isinstance(exc, _transport_errors()):
             transient, kind, text = (
                 True, "connection", f"{self.provider}: connection {self._to(exc)}failed ({type(exc).__name__}: {exc})")
@@ -379,6 +387,42 @@ def context_overflow(status: int | None, body: Any, message: str) -> bool:
     if isinstance(error, Mapping) and ({error.get("code"), error.get("type")} & _CONTEXT_CODES):
         return True
     return bool(_CONTEXT_WORDS.search(message))
+
+
+def _too_big(status: int | None, body: Any, message: str) -> type[ContextTooLong] | None:
+    """``ContextTooLong`` for an error that refuses the request as over the context window,
+    ``RequestTooLarge`` for any other 413 (a body over the provider's or a proxy's size
+    limit: Anthropic's ``request_too_large``), else None."""
+    if context_overflow(status, body, message):
+        return ContextTooLong
+    return RequestTooLarge if status == 413 else None
+
+
+def _stream_status(body: Any) -> int | None:
+    """The HTTP status an OpenAI-compatible server's mid-stream error object stands for: its
+    numeric ``code`` (vLLM and llama.cpp send one), else its ``type`` when it is one of
+    Anthropic's names, else 400 (only what :func:`context_overflow` reads depends on it)."""
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    if not isinstance(error, Mapping):
+        return None
+    code = error.get("code")
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return _ERROR_TYPES.get(str(error.get("type") or ""), 400)
+
+
+_TAGS = re.compile(r"<[^>]*>")
+
+
+def _plain(message: str) -> str:
+    """A provider's message on one line; an HTML page (a proxy's 413, 502 ...) as its text,
+    at most 300 characters of it."""
+    if re.search(r"<\s*(?:html|head|body|title|h1|center)\b", message, re.IGNORECASE):
+        text = " ".join(_TAGS.sub(" ", message).split())
+        return text if len(text) <= 300 else text[:299] + "…"
+    return " ".join(message.split()) if "\n" in message else message
 
 
 def _bad_request_header(exc: BaseException) -> bool:

@@ -111,7 +111,8 @@ async def chat(
     (``Durability()`` by default; ``Retry-After`` honoured); nothing records the count, so
     it starts again with each ``chat()``. A permanent error, or the last transient one,
     is raised (``ContextTooLong`` when the provider refuses the request as longer than
-    the model's context window).
+    the model's context window; its subclass ``RequestTooLarge`` when the request's body
+    is over the provider's size limit).
 
     ``hooks``, ``durability`` and ``history`` are a ``Hooks`` / ``Durability`` /
     ``History`` or a dict of their fields, as for ``define_harness``. ``history`` bounds

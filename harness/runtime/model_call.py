@@ -18,7 +18,8 @@ planner again. So a first run and a run after a crash take the same path:
 * any other error, or no retries left: the turn fails with code ``model_error`` and the
   provider's message (session secrets removed; adapters remove their credentials); a
   request refused as longer than the context window (``ContextTooLong``) fails it at once
-  with code ``context_too_long``, the message saying how to fix it.
+  with code ``context_too_long``, one over the provider's size limit (``RequestTooLarge``,
+  HTTP 413) with ``request_too_large``, the message saying how to fix it.
 
 What the model is sent is the log's conversation, bounded by the harness's ``history``
 policy when it has one (:mod:`harness.replay.history`); the log itself keeps everything.
@@ -87,9 +88,10 @@ class ErrorVerdict:
 def classify_error(exc: BaseException) -> ErrorVerdict:
     """Transient or permanent: a ``ModelError`` says so itself; a bare timeout or a
     connection error is transient; anything else (a bug in a model, a bad value) is not.
-    A ``ContextTooLong`` is permanent, with the turn's code ``context_too_long``."""
+    A ``ContextTooLong`` is permanent, with the turn's code its own (``context_too_long``;
+    ``request_too_large`` for its subclass ``RequestTooLarge``)."""
     if isinstance(exc, ContextTooLong):
-        return ErrorVerdict(False, exc.message, exc.status, exc.retry_after, exc.kind, code="context_too_long")
+        return ErrorVerdict(False, exc.message, exc.status, exc.retry_after, exc.kind, code=exc.code)
     if isinstance(exc, ModelError):
         return ErrorVerdict(exc.transient, exc.message, exc.status, exc.retry_after, exc.kind)
     if isinstance(exc, TimeoutError):

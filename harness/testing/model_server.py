@@ -15,13 +15,16 @@ Each request takes the next scripted answer (or ``server.handler(request)`` when
   endpoint's JSON, or as its SSE stream when the request asks to stream; its faults:
   ``cut_after=n`` closes the connection after n events (a stream cut half-way),
   ``pause_after=n`` stops after n events until :meth:`ModelServer.release`;
-  ``error_after=n`` sends an error event after n events; ``end_after=n`` ends the body
+  ``error_after=n`` sends an error event after n events (``error_type``, ``error_message``;
+  OpenAI streams: a ``data:`` chunk ``{"error": {...}}``, with ``error_code`` when set,
+  as vLLM and llama.cpp send it); ``end_after=n`` ends the body
   cleanly after n events (the answer's last events never come); as older OpenAI-compatible
   servers do, ``send_finish=False`` leaves every chunk's ``finish_reason`` null and
   ``send_done=False`` ends the stream without ``data: [DONE]``;
   ``thinking``: Anthropic thinking / redacted_thinking blocks, first in the answer (streamed
   as ``thinking_delta`` pieces and one ``signature_delta``; a redacted block whole);
-* :class:`Fail`: an HTTP error status with the provider's error body and headers;
+* :class:`Fail`: an HTTP error status with the provider's error body and headers (or,
+  ``html=``, a proxy's error page);
 * :class:`Hang`: no answer at all until released (for client timeouts).
 
 As the real Messages API does, a request with extended thinking enabled whose last
@@ -62,6 +65,8 @@ class Reply:
     pause_after: int | None = None
     error_after: int | None = None
     error_type: str = "overloaded_error"
+    error_message: str = "the server failed during the stream"
+    error_code: Any = None  # OpenAI streams: the error object's ``code`` (vLLM, llama.cpp: 400)
     end_after: int | None = None  # end the body cleanly after n events: an answer without its end
     send_finish: bool = True  # OpenAI streams: False = no chunk carries a finish_reason
     send_done: bool = True  # OpenAI streams: False = no closing "data: [DONE]"
@@ -81,6 +86,7 @@ class Fail:
     headers: dict[str, str] = field(default_factory=dict)
     error_type: str | None = None
     code: str | None = None  # OpenAI's ``error.code`` (e.g. ``context_length_exceeded``)
+    html: str | None = None  # a body that is no JSON but this page (a proxy's error page)
 
 
 @dataclass(frozen=True)
@@ -383,6 +389,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _fail(self, request: Request, fail: Fail) -> None:
+        if fail.html is not None:
+            data = fail.html.encode("utf-8")
+            self.send_response(fail.status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if request.api == "openai":
             kind = fail.error_type or _OPENAI_ERROR_TYPES.get(fail.status, "server_error")
             body: dict[str, Any] = {"error": {"message": fail.message, "type": kind, "param": None, "code": fail.code}}
@@ -425,8 +439,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"")  # the last chunk: the stream ends cleanly
 
     def _error_event(self, request: Request, reply: Reply) -> None:
-        error = {"type": reply.error_type, "message": "the server failed during the stream"}
+        error: dict[str, Any] = {"type": reply.error_type, "message": reply.error_message}
         if request.api == "openai":
+            if reply.error_code is not None:
+                error["code"] = reply.error_code
             self._chunk(f"data: {json.dumps({'error': error})}\n\n".encode())
         else:
             self._chunk(f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode())

@@ -4,6 +4,7 @@ SDKs against the local provider server), it is never retried, and the turn fails
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from harness import ContextTooLong, chat, define_harness
-from harness.errors import ModelError
+from harness.errors import ModelError, RequestTooLarge
 from harness.models import from_uri
 from harness.testing.model_server import Fail, ModelServer, Reply
 
@@ -141,3 +142,117 @@ async def test_a_refusal_ending_in_a_full_stop_reads_as_one_sentence(host):
     result = await session.send("hi", input_id="in-1")
     assert (result.error or "").startswith("Your prompt is 9000 tokens, over the 8192 of this model; to fix it, ")
     assert ContextTooLong("cut off...").message.startswith("cut off...; ")  # (an ellipsis stays)
+
+
+# -- a request body over the provider's size limit (HTTP 413) -------------------------------------------
+
+ANTHROPIC_413 = Fail(413, "Request exceeds the maximum allowed number of bytes.", error_type="request_too_large")
+NGINX_413 = ("<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
+             "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize(
+    ("provider", "answer", "said"),
+    [
+        ("anthropic", ANTHROPIC_413, "Request exceeds the maximum allowed number of bytes"),
+        ("openai", Fail(413, "Request Entity Too Large: the body is over 32 MB"), "Request Entity Too Large: the body"),
+        ("openai", Fail(413, "", html=NGINX_413), "413 Request Entity Too Large 413 Request Entity Too Large nginx"),
+        ("anthropic", Fail(413, "", html=NGINX_413), "413 Request Entity Too Large"),
+    ],
+    ids=["anthropic", "openai-compatible", "openai-proxy-page", "anthropic-proxy-page"],
+)
+async def test_a_413_is_request_too_large_one_line_saying_to_send_less(server, models, provider, answer, said, streaming):
+    server.script(answer, Reply(text="never asked"))
+    with pytest.raises(RequestTooLarge) as info:
+        await make_model(server, provider, models, streaming=streaming).complete(GO, [])
+    error = info.value
+    assert isinstance(error, ContextTooLong)  # (except ContextTooLong catches it too: the cure is the same)
+    assert (error.transient, error.status, error.kind, error.code) == (False, 413, "request_too_large", "request_too_large")
+    assert said in error.message and "<" not in error.message and "\n" not in error.message and "\r" not in error.message
+    assert error.message.endswith(RequestTooLarge.FIX)
+    assert "over the provider's size limit" in error.message and "history=History(max_chars=" in error.message
+    assert len(server.requests) == 1
+
+
+async def test_a_413_that_says_context_is_still_context_too_long(server, models):
+    server.script(Fail(413, "Request too large: the prompt exceeds the context window of this model"))
+    with pytest.raises(ContextTooLong) as info:
+        await make_model(server, "openai", models).complete(GO, [])
+    assert type(info.value) is ContextTooLong and info.value.code == "context_too_long"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_413_fails_the_turn_with_request_too_large_and_is_not_retried(host, log, server, models, provider):
+    server.script(ANTHROPIC_413, Reply(text="never asked"))
+    session = await host.open(define_harness(name="t/big", model=make_model(server, provider, models)), session_id=SID)
+    result = await session.send("a huge message", input_id="in-1")
+    assert (result.outcome, result.code) == ("failed", "request_too_large")
+    assert "Request exceeds the maximum allowed number of bytes; the request is over the provider's size limit; " \
+           "to fix it, send less" in (result.error or ""), result.error
+    assert len(server.requests) == 1
+    assert "harness.model.retry" not in await types(log, SID)
+    [finished] = await entries(log, SID, "harness.turn.finished")
+    assert finished["code"] == "request_too_large"
+
+
+# -- an overflow refused in the middle of a stream (after 200 OK) ---------------------------------------
+
+MID_STREAM_OVERFLOW = {
+    # Anthropic: event: error {"type": "error", "error": {"type": "invalid_request_error", ...}}
+    "anthropic": Reply(text="never seen", error_after=1, error_type="invalid_request_error",
+                       error_message="prompt is too long: 208310 tokens > 200000 maximum"),
+    # vLLM: data: {"error": {"type": "BadRequestError", "code": 400, ...}}
+    "vllm": Reply(text="never seen", error_after=1, error_type="BadRequestError", error_code=400,
+                  error_message="This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."),
+    # llama.cpp: data: {"error": {"type": "exceed_context_size_error", "code": 400, ...}}
+    "llama.cpp": Reply(text="never seen", error_after=1, error_type="exceed_context_size_error", error_code=400,
+                       error_message="the request exceeds the available context size, try increasing it"),
+}
+
+
+@pytest.mark.parametrize("server_kind", list(MID_STREAM_OVERFLOW))
+async def test_an_overflow_error_event_mid_stream_is_context_too_long(server, models, server_kind):
+    provider = "anthropic" if server_kind == "anthropic" else "openai"
+    server.script(MID_STREAM_OVERFLOW[server_kind])
+    with pytest.raises(ContextTooLong) as info:
+        await make_model(server, provider, models).complete(GO, [])
+    error = info.value
+    assert type(error) is ContextTooLong
+    assert (error.transient, error.kind) == (False, "context_too_long")
+    assert MID_STREAM_OVERFLOW[server_kind].error_message.removesuffix(".") in error.message
+    assert "error during the stream" in error.message and error.message.endswith(ContextTooLong.FIX)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_other_error_events_mid_stream_keep_their_classification(server, models, provider):
+    server.script(Reply(text="partial", error_after=2, error_type="overloaded_error",
+                        error_message="Overloaded: the context of the cluster is full"))
+    with pytest.raises(ModelError) as info:
+        await make_model(server, provider, models).complete(GO, [])
+    assert not isinstance(info.value, ContextTooLong) and info.value.transient  # retried, as ever
+    if provider == "anthropic":  # an invalid request that is no overflow stays a permanent bad_request
+        server.script(Reply(text="partial", error_after=2, error_type="invalid_request_error",
+                            error_message="messages.1.content: Input should be a valid list"))
+        with pytest.raises(ModelError) as info:
+            await make_model(server, provider, models).complete(GO, [])
+        assert not isinstance(info.value, ContextTooLong)
+        assert (info.value.transient, info.value.kind) == (False, "bad_request")
+    else:  # OpenAI-compatible: any other error event is retried, as ever
+        server.script(Reply(text="partial", error_after=2, error_type="BadRequestError", error_code=400,
+                            error_message="invalid tool schema"))
+        with pytest.raises(ModelError) as info:
+            await make_model(server, provider, models).complete(GO, [])
+        assert not isinstance(info.value, ContextTooLong) and info.value.transient
+
+
+@pytest.mark.parametrize("server_kind", ["anthropic", "vllm"])
+async def test_a_mid_stream_overflow_fails_the_turn_at_once(host, log, server, models, server_kind):
+    provider = "anthropic" if server_kind == "anthropic" else "openai"
+    server.script(MID_STREAM_OVERFLOW[server_kind], Reply(text="never asked"))
+    session = await host.open(define_harness(name="t/long", model=make_model(server, provider, models)), session_id=SID)
+    # (a retry would wait on the fake clock for ever: a time-out here means it was retried)
+    result = await asyncio.wait_for(session.send("one message too many", input_id="in-1"), timeout=20)
+    assert (result.outcome, result.code) == ("failed", "context_too_long")
+    assert len(server.requests) == 1
+    assert "harness.model.retry" not in await types(log, SID)

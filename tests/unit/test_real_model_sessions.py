@@ -453,3 +453,98 @@ async def test_chat_sends_thinking_blocks_back_too(server, models):
     assert (out[-1]["content"], charges) == ("Paid.", ["ch-7"])
     assert next(m for m in out if m["role"] == "assistant")["thinking"] == [dict(b) for b in THINKING]
     assert server.requests[1].body["messages"][1]["content"][:2] == [dict(b) for b in THINKING]
+
+
+# -- Anthropic extended thinking in an agent_tool sub-agent -------------------------------------------
+
+
+def thinking_sub_agent(model: Any, charges: list[str], *, ask: bool = False) -> Any:
+    """A parent (scripted) whose one tool is an agent_tool: the sub-agent ``model`` pays an
+    order with its own checkout tool (which asks a person first when ``ask``)."""
+    from harness import agent_tool
+    from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+    class Ok(BaseModel):
+        ok: bool
+
+    async def checkout(args: Order, ctx: Any) -> Any:
+        if ask and not (await ctx.step.ask("approve", message=f"pay {args.order_id}?", schema=Ok)).ok:
+            return {"charge": None}
+        charge = await ctx.step.do(f"charge:{args.order_id}", lambda: f"ch-{args.order_id}")
+        charges.append(charge)
+        return {"charge": charge}
+
+    tool = durable_tool(tool_definition(name="checkout", description="Charge an order", input_schema=Order), checkout)
+    child = define_harness(name="t/payer", model=model, tools=[tool], system_prompt="Pay orders.")
+    pay = agent_tool(tool_definition(name="pay", description="Have an agent pay an order", input_schema=Order), child,
+                     prompt=lambda args: f"pay order {args.order_id}")
+    parent_model = ScriptedModel([
+        ModelResponse(tool_calls=[ToolCall(id="p1", name="pay", arguments={"order_id": "42"})]),
+        ModelResponse(text="The agent paid it."),
+    ])
+    return define_harness(name="t/boss", model=parent_model, tools=[pay]), parent_model
+
+
+def sub_agent_result(parent_model: Any) -> Any:
+    tool = next(m for m in parent_model.requests[-1] if m.get("role") == "tool" and m["tool_call_id"] == "p1")
+    return json.loads(tool["content"]), tool["is_error"]
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "whole"])
+async def test_an_agent_tool_sub_agent_sends_its_thinking_blocks_back_first_and_verbatim(host, log, server, models,
+                                                                                        streaming):
+    model = thinking_model(server, streaming)
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(thinking=THINKING, text="Paying.", tool_calls=(("toolu_1", "checkout", {"order_id": "42"}),), chunk=7),
+        Reply(text="Order 42 is paid."),
+    )
+    parent, parent_model = thinking_sub_agent(model, charges)
+    session = await host.open(parent, session_id=SID)
+    result = await session.send("pay order 42", input_id="in-1")
+    assert (result.outcome, result.text, charges) == ("completed", "The agent paid it.", ["ch-42"])
+    assert sub_agent_result(parent_model) == ({"text": "Order 42 is paid."}, False)
+    assert len(server.requests) == 2  # (the server answers 400 to a tool-use continuation without them)
+    second = server.requests[1].body
+    assert second["thinking"] == EXTENDED and second["system"] == "Pay orders."
+    assistant = second["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"][:2] == [dict(b) for b in THINKING]
+    assert [b["type"] for b in assistant["content"][2:]] == ["text", "tool_use"]
+    steps = {s["name"]: s["value"] for s in await entries(log, SID, "harness.step.result")}
+    assert steps["agent:model:0"]["thinking"] == [dict(b) for b in THINKING]  # stored with the sub-agent's answer
+    assert "thinking" not in steps["agent:model:1"]
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "whole"])
+async def test_a_sub_agents_thinking_blocks_come_back_from_the_log_in_a_new_host(hosts, log, other_log, clock, server,
+                                                                                models, streaming):
+    """The sub-agent's tool parks on an ask after its first model call; another host, with a
+    model adapter of its own, finishes it: the blocks it sends back can only come from the
+    stored step (``agent:model:0``)."""
+    server.script(
+        Reply(thinking=THINKING, tool_calls=(("toolu_1", "checkout", {"order_id": "42"}),)),
+        Reply(text="Paid after approval."),
+    )
+    charges: list[str] = []
+    first_model = thinking_model(server, streaming)
+    models.append(first_model)
+    first_parent, _ = thinking_sub_agent(first_model, charges, ask=True)
+    first = await hosts(owner_id="host-1").open(first_parent, session_id=SID)
+    waiting = await first.send("pay 42", input_id="in-1")
+    assert waiting.outcome == "waiting" and [a.name for a in waiting.waiting] == ["agent:0.toolu_1:approve"]
+    await first.close()
+    clock.advance(LEASE.total_seconds() + 1)
+
+    second_model = thinking_model(server, streaming)
+    models.append(second_model)
+    second_parent, parent_model = thinking_sub_agent(second_model, charges, ask=True)
+    second = await hosts(log_=other_log(), owner_id="host-2").open(second_parent, session_id=SID)
+    result = await second.answer("p1", "agent:0.toolu_1:approve", {"ok": True})
+    assert result is not None and (result.outcome, result.text) == ("completed", "The agent paid it.")
+    assert sub_agent_result(parent_model) == ({"text": "Paid after approval."}, False)
+    assert charges == ["ch-42"] and len(server.requests) == 2
+    assistant = server.requests[1].body["messages"][1]
+    assert assistant["content"][:2] == [dict(b) for b in THINKING]
+    assert [b["type"] for b in assistant["content"][2:]] == ["tool_use"]
