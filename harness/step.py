@@ -386,7 +386,18 @@ class DurableStep:
 
         started = time.perf_counter()
         try:
-            value = await self.finish(name, await _call_fn(fn, info, s.run_sync), extra=usage_of)
+            try:
+                value = await self.finish(name, await _call_fn(fn, info, s.run_sync), extra=usage_of)
+            except StepValueTooLarge as exc:  # ("store the data elsewhere" does not fit a model's answer)
+                raise self._err(
+                    StepValueTooLarge,
+                    f"the sub-agent's model answer (step {name!r}) is {exc.size} bytes, over the step value "
+                    f"limit of {exc.limit}: raise it (define_harness(..., durability={{'step_value_limit': N}})) "
+                    "or have the sub-agent answer in less (fewer or smaller tool calls, a shorter text)",
+                    name,
+                    size=exc.size,
+                    limit=exc.limit,
+                ) from None
         except BaseException:
             metrics.step(s.harness_name, "failed", time.perf_counter() - started)
             raise

@@ -227,3 +227,28 @@ async def test_a_sub_agents_model_usage_counts_in_the_session_once(hosts, log, c
     parents = [r for r in records if isinstance(r, ModelUsage) and r.tool_call_id is None]
     assert totals.calls == len(parents) + 1
     assert totals.input_tokens == 1000 * len(parents) + 100 and totals.cost == 0.5
+
+
+async def test_a_sub_agents_answer_over_the_step_value_limit_says_so(host, log) -> None:
+    """A sub-agent's model answer is a step value: over the limit, the message speaks of
+    the model's answer and the limit to raise, not of data to store elsewhere."""
+    from harness.errors import StepValueTooLarge
+
+    child = define_harness(
+        name="talker", model=ScriptedModel([ModelResponse(text="x" * 5000)]), tools=[],
+        durability={"step_value_limit": 1000},
+    )
+    talk = agent_tool(tool_definition(name="talk", description="talk", input_schema=Topic), child)
+    parent_model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(id="p1", name="talk", arguments={"topic": "t"})]), ModelResponse(text="ok")]
+    )
+    parent = define_harness(name="boss", model=parent_model, tools=[talk], durability={"step_value_limit": 1000})
+    session = await host.open(parent, session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed"  # (the parent's model is told, as of any failed tool)
+    failed = tool_result(parent_model, "p1")
+    assert failed["is_error"] and failed["content"]["type"] == StepValueTooLarge.__name__
+    message = failed["content"]["message"]
+    assert message.startswith("the sub-agent's model answer (step 'agent:model:0') is 50")
+    assert "over the step value limit of 1000" in message and "step_value_limit" in message
+    assert "store the data elsewhere" not in message
