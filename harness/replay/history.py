@@ -32,7 +32,14 @@ M = TypeVar("M", bound=Mapping[str, Any])
 
 def message_chars(message: Mapping[str, Any]) -> int:
     """The characters a message counts for ``max_chars``: its content (text, or its JSON
-    when it is not a string), plus each tool call's name and JSON arguments."""
+    when it is not a string), plus each tool call's name and JSON arguments.
+
+    An assistant message's ``thinking`` blocks do not count: the provider takes earlier
+    turns' reasoning out of the context window itself (Anthropic: "previous thinking
+    blocks are automatically stripped from the context window calculation", docs,
+    Context windows), and the current turn, whose blocks do count there, is kept whole
+    anyway. They still travel in the request's body (an HTTP 413 counts them:
+    ``RequestTooLarge``)."""
     content = message.get("content")
     size = len(content) if isinstance(content, str) else len(dumps(content)) if content is not None else 0
     for call in message.get("tool_calls") or ():

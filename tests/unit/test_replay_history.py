@@ -141,3 +141,10 @@ def test_history_is_checked_when_the_harness_is_defined():
         define_harness(name="t/h", model=model, history=40)
     with pytest.raises(DefinitionError, match=r"^harness 't/h': history\.max_messages must be a whole number"):
         define_harness(name="t/h", model=model, history={"max_messages": 0})  # a dict's value: says whose
+
+
+def test_thinking_blocks_do_not_count_for_max_chars():
+    """(The provider drops earlier turns' reasoning from the context window itself.)"""
+    plain = {"role": "assistant", "content": "ok"}
+    reasoned = {**plain, "thinking": [{"type": "thinking", "thinking": "x" * 10_000, "signature": "s"}]}
+    assert message_chars(reasoned) == message_chars(plain) == 2
