@@ -19,7 +19,9 @@ answer instead of waiting for good; the input of the turn that was running, if a
 settled ``failed`` / ``session_unreadable`` the same way. An operator repairs the record
 (SQLite) and restarts the worker, or continues in a new session (Kafka). Driven again
 after a repair, the session's left-over turn is closed (its input has its verdict:
-``CloseSettledTurn``, nothing more of it runs) and its later inputs go on.
+``CloseSettledTurn``, nothing more of it runs) and its later inputs go on. The parked
+sessions and their verdicts (written, tried again, named in checkpoints) are
+:mod:`harness.runtime.parked`'s.
 
 A session whose secrets cannot be had (the worker's ``secrets_for`` hook raised, or
 returned something that is not a mapping of names to text) is HELD: not driven, nothing
@@ -36,7 +38,7 @@ latest one and reads only the tail after it. A parked session is in a checkpoint
 (``ended``, no records): a new owner reads it whole when a record of it comes, meets the
 unreadable record again and parks it; while its verdicts are not all written it is in
 ``reread`` too, and a new owner reads it whole before going live (a failed verdict write
-is tried again here with a backoff: ``parked_retry_at``). Checkpoints are an optimisation
+is tried again with a backoff: ``harness.runtime.parked``). Checkpoints are an optimisation
 only: without one the same state comes from reading the whole partition.
 """
 
@@ -68,28 +70,24 @@ from harness.observability import metrics
 from harness.records import InputMessage, InputSettled, LogEntry
 from harness.replay import (
     CONTROL_TYPES,
-    UNREADABLE_CODE,
     SessionState,
     control_fields,
     ended_from_control,
     fold,
-    parked_settlements,
 )
 from harness.runtime.core import SessionCore, SessionHost
 from harness.runtime.gate import Active, SessionGate
+from harness.runtime.parked import ParkedSessions
 from harness.secrets import secret_values, secrets_for_result
 from harness.views import classify
 
 __all__ = [
     "CHECKPOINT_EVERY_RECORDS",
     "CHECKPOINT_EVERY_S",
-    "PARKED_RETRY_FIRST_S",
-    "PARKED_RETRY_MAX_S",
     "Checkpoint",
     "PartitionRuntime",
     "SecretsFor",
     "drain_all",
-    "parked_retry_at",
 ]
 
 log = logging.getLogger("harness.worker")
@@ -103,14 +101,6 @@ CHECKPOINT_EVERY_S = 30.0
 """... or this long after the last one, if anything was folded since."""
 DRAIN_CHECK_S = 0.02
 """How often a drain looks whether its sessions reached a boundary."""
-PARKED_RETRY_FIRST_S = 0.5
-"""The wait before a parked session's verdicts are tried again after a failed write
-(another process holds its lease, a short outage); each failure doubles it ..."""
-PARKED_RETRY_MAX_S = 30.0
-"""... up to this (and no sooner than the end of a holder's lease)."""
-PARKED_RETRY_LOG_S = 300.0
-"""A failure like the last one logged is logged again only this long after it."""
-
 SecretsFor = Callable[[str, str], Mapping[str, Any] | None]
 """(session id, harness name) -> the session's secrets: names to str or ``SecretStr`` values."""
 
@@ -145,17 +135,14 @@ class PartitionRuntime:
         self._sessions: dict[str, SessionCore] = {}  # live, driven
         self._rejected: set[str] = set()  # input ids this owner already rejected
         self._retry: set[str] = set()  # sessions to restart at the next sweep
-        self._parked: dict[str, CorruptRecord] = {}  # sessions with an unreadable record: never driven
-        self._parked_entries: dict[str, list[LogEntry]] = {}  # their records held (for their inputs)
-        self._parked_settled: set[tuple[str, int]] = set()  # (session, input position) rejected here
-        self._settling: dict[str, asyncio.Task[None]] = {}  # a parked session's rejections being written
-        # Parked sessions whose verdicts are not known to be all written: id -> how many
-        # times new work was seen for it (a write that saw fewer leaves it pending). A
-        # checkpoint names them in ``reread``: its next owner reads them whole.
-        self._unsettled: dict[str, int] = {}
-        self._parked_partial: set[str] = set()  # parked sessions whose held records may miss some
         self._held: dict[str, str] = {}  # sessions whose secrets_for failed: why (as logged)
         self._closing: set[asyncio.Task[None]] = set()
+        self._parked = ParkedSessions(  # sessions with an unreadable record: never driven
+            host,
+            closing=self._closing,
+            may_write=lambda: self.live and not self.stopped and not self.draining,
+            is_stopped=lambda: self.stopped,
+        )
         self.live = False
         self.stopped = False  # stop() was called: this runtime never drives anything again
         self.draining = False  # drain() was called: nothing new starts here (stop() follows)
@@ -185,8 +172,7 @@ class PartitionRuntime:
                 continue
             sid = entry.session_id
             if sid in self._parked:
-                self._parked_entries.setdefault(sid, []).append(entry)
-                self._unsettled[sid] = self._unsettled.get(sid, 0) + 1  # (settled at go_live)
+                self._parked.hold(sid, [entry], pending=True)  # (settled at go_live)
                 self.position = entry.seq
                 continue
             known = self._entries.get(sid)
@@ -205,7 +191,7 @@ class PartitionRuntime:
             try:
                 self._entries[sid] = await self._history(sid)
             except CorruptRecord:  # parked (a parked session is in a checkpoint as ended)
-                self._parked_entries.setdefault(sid, []).extend(tail)  # its inputs are refused
+                self._parked.hold(sid, tail)  # its inputs are refused
         self._needs_history.clear()
         live: dict[str, SessionState] = {}
         for sid, entries in list(self._entries.items()):
@@ -268,15 +254,14 @@ class PartitionRuntime:
 
     def park(self, sid: str, corrupt: CorruptRecord) -> None:
         """Never drive ``sid`` again here: its log has an unreadable record."""
-        if sid in self._parked:
-            return
-        self._parked[sid] = corrupt
-        self._parked_entries[sid] = self._entries.get(sid) or []
+        held = self._parked.add(sid, corrupt, self._entries.get(sid) or [])
+        if held is None:
+            return  # (parked already)
         if sid not in self._ended:
             # So a checkpoint names it: a new owner that starts from one takes it for ended,
             # reads it whole when a record of it comes, finds the record again and parks it.
             # (Left out, its later records would read as a new session's first ones.)
-            self._remember_ended(sid, self._parked_entries[sid])
+            self._remember_ended(sid, held)
         log.error(
             "session %s is parked, not driven: its log has an unreadable record at position %s "
             "(%s); on Kafka it stays parked (one record cannot be removed: continue in a new session), "
@@ -292,139 +277,12 @@ class PartitionRuntime:
         self._recent.pop(sid, None)
         self._retry.discard(sid)
         self._held.pop(sid, None)
-        self.settle_parked_soon(sid)
-
-    def settle_parked_soon(self, sid: str) -> None:
-        """Refuse the waiting inputs of parked ``sid`` (in a task; live runtimes only)."""
-        self._unsettled[sid] = self._unsettled.get(sid, 0) + 1  # pending until a write shows otherwise
-        if not self.live or self.stopped or self.draining:
-            return
-        running = self._settling.get(sid)
-        if running is not None and not running.done():
-            running.add_done_callback(lambda _: self.settle_parked_soon(sid))  # new inputs meanwhile
-            return
-        task = asyncio.ensure_future(self._settle_parked(sid))
-        self._settling[sid] = task
-        task.add_done_callback(lambda done: self._settling.pop(sid, None) if self._settling.get(sid) is done else None)
-
-    async def _settle_parked(self, sid: str) -> None:
-        """Write the verdicts of parked ``sid``'s inputs that have none it can read
-        (``parked_settlements``: the running turn's input ``failed``, a finished turn's
-        input its turn's verdict again, the others ``rejected``; all but the finished
-        turns' with ``session_unreadable``), once each here: nothing of the session runs,
-        so its senders are told so.
-
-        A write that fails (another process holds the session's lease for a while, a
-        short outage; with leases also ``FencedError``: another process took it) is tried
-        again after ``parked_retry_at`` on the host's clock, the session's records read
-        again from the log first (another owner's verdicts count: none is written twice),
-        until the verdicts land, the runtime stops, or (Kafka: ``FencedError``) the
-        partition is lost; meanwhile a checkpoint names the session in ``reread``, so
-        its next owner writes them. Said once per kind of failure (and again every
-        ``PARKED_RETRY_LOG_S`` while it lasts), and once more when they land."""
-        if self._closing:  # its handle, if it was driven, closes first (it writes nothing)
-            await asyncio.gather(*list(self._closing), return_exceptions=True)
-        failures = 0
-        told: tuple[str, float] | None = None  # (what the last failure logged was, when)
-        first_failed = 0.0
-        while True:
-            corrupt = self._parked.get(sid)
-            if corrupt is None or self.stopped:
-                return
-            seen = self._unsettled.get(sid, 0)
-            error: LogError | HarnessError | None = None
-            reread = sid in self._parked_partial or failures > 0
-            todo = self._parked_todo(sid, corrupt)
-            try:
-                if todo or reread:
-                    writer = await self.host.log.claim(sid, owner=self.host.owner_id, lease=timedelta(seconds=5))
-                    try:
-                        if reread:  # as the log has it now, read under the lease: none written twice
-                            await self._reread_parked(sid)
-                            todo = self._parked_todo(sid, corrupt)
-                        if todo:
-                            await writer.append([r for _, r in todo])
-                    finally:
-                        with contextlib.suppress(LogError):
-                            await writer.release()
-            except FencedError as exc:
-                if not getattr(self.host.log, "has_leases", False):
-                    log.warning("the verdicts of parked session %s were not written: this worker lost its "
-                                "partition (%s); its next owner writes them", sid, exc)
-                    return  # Kafka: the partition was lost; its revocation stops the rest
-                error = exc  # with leases: another process took the session over for a while
-            except (LogError, HarnessError) as exc:
-                error = exc
-            if error is None:
-                break
-            failures += 1
-            now = self.host.clock.now()
-            if failures == 1:
-                first_failed = now
-            when = parked_retry_at(failures, now, getattr(error, "lease_until", None))
-            what = _failure_kind(error)
-            if told is None or told[0] != what or now - told[1] >= PARKED_RETRY_LOG_S:
-                told = (what, now)
-                log.warning(
-                    "the verdicts of parked session %s's inputs could not be written (%s: %s); %s: trying again "
-                    "in %.1f s, then with a backoff up to %g s, until they land or this worker gives the "
-                    "partition up (said again if the failure changes, or every %g s)",
-                    sid, type(error).__name__, error,
-                    "first failure" if failures == 1 else f"{failures} failures over {now - first_failed:.0f} s",
-                    max(0.0, when - now), PARKED_RETRY_MAX_S, PARKED_RETRY_LOG_S,
-                )
-            await self.host.clock.sleep_until(when)
-        if self._unsettled.get(sid) == seen:
-            del self._unsettled[sid]  # nothing came meanwhile (else its own run follows)
-        if failures:
-            log.warning("the verdicts of parked session %s's inputs were written after %d failed attempt(s)",
-                        sid, failures)
-        self._parked_settled.update((sid, at) for at, _ in todo)
-        refused = 0
-        for _, r in todo:
-            if r.outcome == "rejected" and r.code == UNREADABLE_CODE:
-                refused += 1
-            elif r.code == UNREADABLE_CODE:
-                log.warning("input %s of parked session %s, whose turn was running, settled failed "
-                            "(session_unreadable)", r.input_id, sid)
-            else:
-                log.warning("input %s of parked session %s, whose turn had finished but whose settlement is "
-                            "unreadable, settled %s again (its turn's verdict)", r.input_id, sid, r.outcome)
-        if refused:
-            log.warning("refused %d input(s) of parked session %s (session_unreadable)", refused, sid)
-
-    def _parked_todo(self, sid: str, corrupt: CorruptRecord) -> list[tuple[int, InputSettled]]:
-        """The verdicts parked ``sid`` still needs (of its held records), none written here before."""
-        state = fold(sid, [e for e in self._parked_entries.get(sid, ()) if _decodable(e)])
-        fix = (
-            "repair or remove that record and restart the worker, or continue in a new session"
-            if getattr(self.host.log, "has_leases", False)
-            else "continue in a new session (one Kafka record cannot be removed)"
-        )
-        reason = (
-            f"session {sid!r} is not driven: its log has an unreadable record at position {corrupt.seq}; "
-            f"{fix} (runbook: HarnessDeadLetters)"
-        )
-        now = int(self.host.clock.now() * 1000)
-        return [(at, r) for at, r in parked_settlements(state, now, reason) if (sid, at) not in self._parked_settled]
-
-    async def _reread_parked(self, sid: str) -> None:
-        """Hold parked ``sid``'s records as the log has them now (past its unreadable ones):
-        what another owner wrote meanwhile, and what a read that parked it did not keep."""
-        scan = getattr(self.host.log, "scan", None)
-        if scan is None:  # (every log of this package has it)
-            return
-        items = await scan(sid)
-        read = [item for item in items if isinstance(item, LogEntry)]
-        last = max((e.seq for e in read), default=0)
-        held = self._parked_entries.get(sid, [])
-        self._parked_entries[sid] = read + [e for e in held if e.seq > last]  # (routed here since the read)
-        self._parked_partial.discard(sid)
+        self._parked.settle_soon(sid)
 
     @property
     def parked(self) -> Mapping[str, CorruptRecord]:
         """Sessions not driven because their log has an unreadable record."""
-        return self._parked
+        return self._parked.corrupt
 
     def _remember_ended(self, sid: str, entries: list[LogEntry]) -> None:
         first = entries[0].seq if entries else 0
@@ -470,7 +328,7 @@ class PartitionRuntime:
             return list(items)
         except CorruptRecord as corrupt:
             self.report_corrupt(corrupt)
-            self._parked_partial.add(sid)  # its records before the unreadable one were not kept
+            self._parked.partial(sid)  # its records before the unreadable one were not kept
             raise
 
     async def go_live(self) -> None:
@@ -481,7 +339,7 @@ class PartitionRuntime:
             await self._start(sid, state)
         self.live = True
         for sid in self._parked:
-            self.settle_parked_soon(sid)
+            self._parked.settle_soon(sid)
 
     def checkpoint(self) -> Checkpoint:
         """What a new owner needs to start from ``self.position``: the live sessions'
@@ -497,7 +355,7 @@ class PartitionRuntime:
             ended=self._ended,
             directory=self._directory,
             unsealed=tuple(self._unsealed),
-            reread=tuple(sid for sid in self._unsettled if sid in self._parked),
+            reread=self._parked.reread(),
         )
 
     def checkpoint_written(self, written: CheckpointWritten) -> None:
@@ -524,8 +382,8 @@ class PartitionRuntime:
             self.records_since_checkpoint += 1
         for sid, batch in by_session.items():
             if sid in self._parked:
-                self._parked_entries.setdefault(sid, []).extend(batch)
-                self.settle_parked_soon(sid)
+                self._parked.hold(sid, batch)
+                self._parked.settle_soon(sid)
                 continue
             known = self._entries.get(sid)
             if known is not None:
@@ -552,8 +410,8 @@ class PartitionRuntime:
                 try:
                     history = await self._history(sid, batch)  # an ended session comes back
                 except CorruptRecord:  # parked: its new inputs are refused
-                    self._parked_entries.setdefault(sid, []).extend(batch)
-                    self.settle_parked_soon(sid)
+                    self._parked.hold(sid, batch)
+                    self._parked.settle_soon(sid)
                     continue
                 self._entries[sid] = history
                 state = fold(sid, history)
@@ -588,10 +446,7 @@ class PartitionRuntime:
         self.stopped = True
         self._retry.clear()
         self._held.clear()
-        settling, self._settling = list(self._settling.values()), {}
-        for task in settling:  # a rejection not written yet: the next owner writes it
-            task.cancel()
-        await asyncio.gather(*settling, return_exceptions=True)
+        await self._parked.stop()  # a verdict not written yet: the next owner writes it
         sessions, self._sessions = list(self._sessions.values()), {}
         self._gate.drop(self)
         for session in sessions:
@@ -675,7 +530,7 @@ class PartitionRuntime:
 
     def not_ended(self) -> set[str]:
         """The sessions not known to be ended (driven, waiting, held) and the parked ones."""
-        return {*self._entries, *self._sessions, *self._parked}
+        return {*self._entries, *self._sessions, *self._parked.corrupt}
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -817,33 +672,6 @@ class PartitionRuntime:
                     ", ".join(sorted(self._harnesses)) or "none")
         if not state.active_turn:
             self._remember_ended(sid, self._entries.pop(sid, []))
-
-
-def parked_retry_at(failures: int, now: float, lease_until: float | None = None) -> float:
-    """When to try a parked session's verdicts again after its ``failures``-th failed
-    write at ``now`` (pure): ``PARKED_RETRY_FIRST_S`` doubled at each failure, at most
-    ``PARKED_RETRY_MAX_S``; not before the holder's lease ends (``lease_until``, from
-    ``SessionBusy``) if that is sooner than the cap."""
-    wait = min(PARKED_RETRY_FIRST_S * float(1 << max(0, min(failures - 1, 16))), PARKED_RETRY_MAX_S)
-    when = now + wait
-    if lease_until is not None:
-        when = min(max(when, lease_until + 0.001), now + PARKED_RETRY_MAX_S)
-    return when
-
-
-def _failure_kind(error: BaseException) -> str:
-    """What a failed verdict write is, for its log line's throttle (a new holder is news)."""
-    if isinstance(error, SessionBusy):
-        return f"busy:{error.owner}/{error.holder_pid}"
-    return type(error).__name__
-
-
-def _decodable(entry: LogEntry) -> bool:
-    try:
-        entry.record  # noqa: B018 - decodes a lazily read entry
-    except CodecError:
-        return False
-    return True
 
 
 async def drain_all(

@@ -23,12 +23,8 @@ from harness.clock import FakeClock
 from harness.errors import LogUnavailable
 from harness.log.sqlite import SqliteLog
 from harness.records import InputSettled, LogEntry, StepResult
-from harness.runtime.partition import (
-    PARKED_RETRY_FIRST_S,
-    PARKED_RETRY_MAX_S,
-    PartitionRuntime,
-    parked_retry_at,
-)
+from harness.runtime.parked import PARKED_RETRY_FIRST_S, PARKED_RETRY_MAX_S, parked_retry_at
+from harness.runtime.partition import PartitionRuntime
 
 from .conftest import Args, call, script
 
