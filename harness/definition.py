@@ -185,9 +185,13 @@ class History:
     whole; older turns are sent newest first while both bounds hold, and the first that
     does not fit is dropped with every turn before it. A turn is dropped whole, so a tool
     call is never sent without its result, nor a result without its call. When the
-    current turn alone is over a bound it is sent anyway (the provider decides). The
-    choice depends only on the log, so a session taken over by another process sends the
-    same requests. (A sub-agent of ``agent_tool`` runs one turn: always sent whole.)
+    current turn alone is over a bound it is sent anyway (the provider decides), unless
+    ``trim_current_turn``. The choice depends only on the log, so a session taken over by
+    another process sends the same requests.
+
+    A sub-agent of ``agent_tool`` uses its own harness's policy for its requests, but its
+    whole run is ONE turn (its prompt, then its tool calls and results): only
+    ``trim_current_turn=True`` can shorten it.
 
     Note: ``ScriptedModel([...])`` answers ``responses[k]``, k = the assistant messages in
     the request: dropped turns lower k, so script a trimmed session with a function.
@@ -198,12 +202,20 @@ class History:
     max_chars: int | None = None
     """Most characters after the system prompt: message texts, tool results, tool call names
     and arguments (as JSON); None: any. About 4 characters make a token in English."""
+    trim_current_turn: bool = False
+    """When the current turn alone is over a bound, drop its oldest tool rounds too (a round:
+    an assistant message with its tool results, always whole), keeping its user message and
+    its latest round, and newer rounds first while the bounds hold; every older turn goes.
+    For long tool loops (an ``agent_tool`` sub-agent's run is one turn). The model then
+    no longer sees what the dropped rounds did. Default False: the current turn is sent whole."""
 
     def __post_init__(self) -> None:
         for field_name in ("max_messages", "max_chars"):
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise DefinitionError(f"history.{field_name} must be a whole number of at least 1 or None, not {value!r}")
+        if not isinstance(self.trim_current_turn, bool):
+            raise DefinitionError(f"history.trim_current_turn must be True or False, not {self.trim_current_turn!r}")
         if self.max_messages is None and self.max_chars is None:
             raise DefinitionError(
                 "History() bounds nothing: give max_messages= or max_chars= (or both), or leave history= out"

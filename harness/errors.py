@@ -421,12 +421,20 @@ class ContextTooLong(ModelError):
     )
     """What the user is told to do, at the end of the message."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    SUB_AGENT_FIX = (
+        "to fix it, make the sub-agent's run shorter: fewer tool rounds "
+        "(agent_tool(..., max_model_calls=...)), smaller tool results, or let its harness drop old "
+        "rounds with history=History(max_chars=..., trim_current_turn=True) (a sub-agent's run is one "
+        "turn, which a history policy sends whole otherwise)"
+    )
+    """What the user is told when the request was an ``agent_tool`` sub-agent's."""
+
+    def __init__(self, message: str, *, status: int | None = None, fix: str | None = None) -> None:
         # One line: a provider's (or a proxy's) text may span several.
         said = " ".join(message.split())
         # (the provider's sentence usually ends with a full stop: "...tokens.; to fix it" read badly)
         said = said[:-1] if said.endswith(".") and not said.endswith("..") else said
-        super().__init__(f"{said}; {self.FIX}", transient=False, status=status, kind=self.code)
+        super().__init__(f"{said}; {fix or self.FIX}", transient=False, status=status, kind=self.code)
         self.provider_message = message
         """The provider's refusal alone, without the fix."""
 
@@ -447,6 +455,13 @@ class RequestTooLarge(ContextTooLong):
         "the request is over the provider's size limit; to fix it, send less: bound the history with "
         "history=History(max_chars=...) (define_harness() or chat(); lower it if one is set), keep big tool "
         "results, files and images out of the conversation, or start a new session"
+    )
+
+    SUB_AGENT_FIX = (
+        "the request is over the provider's size limit; to fix it, make the sub-agent's run send less: "
+        "smaller tool results (files and images out of them), fewer tool rounds "
+        "(agent_tool(..., max_model_calls=...)), or let its harness drop old rounds with "
+        "history=History(max_chars=..., trim_current_turn=True)"
     )
 
 

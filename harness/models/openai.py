@@ -29,7 +29,9 @@ the arguments as an object) give the same calls as OpenAI's (see ``_StreamedCall
 carried a ``finish_reason`` or the stream ended with ``data: [DONE]``: some servers (older
 llama.cpp and vLLM builds) never send a finish reason, which is then ``tool_calls`` if the
 answer has calls, else ``stop``. A stream that ends with neither was cut: a transient
-error (retried).
+error (retried). An error in the middle of a stream is an error whether the server wraps
+it (``data: {"error": {...}}``) or not (older vLLM: ``data: {"object": "error", "message":
+..., "code": 400}``); a context overflow is ``ContextTooLong`` either way.
 
 The SDK's own retries are off (``max_retries=0``): the harness retries, durably.
 """
@@ -189,6 +191,10 @@ class OpenAIChat(ProviderModel):
         usage: Any = None
         model: str | None = None
         async for chunk in chunks:
+            if getattr(chunk, "object", None) == "error":
+                # Older vLLM builds send the error object itself ({"object": "error", "message": ...,
+                # "code": 400}), not {"error": {...}}: the SDK passes it on as a chunk with no choices.
+                raise self._error_chunk(chunk, chunks)
             model = chunk.model or model
             if chunk.usage is not None:
                 usage = chunk.usage
@@ -218,6 +224,15 @@ class OpenAIChat(ProviderModel):
             finish_reason=_FINISH.get(finish, finish),
             usage=self._usage(usage, model),
         )
+
+    def _error_chunk(self, chunk: Any, chunks: Any) -> BaseException:
+        """An error object sent as a chunk, as the SDK's own error event (``APIError`` with the
+        object as its body), so that :meth:`model_error` reads it as it reads ``{"error": ...}``."""
+        body = chunk.to_dict() if hasattr(chunk, "to_dict") else dict(vars(chunk))
+        message = body.get("message") if isinstance(body.get("message"), str) else "the server sent an error object"
+        request = getattr(getattr(chunks, "response", None), "request", None)
+        error: BaseException = self.sdk.APIError(message, request, body=body)
+        return error
 
 
 class _DoneWatch:

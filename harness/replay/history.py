@@ -8,14 +8,26 @@ another process sends the same request:
 * the leading system message(s) are always kept;
 * the rest is cut into turns, each from a user message up to the next one (messages
   before the first user message make a group of their own);
-* the current turn (from the last user message on) is always kept whole, even when it
-  alone is over the bounds: the provider then decides;
+* the current turn (from the last user message on) is kept whole, even when it alone is
+  over the bounds (the provider then decides), unless ``trim_current_turn``: then, when
+  it alone is over them, its oldest tool rounds go too (below);
 * older turns are kept newest first while the bounds hold; the first one that does not
   fit is dropped with every turn before it.
 
 Dropping only whole turns never separates an assistant message with ``tool_calls`` from
 its tool results (a tool result without its call is a 400 at every provider), and the
 first message after the system prompt is always a user message (Anthropic requires it).
+
+``trim_current_turn`` (opt-in) is for turns that loop over many tool calls, above all an
+``agent_tool`` sub-agent's, whose whole run is ONE turn (its prompt, then its tool calls
+and results). The current turn is cut into its head (the user message and any messages
+before its first assistant message) and rounds (an assistant message with the tool
+results that follow it). When the turn alone is over the bounds, every older turn is
+dropped, the head and the latest round are always kept, and older rounds are kept newest
+first while the bounds hold, the first that does not fit going with every round before
+it. A round goes whole, so a tool call still never travels without its result, and the
+kept rounds follow the prompt with no hole after them. The model no longer sees what the
+dropped rounds did (it may do some of it again): it is a way to keep going, not a memory.
 """
 
 from __future__ import annotations
@@ -57,12 +69,51 @@ def _turns(messages: Sequence[M]) -> list[list[M]]:
     return turns
 
 
+def _rounds(turn: Sequence[M]) -> tuple[list[M], list[list[M]]]:
+    """A turn's head (its user message and what comes before its first assistant message)
+    and its rounds (each an assistant message and the messages up to the next one)."""
+    head: list[M] = []
+    rounds: list[list[M]] = []
+    for message in turn:
+        if message.get("role") == "assistant":
+            rounds.append([])
+        (rounds[-1] if rounds else head).append(message)
+    return head, rounds
+
+
+def _over(count: int, chars: int, max_messages: int | None, max_chars: int | None) -> bool:
+    return (max_messages is not None and count > max_messages) or (max_chars is not None and chars > max_chars)
+
+
+def _trim_turn(turn: list[M], max_messages: int | None, max_chars: int | None) -> list[M]:
+    """The current turn without its oldest rounds, its head and latest round always kept."""
+    head, rounds = _rounds(turn)
+    if len(rounds) < 2:
+        return turn
+    count = len(head) + len(rounds[-1])
+    chars = sum(message_chars(m) for m in (*head, *rounds[-1]))
+    first_kept = len(rounds) - 1
+    for i in range(len(rounds) - 2, -1, -1):
+        count += len(rounds[i])
+        chars += sum(message_chars(m) for m in rounds[i])
+        if _over(count, chars, max_messages, max_chars):
+            break
+        first_kept = i
+    return [*head, *(m for r in rounds[first_kept:] for m in r)]
+
+
 def trim_history(
-    messages: Sequence[M], *, max_messages: int | None = None, max_chars: int | None = None
+    messages: Sequence[M],
+    *,
+    max_messages: int | None = None,
+    max_chars: int | None = None,
+    trim_current_turn: bool = False,
 ) -> list[M]:
     """``messages`` without their oldest whole turns, so that what follows the system
     prompt holds at most ``max_messages`` messages and ``max_chars`` characters
-    (:func:`message_chars`), the current turn excepted (see the module doc).
+    (:func:`message_chars`), the current turn excepted (see the module doc); with
+    ``trim_current_turn``, a current turn over the bounds on its own loses its oldest tool
+    rounds too (its user message and latest round always stay).
 
     None bounds nothing; with both None the messages come back as they are (a new list
     of the same objects). Deterministic: the same messages give the same result.
@@ -75,11 +126,13 @@ def trim_history(
         return list(messages)
     current = turns[-1]
     count, chars = len(current), sum(message_chars(m) for m in current)
+    if trim_current_turn and _over(count, chars, max_messages, max_chars):
+        return [*messages[:head], *_trim_turn(current, max_messages, max_chars)]
     first_kept = len(turns) - 1
     for i in range(len(turns) - 2, -1, -1):
         count += len(turns[i])
         chars += sum(message_chars(m) for m in turns[i])
-        if (max_messages is not None and count > max_messages) or (max_chars is not None and chars > max_chars):
+        if _over(count, chars, max_messages, max_chars):
             break
         first_kept = i
     return [*messages[:head], *(m for turn in turns[first_kept:] for m in turn)]

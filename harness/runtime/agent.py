@@ -13,7 +13,12 @@ The sub-agent's whole run lives in the parent tool call's steps (names start wit
 * its asks are asks of the parent call, so the parent is "waiting for a person"
   while the sub-agent is, and after a crash keeps its place (SPEC 5.4); at any other
   cut the parent call gets the cut error like a ``replay="never"`` tool;
-* records its tools append land with the parent tool's result.
+* records its tools append land with the parent tool's result;
+* its requests follow its own harness's ``history`` policy (``trim_history``), from the
+  messages alone, which the logged steps rebuild: a sub-agent resumed in another process
+  sends the same requests. Its run is one turn, which the policy sends whole unless
+  ``History(trim_current_turn=True)`` (then its oldest tool rounds go first); a request
+  refused as too long says how to shorten a sub-agent's run (``ContextTooLong.SUB_AGENT_FIX``).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from pydantic import BaseModel
 
 from harness.context import ToolContext
 from harness.definition import Harness, ToolCallEvent
-from harness.errors import DefinitionError, HarnessError
+from harness.errors import ContextTooLong, DefinitionError, HarnessError, RequestTooLarge
 from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import dumps, json_copy
 from harness.models.base import ModelResponse, call_complete, thinking_copy
+from harness.replay import trim_history
 from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
@@ -170,15 +176,26 @@ def agent_tool(
         # A transient model error is retried inside the step (the count is not logged: a
         # crash during a backoff starts the step's retries again).
         retrier = ModelRetrier(harness.durability, getattr(ctx.step, "clock", None), scrubber)
+        policy = harness.history
         for k in range(limit):
             snapshot = [dict(m) for m in messages]
+            if policy is not None:  # (from the messages alone: a resumed sub-agent sends the same)
+                snapshot = trim_history(
+                    snapshot,
+                    max_messages=policy.max_messages,
+                    max_chars=policy.max_chars,
+                    trim_current_turn=policy.trim_current_turn,
+                )
 
             async def call_model(snapshot: list[dict[str, Any]] = snapshot, k: int = k) -> dict[str, Any]:
-                response = await retrier.call(
-                    lambda: call_complete(
-                        harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
+                try:
+                    response = await retrier.call(
+                        lambda: call_complete(
+                            harness.model, snapshot, specs, keywords=harness.model_keywords, secrets=ctx.secrets
+                        )
                     )
-                )
+                except ContextTooLong as exc:  # the session's advice (a history policy) does not fit a sub-agent
+                    raise _sub_agent_overflow(exc, harness.name, k) from None
                 return _response_json(response, scrubber, k)
 
             response = await _model_step(ctx)._model_call(f"agent:model:{k}", k, call_model)
@@ -209,6 +226,17 @@ def agent_tool(
         raise HarnessError(f"the sub-agent {harness.name!r} made {limit} model calls without a final answer")
 
     return Tool(definition=definition, execute=execute, replay="never", durable=True, agent=True)
+
+
+def _sub_agent_overflow(exc: ContextTooLong, name: str, k: int) -> ContextTooLong:
+    """A sub-agent's request refused as too long, with the fix that fits a sub-agent."""
+    cls = RequestTooLarge if isinstance(exc, RequestTooLarge) else ContextTooLong
+    return cls(
+        f"the sub-agent {name!r}, at its model call {k + 1} (after {k} tool round{'' if k == 1 else 's'}): "
+        f"{exc.provider_message}",
+        status=exc.status,
+        fix=cls.SUB_AGENT_FIX,
+    )
 
 
 def _model_step(ctx: ToolContext) -> DurableStep | PlainStep | _PrefixedStep:

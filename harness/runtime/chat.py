@@ -150,7 +150,8 @@ async def chat(
     seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
         sent = out if policy is None else trim_history(  # (the model's request; ``out`` stays whole)
-            out, max_messages=policy.max_messages, max_chars=policy.max_chars
+            out, max_messages=policy.max_messages, max_chars=policy.max_chars,
+            trim_current_turn=policy.trim_current_turn,
         )
         response = await retrying.call(
             functools.partial(call_complete, model, sent, specs, keywords=keywords, stream=stream, secrets=plain_secrets)

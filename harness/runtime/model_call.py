@@ -127,7 +127,10 @@ def model_messages(harness: Harness, state: SessionState, *, starting: str | Non
     messages.extend(conversation(state, starting=starting))
     if harness.history is not None:
         messages = trim_history(
-            messages, max_messages=harness.history.max_messages, max_chars=harness.history.max_chars
+            messages,
+            max_messages=harness.history.max_messages,
+            max_chars=harness.history.max_chars,
+            trim_current_turn=harness.history.trim_current_turn,
         )
     return messages
 

@@ -17,14 +17,17 @@ Each request takes the next scripted answer (or ``server.handler(request)`` when
   ``pause_after=n`` stops after n events until :meth:`ModelServer.release`;
   ``error_after=n`` sends an error event after n events (``error_type``, ``error_message``;
   OpenAI streams: a ``data:`` chunk ``{"error": {...}}``, with ``error_code`` when set,
-  as vLLM and llama.cpp send it); ``end_after=n`` ends the body
+  as vLLM and llama.cpp send it; ``error_bare=True``: the object itself, ``{"object":
+  "error", ...}``, as older vLLM builds send it); ``end_after=n`` ends the body
   cleanly after n events (the answer's last events never come); as older OpenAI-compatible
   servers do, ``send_finish=False`` leaves every chunk's ``finish_reason`` null and
   ``send_done=False`` ends the stream without ``data: [DONE]``;
   ``thinking``: Anthropic thinking / redacted_thinking blocks, first in the answer (streamed
   as ``thinking_delta`` pieces and one ``signature_delta``; a redacted block whole);
 * :class:`Fail`: an HTTP error status with the provider's error body and headers (or,
-  ``html=``, a proxy's error page);
+  ``html=``, a proxy's error page; ``bare=True``, OpenAI-compatible: the error object not
+  wrapped in ``"error"``, ``{"object": "error", "message": ..., "code": 400}``, as older
+  vLLM builds answer);
 * :class:`Hang`: no answer at all until released (for client timeouts).
 
 As the real Messages API does, a request with extended thinking enabled whose last
@@ -67,6 +70,7 @@ class Reply:
     error_type: str = "overloaded_error"
     error_message: str = "the server failed during the stream"
     error_code: Any = None  # OpenAI streams: the error object's ``code`` (vLLM, llama.cpp: 400)
+    error_bare: bool = False  # OpenAI streams: the error object not wrapped in "error" (older vLLM)
     end_after: int | None = None  # end the body cleanly after n events: an answer without its end
     send_finish: bool = True  # OpenAI streams: False = no chunk carries a finish_reason
     send_done: bool = True  # OpenAI streams: False = no closing "data: [DONE]"
@@ -87,6 +91,7 @@ class Fail:
     error_type: str | None = None
     code: str | None = None  # OpenAI's ``error.code`` (e.g. ``context_length_exceeded``)
     html: str | None = None  # a body that is no JSON but this page (a proxy's error page)
+    bare: bool = False  # OpenAI-compatible: the error object not wrapped in "error" (older vLLM)
 
 
 @dataclass(frozen=True)
@@ -397,9 +402,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
             return
-        if request.api == "openai":
+        if request.api == "openai" and fail.bare:  # older vLLM: {"object": "error", "message": ..., "code": 400}
+            body: dict[str, Any] = {"object": "error", "message": fail.message,
+                                    "type": fail.error_type or "BadRequestError", "param": None,
+                                    "code": fail.code if fail.code is not None else fail.status}
+        elif request.api == "openai":
             kind = fail.error_type or _OPENAI_ERROR_TYPES.get(fail.status, "server_error")
-            body: dict[str, Any] = {"error": {"message": fail.message, "type": kind, "param": None, "code": fail.code}}
+            body = {"error": {"message": fail.message, "type": kind, "param": None, "code": fail.code}}
         else:
             kind = fail.error_type or _ANTHROPIC_ERROR_TYPES.get(fail.status, "api_error")
             body = {"type": "error", "error": {"type": kind, "message": fail.message}}
@@ -443,7 +452,10 @@ class _Handler(BaseHTTPRequestHandler):
         if request.api == "openai":
             if reply.error_code is not None:
                 error["code"] = reply.error_code
-            self._chunk(f"data: {json.dumps({'error': error})}\n\n".encode())
+            if reply.error_bare:  # older vLLM: the error object itself, "object": "error"
+                self._chunk(f"data: {json.dumps({'object': 'error', **error, 'param': None})}\n\n".encode())
+            else:
+                self._chunk(f"data: {json.dumps({'error': error})}\n\n".encode())
         else:
             self._chunk(f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n".encode())
 

@@ -252,3 +252,131 @@ async def test_a_sub_agents_answer_over_the_step_value_limit_says_so(host, log) 
     assert message.startswith("the sub-agent's model answer (step 'agent:model:0') is 50")
     assert "over the step value limit of 1000" in message and "step_value_limit" in message
     assert "store the data elsewhere" not in message
+
+
+# -- the sub-agent's history policy and its overflow -------------------------------------------------------
+
+
+class Page(BaseModel):
+    page: int
+
+
+def looping_sub_agent(*, history: Any, approve_at: int | None = None) -> tuple[Any, ScriptedModel, ScriptedModel]:
+    """A sub-agent that reads pages 0..5 one tool round at a time (each result 200
+    characters), then answers; page ``approve_at`` asks a person first."""
+
+    async def read(args: Page, ctx: Any) -> dict[str, Any]:
+        if args.page == approve_at:
+            await ctx.step.ask("approve", message=f"read page {args.page}?", schema=Ok)
+        return {"text": f"{args.page}" * 200}
+
+    def next_page(messages: list[dict[str, Any]]) -> ModelResponse:
+        # (a function script: the requests are trimmed, so no count of messages would do)
+        last = messages[-1]
+        page = 0 if last["role"] == "user" else int(json.loads(last["content"])["text"][0]) + 1
+        if page == 6:
+            return ModelResponse(text="read them all")
+        return ModelResponse(tool_calls=[ToolCall(id=f"c{page}", name="read", arguments={"page": page})])
+
+    child_model = ScriptedModel(next_page)
+    child = define_harness(
+        name="reader", model=child_model, history=history,
+        tools=[durable_tool(tool_definition(name="read", description="read a page", input_schema=Page), read)],
+    )
+    reader = agent_tool(tool_definition(name="reader", description="d", input_schema=Topic), child,
+                        prompt=lambda args: f"read about {args.topic}")
+    parent_model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(id="p1", name="reader", arguments={"topic": "x"})]), ModelResponse(text="ok")]
+    )
+    return define_harness(name="boss", model=parent_model, tools=[reader]), child_model, parent_model
+
+
+def pages_sent(request: list[dict[str, Any]]) -> list[int]:
+    return [c["arguments"]["page"] for m in request if m["role"] == "assistant" for c in m.get("tool_calls", ())]
+
+
+async def test_a_sub_agent_follows_its_harness_history_policy(host) -> None:
+    """Its run is one turn: trim_current_turn drops its oldest rounds (whole), the prompt stays."""
+    from harness import History
+
+    parent, child_model, parent_model = looping_sub_agent(history=History(max_chars=500, trim_current_turn=True))
+    session = await host.open(parent, session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "completed"
+    assert tool_result(parent_model, "p1")["content"] == {"text": "read them all"}
+    assert len(child_model.requests) == 7
+    for request in child_model.requests:
+        assert request[0] == {"role": "user", "content": "read about x"}
+        made = [c["id"] for m in request if m["role"] == "assistant" for c in m.get("tool_calls", ())]
+        assert made == [m["tool_call_id"] for m in request if m["role"] == "tool"]  # every call with its result
+    assert [pages_sent(r) for r in child_model.requests] == [[], [0], [0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]
+
+
+async def test_a_sub_agent_without_trim_current_turn_sends_its_whole_run(host) -> None:
+    from harness import History
+
+    parent, child_model, _ = looping_sub_agent(history=History(max_chars=500))
+    session = await host.open(parent, session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    assert pages_sent(child_model.requests[-1]) == [0, 1, 2, 3, 4, 5]
+
+
+async def test_a_resumed_sub_agent_sends_the_same_trimmed_requests(hosts, log, clock) -> None:
+    """Waiting for a person at page 4, the owner dies; the next owner's sub-agent (its
+    steps served from the log) sends exactly the requests an uninterrupted run sends."""
+    from harness import History
+
+    policy = History(max_chars=500, trim_current_turn=True)
+    parent, reference, _ = looping_sub_agent(history=policy, approve_at=4)
+    alone = await hosts(owner_id="alone").open(parent, session_id="s-ref")
+    assert (await alone.send("go", input_id="in-1")).outcome == "waiting"
+    assert (await alone.answer("p1", "agent:4.c4:approve", {"ok": True})).outcome == "completed"
+
+    parent, first_model, _ = looping_sub_agent(history=policy, approve_at=4)
+    first = await hosts(owner_id="first").open(parent, session_id=SID)
+    assert (await first.send("go", input_id="in-1")).outcome == "waiting"
+    await crash(first)
+    clock.advance(LEASE.total_seconds() + 1)
+    parent, second_model, _ = looping_sub_agent(history=policy, approve_at=4)
+    second = await hosts(owner_id="second").open(parent, session_id=SID)
+    [still] = await second.recover()
+    assert still.outcome == "waiting"
+    done = await second.answer("p1", "agent:4.c4:approve", {"ok": True})
+    assert done is not None and done.outcome == "completed"
+    assert len(first_model.requests) == 5 and len(second_model.requests) == 2  # (the first 5 served from the log)
+    assert first_model.requests + second_model.requests == reference.requests
+
+
+async def test_a_sub_agents_overflow_says_how_to_shorten_a_sub_agents_run(host) -> None:
+    """The session's advice (a history policy, a new session) does nothing for a sub-agent:
+    its message speaks of its tool rounds, max_model_calls, tool results, trim_current_turn."""
+    from harness import ContextTooLong
+    from harness.errors import RequestTooLarge
+
+    for error, code in [(ContextTooLong, "context_too_long"), (RequestTooLarge, "request_too_large")]:
+        def overflow(messages: list[dict[str, Any]], error: type[ContextTooLong] = error) -> ModelResponse:
+            if len(messages) > 1:
+                raise error("openai: HTTP 400 bad_request: This model's maximum context length is 4096 tokens.",
+                            status=400)
+            return ModelResponse(tool_calls=[ToolCall(id=f"c{len(messages)}", name="read", arguments={"page": 1})])
+
+        async def read(args: Page, ctx: Any) -> dict[str, Any]:
+            return {"text": "page"}
+
+        child = define_harness(name="reader", model=ScriptedModel(overflow), tools=[
+            durable_tool(tool_definition(name="read", description="d", input_schema=Page), read)])
+        reader = agent_tool(tool_definition(name="reader", description="d", input_schema=Topic), child)
+        parent_model = ScriptedModel(
+            [ModelResponse(tool_calls=[ToolCall(id="p1", name="reader", arguments={"topic": "x"})]),
+             ModelResponse(text="ok")]
+        )
+        session = await host.open(define_harness(name="boss", model=parent_model, tools=[reader]),
+                                  session_id=f"s-{code}")
+        assert (await session.send("go", input_id="in-1")).outcome == "completed"
+        failed = tool_result(parent_model, "p1")
+        assert failed["is_error"] and failed["content"]["type"] == error.__name__, failed
+        message = failed["content"]["message"]
+        assert message.startswith("the sub-agent 'reader', at its model call 2 (after 1 tool round): openai: HTTP 400")
+        assert message.endswith(error.SUB_AGENT_FIX)
+        assert "max_model_calls" in message and "trim_current_turn=True" in message and "tool results" in message
+        assert "start a new session" not in message

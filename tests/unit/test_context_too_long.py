@@ -256,3 +256,49 @@ async def test_a_mid_stream_overflow_fails_the_turn_at_once(host, log, server, m
     assert (result.outcome, result.code) == ("failed", "context_too_long")
     assert len(server.requests) == 1
     assert "harness.model.retry" not in await types(log, SID)
+
+
+# -- older vLLM: the error object not wrapped in "error" -----------------------------------------------
+
+VLLM_BARE = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_older_vllms_unwrapped_error_answer_is_context_too_long(server, models, streaming):
+    """HTTP 400 with {"object": "error", "message": ..., "type": "BadRequestError", "code": 400}."""
+    server.script(Fail(400, VLLM_BARE, bare=True), Reply(text="never asked"))
+    with pytest.raises(ContextTooLong) as info:
+        await make_model(server, "openai", models, streaming=streaming).complete(GO, [])
+    error = info.value
+    assert type(error) is ContextTooLong and (error.transient, error.status) == (False, 400)
+    assert VLLM_BARE.removesuffix(".") in error.message and error.message.endswith(ContextTooLong.FIX)
+    assert len(server.requests) == 1
+
+
+async def test_older_vllms_unwrapped_error_chunk_mid_stream_is_context_too_long(host, log, server, models):
+    """data: {"object": "error", "message": ..., "type": "BadRequestError", "code": 400} after 200 OK."""
+    server.script(Reply(text="never seen", error_after=1, error_type="BadRequestError", error_code=400,
+                        error_message=VLLM_BARE, error_bare=True))
+    with pytest.raises(ContextTooLong) as info:
+        await make_model(server, "openai", models).complete(GO, [])
+    error = info.value
+    assert type(error) is ContextTooLong and (error.transient, error.kind) == (False, "context_too_long")
+    assert VLLM_BARE.removesuffix(".") in error.message and "error during the stream" in error.message
+
+    server.script(Reply(text="never seen", error_after=1, error_type="BadRequestError", error_code=400,
+                        error_message=VLLM_BARE, error_bare=True), Reply(text="never asked"))
+    session = await host.open(define_harness(name="t/long", model=make_model(server, "openai", models)), session_id=SID)
+    result = await asyncio.wait_for(session.send("one message too many", input_id="in-1"), timeout=20)
+    assert (result.outcome, result.code) == ("failed", "context_too_long")
+    assert len(server.requests) == 2  # (one above, one here: never retried)
+
+
+async def test_older_vllms_other_unwrapped_errors_mid_stream_are_errors_not_answers(server, models):
+    """Any other error object of that shape mid-stream is an error during the stream
+    (retried), not a chunk with no choices read as an empty answer."""
+    server.script(Reply(text="partial", error_after=2, error_type="InternalServerError", error_code=500,
+                        error_message="the engine died", error_bare=True))
+    with pytest.raises(ModelError) as info:
+        await make_model(server, "openai", models).complete(GO, [])
+    assert not isinstance(info.value, ContextTooLong) and info.value.transient
+    assert "the engine died" in info.value.message

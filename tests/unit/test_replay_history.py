@@ -148,3 +148,60 @@ def test_thinking_blocks_do_not_count_for_max_chars():
     plain = {"role": "assistant", "content": "ok"}
     reasoned = {**plain, "thinking": [{"type": "thinking", "thinking": "x" * 10_000, "signature": "s"}]}
     assert message_chars(reasoned) == message_chars(plain) == 2
+
+
+# -- trim_current_turn: a long tool loop (an agent_tool sub-agent's run is one turn) -------------------
+
+
+def tool_loop(rounds: int, *, size: int = 10) -> list[dict[str, Any]]:
+    """One turn in progress: a prompt, then ``rounds`` rounds of one call and its result each."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "research kafka"}]
+    for r in range(rounds):
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"r{r}", "name": "lookup", "arguments": {"page": r}}]})
+        messages.append({"role": "tool", "tool_call_id": f"r{r}", "name": "lookup", "content": "x" * size,
+                         "is_error": False})
+    return messages
+
+
+def test_trim_current_turn_drops_the_oldest_rounds_keeping_the_prompt_and_the_latest():
+    loop = tool_loop(10)
+    messages = conversation(turn(1), loop)
+    out = trim_history(messages, max_messages=7, trim_current_turn=True)
+    assert out == [SYSTEM, loop[0], *loop[-6:]]  # the prompt, then the 3 latest rounds (an older turn: gone)
+    assert_calls_paired(out)
+    round_chars = sum(message_chars(m) for m in loop[1:3])
+    out = trim_history(messages, max_chars=message_chars(loop[0]) + 4 * round_chars, trim_current_turn=True)
+    assert out == [SYSTEM, loop[0], *loop[-8:]]
+    # the prompt and the latest round are sent even when they alone are over the bounds
+    assert trim_history(messages, max_messages=1, max_chars=1, trim_current_turn=True) == [SYSTEM, loop[0], *loop[-2:]]
+    # (without it, the current turn is sent whole, as ever)
+    assert trim_history(messages, max_messages=7) == [SYSTEM, *loop]
+
+
+def test_trim_current_turn_changes_nothing_while_the_current_turn_fits():
+    messages = conversation(turn(1, calls=2), turn(2), tool_loop(2))
+    for bound in range(1, 20):
+        expected = trim_history(messages, max_messages=bound)
+        if len(tool_loop(2)) <= bound:
+            assert trim_history(messages, max_messages=bound, trim_current_turn=True) == expected
+
+
+def test_trim_current_turn_keeps_calls_with_their_results_and_no_holes():
+    """Rounds of several calls go whole; a round that does not fit goes with every older one."""
+    loop = [*tool_loop(0), *turn(0, calls=3)[1:-1], *tool_loop(1, size=500)[1:], *turn(5, calls=2)[1:-1]]
+    messages = [SYSTEM, *loop]
+    for bound in range(1, 2000, 7):
+        out = trim_history(messages, max_chars=bound, trim_current_turn=True)
+        assert_calls_paired(out)
+        assert out[:2] == [SYSTEM, loop[0]]
+        assert out[2:] == loop[len(loop) - len(out) + 2:]  # a suffix of the turn: no holes
+    small = trim_history(messages, max_chars=100, trim_current_turn=True)
+    assert small == [SYSTEM, loop[0], *turn(5, calls=2)[1:-1]]  # the big round is dropped with the one before it
+
+
+def test_trim_current_turn_is_checked():
+    assert History(max_chars=10, trim_current_turn=True).trim_current_turn is True
+    assert History(max_chars=10).trim_current_turn is False
+    with pytest.raises(DefinitionError, match=r"history\.trim_current_turn must be True or False"):
+        History(max_chars=10, trim_current_turn="yes")  # type: ignore[arg-type]
