@@ -556,31 +556,23 @@ class SqliteLog:
         return checkpoint, corrupt
 
     def _write_checkpoint(self, covers: int, live: list[str]) -> bool:
-        """On a thread of its own, on a connection of its own: never part of a group commit."""
-        conn = sqlite3.connect(self._path, timeout=self._busy_seconds, isolation_level=None)
-        try:
-            # Not fsync'd here: lost in a power cut, the previous checkpoint (or none) is used.
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                written = upsert_checkpoint(conn, covers, live)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return written
-        finally:
-            conn.close()
+        # Not fsync'd: lost in a power cut, the previous checkpoint (or none) is used.
+        return bool(self._write_apart(upsert_checkpoint, covers, live))
 
     def _write_summaries(self, rows: list[tuple[str, int, SessionSummary]]) -> int:
-        """On a thread of its own, on a connection of its own: never part of a group commit."""
+        # Not fsync'd: lost in a power cut, the rows are made again (a listing reads those sessions).
+        return int(self._write_apart(upsert_summaries, rows))
+
+    def _write_apart(self, write: Callable[..., Any], *args: Any) -> Any:
+        """``write(conn, *args)`` in a transaction of its own, on a connection of its own,
+        ``synchronous=NORMAL`` (what it writes can be made again): on a thread of its own,
+        never part of a group commit, never with a step's fsync."""
         conn = sqlite3.connect(self._path, timeout=self._busy_seconds, isolation_level=None)
         try:
-            # Not fsync'd here: lost in a power cut, the rows are made again (a listing reads those sessions).
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
             try:
-                written = upsert_summaries(conn, rows)
+                written = write(conn, *args)
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise

@@ -90,16 +90,25 @@ def _trim_turn(turn: list[M], max_messages: int | None, max_chars: int | None) -
     head, rounds = _rounds(turn)
     if len(rounds) < 2:
         return turn
-    count = len(head) + len(rounds[-1])
-    chars = sum(message_chars(m) for m in (*head, *rounds[-1]))
-    first_kept = len(rounds) - 1
-    for i in range(len(rounds) - 2, -1, -1):
-        count += len(rounds[i])
-        chars += sum(message_chars(m) for m in rounds[i])
+    kept = [*head, *rounds[-1]]
+    first = _first_that_fits(rounds, len(kept), sum(map(message_chars, kept)), max_messages, max_chars)
+    return [*head, *(m for r in rounds[first:] for m in r)]
+
+
+def _first_that_fits(
+    groups: Sequence[Sequence[M]], count: int, chars: int, max_messages: int | None, max_chars: int | None
+) -> int:
+    """The first of ``groups`` kept when the last one is kept anyway (its ``count`` messages
+    and ``chars`` characters with what else is kept) and the others newest first while the
+    bounds hold: the first that does not fit goes with every one before it."""
+    first_kept = len(groups) - 1
+    for i in range(len(groups) - 2, -1, -1):
+        count += len(groups[i])
+        chars += sum(message_chars(m) for m in groups[i])
         if _over(count, chars, max_messages, max_chars):
             break
         first_kept = i
-    return [*head, *(m for r in rounds[first_kept:] for m in r)]
+    return first_kept
 
 
 def trim_history(
@@ -128,11 +137,5 @@ def trim_history(
     count, chars = len(current), sum(message_chars(m) for m in current)
     if trim_current_turn and _over(count, chars, max_messages, max_chars):
         return [*messages[:head], *_trim_turn(current, max_messages, max_chars)]
-    first_kept = len(turns) - 1
-    for i in range(len(turns) - 2, -1, -1):
-        count += len(turns[i])
-        chars += sum(message_chars(m) for m in turns[i])
-        if _over(count, chars, max_messages, max_chars):
-            break
-        first_kept = i
+    first_kept = _first_that_fits(turns, count, chars, max_messages, max_chars)
     return [*messages[:head], *(m for turn in turns[first_kept:] for m in turn)]
