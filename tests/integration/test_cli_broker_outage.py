@@ -4,6 +4,7 @@ librdkafka's own lines (``%3|...|FAIL|rdkafka#producer-1| ...`` / ``FAIL [rdkafk
 
 from __future__ import annotations
 
+import select
 import socket
 import subprocess
 import sys
@@ -11,10 +12,10 @@ import time
 
 import pytest
 
+from tests.conftest import IN_CI
 from tests.integration.cli_helpers import cli_env
 from tests.integration.fleet_helpers import REPO
 
-PROBE_TIMEOUT_S = 5.0  # harness.cli.common's (not imported: this test must run against older code too)
 BROKER_LOST_S = 15.0
 
 
@@ -22,6 +23,21 @@ def _closed_port() -> int:
     with socket.socket() as sock:  # bound then closed: nothing listens there
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _line_with(proc: subprocess.Popen[str], text: str, deadline: float) -> str:
+    """The first line ``proc`` prints that holds ``text`` (its stdout read up to it)."""
+    assert proc.stdout is not None
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if not ready:
+            break
+        line = proc.stdout.readline()
+        if not line:
+            break  # (it ended)
+        if text in line:
+            return line
+    raise AssertionError(f"{proc.args!r} printed no line with {text!r}")
 
 
 def _noise(stderr: str) -> list[str]:
@@ -42,7 +58,6 @@ def _harness(*args: str) -> list[str]:
 ], ids=lambda c: "-".join(a for a in c if not a.startswith(("{", "-"))))
 def test_no_broker_is_one_line(command: tuple[str, ...]) -> None:
     bootstrap = f"127.0.0.1:{_closed_port()}"
-    started = time.monotonic()
     out = subprocess.run(_harness(*command, "--log", f"kafka://{bootstrap}?topic_prefix=nobroker"),
                          capture_output=True, text=True, timeout=60, env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL)
     lines = out.stderr.splitlines()
@@ -52,7 +67,6 @@ def test_no_broker_is_one_line(command: tuple[str, ...]) -> None:
     assert "check the address in --log (or HARNESS_LOG) and that the broker is up" in lines[0]
     assert not _noise(out.stderr)
     assert out.stdout == ""
-    assert time.monotonic() - started < PROBE_TIMEOUT_S + 10
 
 
 @pytest.mark.kafka
@@ -64,7 +78,9 @@ def test_broker_stopped_mid_command(tmp_path: object) -> None:
 
     try:
         broker = LocalKafka().start()
-    except Exception as exc:  # noqa: BLE001 - no Java / jars here
+    except Exception as exc:  # noqa: BLE001 - no Java / jars here: fail in CI, skip locally
+        if IN_CI:
+            pytest.fail(f"no Kafka broker could be started in CI: {exc}", pytrace=False)
         pytest.skip(f"no local Kafka broker: {exc}")
     url = f"kafka://{broker.bootstrap}?topic_prefix=outage&partitions=1"
     env = cli_env()
@@ -86,11 +102,9 @@ def test_broker_stopped_mid_command(tmp_path: object) -> None:
             shown = subprocess.run(_harness("show", "s-1", "--log", url), capture_output=True, text=True,
                                    env=env, cwd=REPO, timeout=60)
         assert "in-1" in shown.stdout, shown.stderr
-        time.sleep(1.0)  # (the tail is following by now)
+        _line_with(tail, "in-1", deadline)  # the tail shows the input: it is following
         broker.stop()
-        stopped = time.monotonic()
         send_out, send_err = send.communicate(timeout=BROKER_LOST_S + 60)
-        send_took = time.monotonic() - stopped
         tail_out, tail_err = tail.communicate(timeout=BROKER_LOST_S + 60)
     finally:
         for proc in ("send", "tail"):
@@ -104,7 +118,6 @@ def test_broker_stopped_mid_command(tmp_path: object) -> None:
     assert send_err.startswith(f"harness send: lost the Kafka cluster at {broker.bootstrap}: no broker answered")
     assert "check that the broker is up and that --log (or HARNESS_LOG) names it" in send_err
     assert "in-1 is in the log" in send_err
-    assert send_took < BROKER_LOST_S + 20, send_took
     assert tail.returncode == 1, tail_err
     assert not _noise(tail_err), tail_err
     assert tail_err.splitlines()[-1].startswith(f"harness tail: lost the Kafka cluster at {broker.bootstrap}")

@@ -143,7 +143,7 @@ async def test_verdicts_held_up_by_another_holder_of_the_lease_land_once_it_lets
     clock.advance(PARKED_RETRY_MAX_S)
     settled = await asyncio.wait_for(client.wait_settled("bad", late), 10)
     assert (settled.outcome, settled.code) == ("rejected", "session_unreadable")
-    await asyncio.sleep(0.05)
+    await until(lambda: rt.checkpoint().reread == (), "its verdicts are known to be all written")
     assert await settlements(log, "bad") == [
         ("in-1", "completed", None), ("in-2", "rejected", "session_unreadable"), ("in-3", "rejected", "session_unreadable"),
     ]  # in-2 once: the other's verdict counted
