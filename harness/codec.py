@@ -162,7 +162,8 @@ class RecordCodec:
 
     def encode(self, record: Record) -> bytes:
         """The record as framed Avro bytes; ``CodecError`` if it cannot be encoded."""
-        schema, header, fast = self._header(type(record))
+        cls = type(record)
+        schema, header, fast = self._by_class.get(cls) or self._header(cls)
         try:
             if fast is not None and (written := fast(record, header)) is not None:
                 return written  # (None: a value fastavro must judge; see harness.codec_fast)

@@ -130,7 +130,7 @@ def secret_forms(secret: str) -> set[str]:
 class SecretScrubber:
     """Finds and removes secret values in JSON values and text."""
 
-    __slots__ = ("_inside", "_markers", "_whole")
+    __slots__ = ("_inside", "_markers", "_whole", "active")
 
     def __init__(self, secrets: Mapping[str, str]) -> None:
         inside: list[tuple[str, str]] = []  # (form, name) found anywhere in a string
@@ -144,6 +144,8 @@ class SecretScrubber:
                     inside.append((form, name))
         self._inside = sorted(inside, key=lambda i: -len(i[0]))  # longest first
         self._whole = whole
+        self.active = bool(whole)
+        """Whether there is any secret to find (read on hot paths: no call)."""
         fallback = next(m for m in _FALLBACK_MARKERS if not self.holds(m))
         self._markers: dict[str, str] = {}
         for name in secrets:

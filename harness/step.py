@@ -102,6 +102,20 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
 
 
+def _bare_async(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is the common step fn: a plain ``async def`` function or lambda-made
+    coroutine function that takes no argument (no StepInfo), without attributes that
+    could change its signature (``__wrapped__``, ``__signature__``): it is awaited as it
+    is, on the loop (what ``_call_fn`` does for it, without asking three questions)."""
+    if type(fn) is not FunctionType or fn.__dict__:
+        return False
+    code = fn.__code__
+    return bool(code.co_flags & _CO_COROUTINE) and code.co_argcount - len(fn.__defaults__ or ()) < 1
+
+
+_CO_COROUTINE = inspect.CO_COROUTINE
+
+
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
@@ -247,15 +261,17 @@ class _Names:
                 tool_call_id=self._scope[1] or None,
                 step_name=name if isinstance(name, str) else None,
             )
-        if not isinstance(name, str) or not name:
-            raise StepError(
-                f"a {kind} name must be a non-empty string",
-                session_id=self._scope[0],
-                tool_call_id=self._scope[1],
-            )
-        check_text(name, what=f"a {kind} name")
-        if self._scrubber is not None:
-            self._scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
+        if type(name) is not str or not name.isascii() or not name:  # (else nothing to check: a hot path)
+            if not isinstance(name, str) or not name:
+                raise StepError(
+                    f"a {kind} name must be a non-empty string",
+                    session_id=self._scope[0],
+                    tool_call_id=self._scope[1],
+                )
+            check_text(name, what=f"a {kind} name")
+        scrubber = self._scrubber
+        if scrubber is not None and scrubber.active:
+            scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
         if name in self._used:
             raise DuplicateStepName(
                 f"{kind} name {name!r} was already used in this tool call; names must be "
@@ -290,12 +306,15 @@ class DurableStep:
         """The JSON copy of ``value`` (the one walk of it in Python) and its JSON text;
         raises before anything is written if the log must not hold it."""
         s = self._s
-        try:
-            copy = json_copy(value, what=f"the value of step {name!r}")
-        except StepError as exc:
-            exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
-            raise
-        found = s.scrubber.find(copy)
+        if type(value) is str and value.isascii():
+            copy = value  # (what json_copy gives for it: no surrogate can be in it)
+        else:
+            try:
+                copy = json_copy(value, what=f"the value of step {name!r}")
+            except StepError as exc:
+                exc.session_id, exc.tool_call_id, exc.step_name = s.session_id, s.tool_call_id, name
+                raise
+        found = s.scrubber.find(copy) if s.scrubber.active else None
         if found is not None:
             secret, path = found
             raise self._err(
@@ -320,23 +339,33 @@ class DurableStep:
         return copy, text
 
     async def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        """Run ``fn`` once per call and name; return the JSON copy of its value."""
-        self._names.check_fn(name, fn)
-        stored, info = self.begin(name)
-        if info is None:
-            metrics.step(self._s.harness_name, "served")
-            return stored
-        at_boundary = self._s.at_boundary  # (inline: a step is a hot path)
+        """Run ``fn`` once per call and name; return the JSON copy of its value.
+
+        (``begin``, ``_call_fn`` and ``finish``, written out: a step is the hot path, and
+        on a disk every Python call after a commit's fsync runs on cold caches.)
+        """
+        if not callable(fn):
+            self._names.check_fn(name, fn)  # (raises)
+        self._names.take(name, "step")
+        s = self._s
+        steps = s.call.steps
+        if name in steps:
+            metrics.step(s.harness_name, "served")
+            return json_copy(steps[name])
+        at_boundary = s.at_boundary
         if at_boundary is not None and (pause := at_boundary()) is not None:
             await pause  # the owner is handing over: stop here, before fn runs
         started = time.perf_counter()
         try:
-            value = await self.finish(name, await _call_fn(fn, info, self._s.run_sync))
+            raw = await fn() if _bare_async(fn) else await _call_fn(fn, self._info(name), s.run_sync)
+            value, text = self._check_value(name, raw)
+            await s.commit([StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)])
         except BaseException:
-            metrics.step(self._s.harness_name, "failed", time.perf_counter() - started)
+            metrics.step(s.harness_name, "failed", time.perf_counter() - started)
             raise
-        metrics.step(self._s.harness_name, "ran", time.perf_counter() - started)
-        return value
+        metrics.step(s.harness_name, "ran", time.perf_counter() - started)
+        # The caller gets a copy of its own (the session's state keeps ``value``), as in finish.
+        return loads(text) if isinstance(value, (dict, list)) else value
 
     async def _boundary(self) -> None:
         """Before a new step's ``fn`` runs: stop here if the owner is handing over."""
@@ -351,7 +380,11 @@ class DurableStep:
         s = self._s
         if name in s.call.steps:
             return json_copy(s.call.steps[name]), None
-        return None, StepInfo(
+        return None, self._info(name)
+
+    def _info(self, name: str) -> StepInfo:
+        s = self._s
+        return StepInfo(
             idempotency_key=ids.idempotency_key(s.log_id, s.tool_call_id, name),
             name=name,
             tool_call_id=s.tool_call_id,

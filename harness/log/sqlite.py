@@ -85,7 +85,7 @@ from harness.log import (
 from harness.log.base import Checkpoint, LeaseInfo, LogEntry
 from harness.log.holder import HOLDER_GRACE_S, running_holder
 from harness.log.sqlite_checkpoint import NoCheckpoint, select_checkpoint, select_heads, upsert_checkpoint
-from harness.log.sqlite_commit import GroupCommit, SqliteStats
+from harness.log.sqlite_commit import NOT_ALONE, GroupCommit, SqliteStats
 from harness.log.sqlite_listing import ListingRows, select_listing, select_sources
 from harness.log.sqlite_open import connect_read, open_reader, open_writer
 from harness.log.sqlite_positions import WriteConnection
@@ -381,7 +381,7 @@ class SqliteLog:
                 self._fence(db, writer)  # checks and renews
                 writer._renew_at = now + writer._lease_seconds / 3
             else:
-                owner = (writer.owner, writer.epoch)  # checked by the positions' query
+                owner = (writer._owner, writer._epoch)  # checked by the positions' query
         seqs = append_rows(db, session_id, encoded, owner, db.known)
         if seqs is None:
             assert writer is not None
@@ -589,6 +589,12 @@ class SqliteLog:
         return LeaseInfo(owner=owner, epoch=epoch, lease_until=lease_until)
 
 
+def _entries(seqs: list[int], records: Sequence[Record]) -> list[LogEntry]:
+    if len(seqs) == 1:
+        return [LogEntry(seqs[0], records[0])]
+    return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
+
+
 class SqliteWriter:
     """The owner's handle on one session of a :class:`SqliteLog`."""
 
@@ -626,8 +632,24 @@ class SqliteWriter:
         """
         log = self._log
         encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
-        seqs = await log._writes().run(log._op_append, (self._session_id, encoded, self), True)
-        return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
+        commits = log._writes()
+        args = (self._session_id, encoded, self)
+        seqs = commits.alone(log._op_append, args, True)
+        if seqs is NOT_ALONE:
+            seqs = await commits.grouped(log._op_append, args, True)
+        return _entries(seqs, records)
+
+    def append_now(self, records: Sequence[Record]) -> list[LogEntry] | None:
+        """``append``, done at once on the loop's thread when this write is alone (see
+        ``GroupCommit.alone``); None, with nothing written, when it must await ``append``.
+        A step's hot path: no coroutine between the step and its commit.
+
+        Raises what ``append`` raises.
+        """
+        log = self._log
+        encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
+        seqs = log._writes().alone(log._op_append, (self._session_id, encoded, self), True)
+        return None if seqs is NOT_ALONE else _entries(seqs, records)
 
     async def renew(self) -> None:
         await self._log._writes().run(self._log._op_renew, (self,), False)

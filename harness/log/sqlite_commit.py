@@ -54,7 +54,7 @@ from harness.errors import FencedError, LogClosed, LogUnavailable, SessionBusy
 from harness.log.sqlite_positions import WriteConnection
 from harness.observability import metrics
 
-__all__ = ["GroupCommit", "SqliteStats"]
+__all__ = ["NOT_ALONE", "GroupCommit", "SqliteStats"]
 
 _REFUSALS = (FencedError, SessionBusy)
 """What a single write may fail with alone; it raises them before writing anything."""
@@ -103,8 +103,8 @@ class _Busy(Exception):
     """The write lock is held elsewhere; retry where waiting does not block the loop."""
 
 
-_BUSY = object()
-"""``GroupCommit._alone``'s answer when the write lock is held elsewhere."""
+NOT_ALONE = object()
+"""``GroupCommit.alone``'s answer when the write must join a group (nothing was written)."""
 
 
 class GroupCommit:
@@ -163,10 +163,78 @@ class GroupCommit:
     async def run(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
         """Run ``fn(db, *args)`` in the next group commit of the running loop; its value.
 
-        A write that finds the loop's writes idle opens the group and flushes it itself
-        after one loop step (see the module doc), or, when no other task is ready to join
-        it, commits at once without a group; any other waits for its group's flush.
+        A write that finds the loop's writes idle and no other task ready to join it
+        commits at once, without a group (:meth:`alone`); a write that finds them idle
+        otherwise opens the group and flushes it itself after one loop step (see the
+        module doc); any other waits for its group's flush.
         """
+        done = self.alone(fn, args, is_append)
+        if done is not NOT_ALONE:
+            return done
+        return await self.grouped(fn, args, is_append)
+
+    def alone(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
+        """``fn(db, *args)``'s value, committed at once in a transaction of its own, when
+        this write is alone: no group on the running loop, no other task ready to join
+        one, commits cheap enough for the loop, the write lock free (the common case: one
+        session's sequential steps). Else ``NOT_ALONE``, and nothing was written: await
+        :meth:`grouped`. No group and no future to make and resolve, no loop step: the
+        whole write is straight-line code on the loop's thread.
+
+        Raises what :meth:`run` raises.
+        """
+        if self.closed:
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
+        loop = asyncio.get_running_loop()
+        ready = getattr(loop, "_ready", None)  # (see _others_ready)
+        if (
+            (self._groups and self._groups.get(loop) is not None)
+            or ready is None
+            or ready
+            or self._inline_limit <= 0
+            or self._commit_avg > self._inline_limit
+        ):
+            return NOT_ALONE
+        with self._wlock:
+            db = self._wconn
+            if db is None:
+                raise LogClosed(f"the SQLite log {self._path!r} is closed")
+            try:
+                try:
+                    db.statements.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_BUSY:
+                        return NOT_ALONE  # locked by another connection: the group waits for it
+                    raise
+                started = time.perf_counter()
+                try:
+                    db.known.begin(db)
+                    try:
+                        out = fn(db, *args)
+                    except _REFUSALS:
+                        db.execute("ROLLBACK")  # (a refusal wrote nothing: what is known holds)
+                        self._committed(time.perf_counter() - started, -1, False)
+                        raise
+                    db.statements.execute("COMMIT")
+                except _REFUSALS:
+                    raise
+                except BaseException:
+                    self._abort(db)
+                    raise
+                # (_committed, written out: the first Python after the fsync)
+                self._commit_avg += (min(time.perf_counter() - started, 2 * self._inline_limit) - self._commit_avg) * 0.125
+                appends = int(is_append)
+                metrics.group_commit(appends)
+                stats = self._stats
+                stats.transactions += 1
+                stats.appends += appends
+                return out
+            except (sqlite3.Error, UnicodeDecodeError) as exc:
+                raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
+
+    async def grouped(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
+        """Run ``fn(db, *args)`` in the next group commit of the running loop; its value
+        (a write :meth:`alone` did not take)."""
         if self.closed:
             raise LogClosed(f"the SQLite log {self._path!r} is closed")
         loop = asyncio.get_running_loop()
@@ -176,8 +244,6 @@ class GroupCommit:
         ):
             return await self.write(fn, args, is_append)
         if group is None:
-            if not _others_ready(loop) and (done := self._alone(fn, args, is_append)) is not _BUSY:
-                return done
             group = self._groups[loop] = _Group()
         fut = loop.create_future()
         group.queue.append((fn, args, fut, is_append))
@@ -193,22 +259,6 @@ class GroupCommit:
         if group.scheduled:  # (else close() flushed it meanwhile)
             self._flush(loop, group)
         return await fut  # done, unless the commit went to the writer thread
-
-    def _alone(self, fn: Callable[..., Any], args: tuple[Any, ...], is_append: bool) -> Any:
-        """A lone writer (no group on this loop, no other task ready to join one): its own
-        transaction at once, with no group and no future to make and resolve (the common
-        case: one session's sequential steps); ``_BUSY`` when another connection holds
-        the lock (then it is queued as any other write)."""
-        try:
-            [outcome] = self._commit([(fn, args, None, is_append)], wait=False)  # type: ignore[list-item]
-        except _Busy:
-            return _BUSY
-        except Exception as exc:  # noqa: BLE001 (any failure of the transaction is this write's)
-            err = self._write_error(exc)
-            raise err from err.__cause__  # (a LogUnavailable caused by the SQLite error; a bug as itself)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
 
     def run_blocking(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Run ``fn(db, *args)`` in a transaction of its own on the calling thread (not an
@@ -341,22 +391,31 @@ class GroupCommit:
                     db.known.begin(db)
                     outcomes, appends = self._run_ops(db, ops)
                 except BaseException:
-                    db.known.forget()  # (what this transaction wrote is gone)
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
+                    self._abort(db)
                     raise
-                # A moving average of commit times, each clipped so one stall (a
-                # checkpoint, a noisy neighbour) does not move commits off the loop.
-                took = min(time.perf_counter() - started, 2 * self._inline_limit)
-                self._commit_avg += (took - self._commit_avg) * 0.125
-                if appends >= 0:
-                    metrics.group_commit(appends)
-                    self._stats.transactions += 1
-                    self._stats.appends += appends
-                    self._stats.offloaded += wait
+                self._committed(time.perf_counter() - started, appends, wait)
                 return outcomes
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc
+
+    @staticmethod
+    def _abort(db: WriteConnection) -> None:
+        """A transaction that failed: forget what it wrote, roll it back."""
+        db.known.forget()  # (what this transaction wrote is gone)
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+    def _committed(self, took: float, appends: int, offloaded: bool) -> None:
+        """A transaction that ended (``appends`` -1: every write of it refused)."""
+        # A moving average of commit times, each clipped so one stall (a checkpoint, a
+        # noisy neighbour) does not move commits off the loop.
+        self._commit_avg += (min(took, 2 * self._inline_limit) - self._commit_avg) * 0.125
+        if appends >= 0:
+            metrics.group_commit(appends)
+            stats = self._stats
+            stats.transactions += 1
+            stats.appends += appends
+            stats.offloaded += offloaded
 
     def _thread_conn(self) -> WriteConnection:
         """The writer thread's connection (made at its first commit, ``_wlock`` held): it

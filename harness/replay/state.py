@@ -234,7 +234,7 @@ class SessionState:
         before them. Positions up to ``read_upto`` (the log was read that far)
         and the positions in ``_ahead`` (folded beyond it) are known.
         """
-        if self.folded(seq):
+        if seq <= self.read_upto or seq in self._ahead:  # (folded(seq), inline: a hot path)
             return
         self._ahead.add(seq)
         self.last_seq = max(self.last_seq, seq)
@@ -392,14 +392,20 @@ def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
 
 
 def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
-    call = _call(state, r.tool_call_id)
+    # (_call and call.progressed, written out: every step's commit folds one)
+    call = state.calls.get(r.tool_call_id)
     if call is None:
+        state.anomalies += 1
         return
-    if r.name in call.steps:
+    name = r.name
+    steps = call.steps
+    if name in steps:
         state.anomalies += 1  # first committed value wins
         return
-    call.steps[r.name] = r.value
-    call.progressed(seq, "step", r.name)
+    steps[name] = r.value
+    if seq >= call.progress_seq:
+        call.progress_seq = seq
+        call.progress = ("step", name)
 
 
 def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:

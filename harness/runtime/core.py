@@ -324,16 +324,29 @@ class SessionCore:
             raise self.fatal
         own = self.ownership
         writer = own.writer or await own.acquire()
+        scrubber = self.scrubber
+        if scrubber.active:
+            records = [redact_record(r, scrubber) for r in records]
         own.inflight += 1
         try:
-            entries = await writer.append([self.redact(r) for r in records])
+            # A writer that can commit a lone write at once (SQLite's) does it with no
+            # coroutine in between; else, or when it cannot now, the write is awaited.
+            # (Asked of its class: a wrapper that passes other attributes on to the writer
+            # it wraps, and catches ``append``, is never gone around.)
+            append_now = getattr(type(writer), "append_now", None)
+            entries = append_now(writer, records) if append_now is not None else None
+            if entries is None:
+                entries = await writer.append(records)
         finally:
             own.inflight -= 1
+        apply = self.state.apply
         for entry in entries:
-            self.state.apply_entry(entry)
+            apply(entry.seq, entry.record)
         # This owner's own step results decide no input's result (settled, waiting):
         # the waiters of results sleep on (a step costs no wake-up of ``send``).
-        self.notify(verdicts=not all(type(r) is StepResult for r in records))
+        self.notify(verdicts=type(records[0]) is not StepResult if len(records) == 1 else not all(
+            type(r) is StepResult for r in records
+        ))
 
     def publish_live(self, event: LiveEvent) -> None:
         """A text delta of a streamed model answer: to this host's subscribers and, on

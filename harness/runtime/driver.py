@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol
@@ -464,7 +465,8 @@ class TurnDriver:
                 ask_models=core.ask_models,
                 harness_name=core.harness.name,
                 on_wait=lambda waiting: self._waiting(call.tool_call_id, waiting),
-                at_boundary=(lambda: self._at_boundary(call.tool_call_id)) if self._may_stop_between_steps(call.name)
+                at_boundary=functools.partial(self._at_boundary, call.tool_call_id)
+                if self._may_stop_between_steps(call.name)
                 else None,
             )
             run = await run_tool_call(
