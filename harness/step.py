@@ -359,7 +359,7 @@ class DurableStep:
         try:
             raw = await fn() if _bare_async(fn) else await _call_fn(fn, self._info(name), s.run_sync)
             value, text = self._check_value(name, raw)
-            await s.commit([StepResult(s.session_id, _ms(s.clock.now()), s.tool_call_id, name, value)])
+            await s.commit([StepResult(s.session_id, round(s.clock.now() * 1000), s.tool_call_id, name, value)])
         except BaseException:
             metrics.step(s.harness_name, "failed", time.perf_counter() - started)
             raise

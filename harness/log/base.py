@@ -41,7 +41,12 @@ class LeaseInfo:
 
 @runtime_checkable
 class SessionWriter(Protocol):
-    """The owner's handle on one session's log."""
+    """The owner's handle on one session's log.
+
+    A writer's class may also define ``append_now(records)``: the entries when it
+    committed them at once, else an awaitable of them (the session core prefers it to
+    ``append``: a step's commit with no coroutine in between; the SQLite writer has it).
+    """
 
     @property
     def session_id(self) -> str: ...

@@ -54,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -630,26 +630,27 @@ class SqliteWriter:
             RecordTooLarge: a record is over the log's ``max_record_bytes``; nothing written.
             LogUnavailable: the database failed; nothing written.
         """
-        log = self._log
-        encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
-        commits = log._writes()
-        args = (self._session_id, encoded, self)
-        seqs = commits.alone(log._op_append, args, True)
-        if seqs is NOT_ALONE:
-            seqs = await commits.grouped(log._op_append, args, True)
-        return _entries(seqs, records)
+        done = self.append_now(records)
+        return done if isinstance(done, list) else await done
 
-    def append_now(self, records: Sequence[Record]) -> list[LogEntry] | None:
-        """``append``, done at once on the loop's thread when this write is alone (see
-        ``GroupCommit.alone``); None, with nothing written, when it must await ``append``.
-        A step's hot path: no coroutine between the step and its commit.
+    def append_now(self, records: Sequence[Record]) -> list[LogEntry] | Awaitable[list[LogEntry]]:
+        """``append``: done at once on the loop's thread when this write is alone (see
+        ``GroupCommit.alone``), else what to await for it (its group's commit). A step's
+        hot path: no coroutine between the step and its commit.
 
         Raises what ``append`` raises.
         """
         log = self._log
         encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
-        seqs = log._writes().alone(log._op_append, (self._session_id, encoded, self), True)
-        return None if seqs is NOT_ALONE else _entries(seqs, records)
+        args = (self._session_id, encoded, self)
+        seqs = log._writes().alone(log._op_append, args, True)
+        if seqs is NOT_ALONE:
+            return self._grouped(args, records)
+        return _entries(seqs, records)
+
+    async def _grouped(self, args: tuple[Any, ...], records: Sequence[Record]) -> list[LogEntry]:
+        log = self._log
+        return _entries(await log._writes().grouped(log._op_append, args, True), records)
 
     async def renew(self) -> None:
         await self._log._writes().run(self._log._op_renew, (self,), False)

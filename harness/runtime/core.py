@@ -330,13 +330,14 @@ class SessionCore:
         own.inflight += 1
         try:
             # A writer that can commit a lone write at once (SQLite's) does it with no
-            # coroutine in between; else, or when it cannot now, the write is awaited.
+            # coroutine in between (``append_now`` gives the entries, or what to await).
             # (Asked of its class: a wrapper that passes other attributes on to the writer
             # it wraps, and catches ``append``, is never gone around.)
             append_now = getattr(type(writer), "append_now", None)
-            entries = append_now(writer, records) if append_now is not None else None
-            if entries is None:
+            if append_now is None:
                 entries = await writer.append(records)
+            elif not isinstance(entries := append_now(writer, records), list):
+                entries = await entries
         finally:
             own.inflight -= 1
         apply = self.state.apply
