@@ -271,6 +271,28 @@ async def test_a_database_error_fails_every_append_of_its_transaction(log, monke
     assert await log.read("s0") == [entry]
 
 
+async def test_a_lone_write_that_fails_writes_nothing_and_the_next_one_reads_its_positions_again(log, monkeypatch):
+    writer = await log.claim("s", owner="w", lease=LEASE)
+    (first,) = await writer.append([step("s", 0)])
+    real = log._op_append
+
+    def failing(db, session_id, encoded, writer_):  # type: ignore[no-untyped-def]
+        real(db, session_id, encoded, writer_)  # inserted (and remembered), then the disk fails
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(log, "_op_append", failing)
+    before = log.stats.transactions
+    with pytest.raises(LogUnavailable) as caught:
+        await writer.append([step("s", 1)])  # alone: committed (here: failed) at once
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    assert log.stats.transactions == before
+    monkeypatch.undo()
+    assert await log.read("s") == [first]  # nothing of it is visible
+    (again,) = await writer.append([step("s", 2)])  # what the failed one "wrote" is not taken as known
+    assert again.seq == first.seq + 1
+    assert [e.seq for e in await log.read("s")] == [first.seq, again.seq]
+
+
 async def test_a_file_locked_by_another_connection_never_blocks_the_loop(log, db):
     writer = await log.claim("s", owner="w", lease=LEASE)
     other = sqlite3.connect(db, isolation_level=None)
