@@ -4,13 +4,16 @@ name may be, and that a wrapped writer sees every append."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from harness import define_harness, durable_tool, tool_definition
 from harness.errors import SecretInName, SecretInStepValue, StepError, StepValueError, StepValueTooLarge
+from harness.records import StepResult
 
 from .conftest import Args, call, entries, script
 
@@ -141,7 +144,7 @@ async def test_a_wrapped_writer_sees_every_append_even_where_the_writer_commits_
 
     async def execute(args: Args, ctx: Any) -> Any:
         for n in range(3):
-            await ctx.step.do(f"s{n}", lambda: n)
+            await ctx.step.do(f"s{n}", lambda n=n: n)
         return "ok"
 
     session = await hosts(log_=_WrappingLog(log, seen)).open(harness_of(execute), session_id=SID)
@@ -161,9 +164,8 @@ async def test_sqlite_commits_a_lone_step_at_once_and_a_grouped_one_encodes_its_
         return real(record)
 
     monkeypatch.setattr(codec, "encode", counting)
-    writer = await log.claim("a", owner="w", lease=__import__("datetime").timedelta(seconds=30))
-    other = await log.claim("b", owner="w", lease=__import__("datetime").timedelta(seconds=30))
-    from harness.records import StepResult
+    writer = await log.claim("a", owner="w", lease=timedelta(seconds=30))
+    other = await log.claim("b", owner="w", lease=timedelta(seconds=30))
 
     def rec(sid: str, n: int) -> StepResult:
         return StepResult(sid, 1, "c1", f"s{n}", n)
@@ -172,8 +174,6 @@ async def test_sqlite_commits_a_lone_step_at_once_and_a_grouped_one_encodes_its_
     [entry] = writer.append_now([rec("a", 0)])  # alone: committed on return, no awaiting
     assert log.stats.transactions == before + 1  # type: ignore[attr-defined]
     assert await log.read("a") == [entry]
-
-    import asyncio
 
     encoded.clear()
 
