@@ -56,6 +56,7 @@ from harness.codec_schemas import (
     schema_dir,
 )
 from harness.errors import CodecError, HarnessError
+from harness.jsonvalues import dumps
 from harness.records import ModelResponseRecord, Record
 
 __all__ = [
@@ -89,7 +90,7 @@ def _reject_constant(name: str) -> Any:
 
 
 # Built once: json.dumps/json.loads with non-default options build a new coder per call.
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_dumps = dumps  # (compact, NaN refused: the one JSON text of a value, jsonvalues')
 _loads = json.JSONDecoder(parse_constant=_reject_constant).decode
 
 

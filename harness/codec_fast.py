@@ -73,7 +73,10 @@ _CHECK_WRITE = {
         "if type(v{i}) is not str: return None\n"
         "d{i} = v{i}.encode('utf-8')\n"
         "n{i} = len(d{i})\n"
-        "p{i} = ({opt}_SMALL[n{i} << 1] if n{i} < 0x40 else _varint(n{i} << 1), d{i})"
+        # (a length's varint: one byte under 64, two written out under 8192, else _varint)
+        "p{i} = ({opt}_SMALL[n{i} << 1], d{i}) if n{i} < 0x40 else "
+        "({opt}_CONTINUED[(n{i} << 1) & 0x7F], _SMALL[n{i} >> 6], d{i}) if n{i} < 0x2000 else "
+        "({opt}_varint(n{i} << 1), d{i})"
     ),
     "long": (
         "if type(v{i}) is not int or not _LONG_MIN <= v{i} <= _LONG_MAX: return None\n"
@@ -143,6 +146,7 @@ def compile_writer(
         return None
     namespace: dict[str, Any] = {
         "_SMALL": _SMALL,
+        "_CONTINUED": _CONTINUED,
         "_varint": _varint,
         "_LONG_MIN": _LONG_MIN,
         "_LONG_MAX": _LONG_MAX,

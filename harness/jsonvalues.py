@@ -41,9 +41,12 @@ INT64_MAX = 2**63 - 1
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+_encode_str = json.encoder.encode_basestring  # (what _encode does with a str, without its frame)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text; refuses NaN/Infinity."""
-    return _encode(value)
+    return _encode_str(value) if type(value) is str else _encode(value)
 
 
 def loads(text: str) -> Any:

@@ -43,9 +43,10 @@ class LeaseInfo:
 class SessionWriter(Protocol):
     """The owner's handle on one session's log.
 
-    A writer's class may also define ``append_now(records)``: the entries when it
-    committed them at once, else an awaitable of them (the session core prefers it to
-    ``append``: a step's commit with no coroutine in between; the SQLite writer has it).
+    A writer's class may also define ``append_now(records)``: the records' positions
+    when it committed them at once, else an awaitable of them (the session core prefers
+    it to ``append``: a step's commit with no coroutine in between; the SQLite writer
+    has it).
     """
 
     @property

@@ -589,12 +589,6 @@ class SqliteLog:
         return LeaseInfo(owner=owner, epoch=epoch, lease_until=lease_until)
 
 
-def _entries(seqs: list[int], records: Sequence[Record]) -> list[LogEntry]:
-    if len(seqs) == 1:
-        return [LogEntry(seqs[0], records[0])]
-    return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
-
-
 class SqliteWriter:
     """The owner's handle on one session of a :class:`SqliteLog`."""
 
@@ -630,27 +624,27 @@ class SqliteWriter:
             RecordTooLarge: a record is over the log's ``max_record_bytes``; nothing written.
             LogUnavailable: the database failed; nothing written.
         """
-        done = self.append_now(records)
-        return done if isinstance(done, list) else await done
+        seqs = self.append_now(records)
+        if not isinstance(seqs, list):
+            seqs = await seqs
+        if len(seqs) == 1:
+            return [LogEntry(seqs[0], records[0])]
+        return [LogEntry(seq, record) for seq, record in zip(seqs, records, strict=True)]
 
-    def append_now(self, records: Sequence[Record]) -> list[LogEntry] | Awaitable[list[LogEntry]]:
-        """``append``: done at once on the loop's thread when this write is alone (see
-        ``GroupCommit.alone``), else what to await for it (its group's commit). A step's
-        hot path: no coroutine between the step and its commit.
+    def append_now(self, records: Sequence[Record]) -> list[int] | Awaitable[list[int]]:
+        """``append``, giving the records' positions: done at once on the loop's thread
+        when this write is alone (see ``GroupCommit.alone``), else what to await for them
+        (its group's commit). A step's hot path: no coroutine between the step and its
+        commit, and no entries made that its caller would only take apart.
 
         Raises what ``append`` raises.
         """
         log = self._log
         encoded = _encode_batch(log._codec, self._session_id, records, log._limit)
         args = (self._session_id, encoded, self)
-        seqs = log._writes().alone(log._op_append, args, True)
-        if seqs is NOT_ALONE:
-            return self._grouped(args, records)
-        return _entries(seqs, records)
-
-    async def _grouped(self, args: tuple[Any, ...], records: Sequence[Record]) -> list[LogEntry]:
-        log = self._log
-        return _entries(await log._writes().grouped(log._op_append, args, True), records)
+        commits = log._writes()
+        seqs = commits.alone(log._op_append, args, True)
+        return commits.grouped(log._op_append, args, True) if seqs is NOT_ALONE else seqs
 
     async def renew(self) -> None:
         await self._log._writes().run(self._log._op_renew, (self,), False)

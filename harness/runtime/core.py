@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -330,19 +330,22 @@ class SessionCore:
         own.inflight += 1
         try:
             # A writer that can commit a lone write at once (SQLite's) does it with no
-            # coroutine in between (``append_now`` gives the entries, or what to await).
-            # (Asked of its class: a wrapper that passes other attributes on to the writer
-            # it wraps, and catches ``append``, is never gone around.)
+            # coroutine in between (``append_now`` gives the positions, or what to await
+            # for them). (Asked of its class: a wrapper that passes other attributes on to
+            # the writer it wraps, and catches ``append``, is never gone around.)
             append_now = getattr(type(writer), "append_now", None)
             if append_now is None:
-                entries = await writer.append(records)
-            elif not isinstance(entries := append_now(writer, records), list):
-                entries = await entries
+                landed: Iterable[tuple[int, Record]] = [(e.seq, e.record) for e in await writer.append(records)]
+            else:
+                seqs = append_now(writer, records)
+                if not isinstance(seqs, list):
+                    seqs = await seqs
+                landed = zip(seqs, records, strict=True)
         finally:
             own.inflight -= 1
         apply = self.state.apply
-        for entry in entries:
-            apply(entry.seq, entry.record)
+        for seq, record in landed:
+            apply(seq, record)
         # This owner's own step results decide no input's result (settled, waiting):
         # the waiters of results sleep on (a step costs no wake-up of ``send``).
         self.notify(verdicts=type(records[0]) is not StepResult if len(records) == 1 else not all(
