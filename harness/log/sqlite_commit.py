@@ -221,13 +221,7 @@ class GroupCommit:
                 except BaseException:
                     self._abort(db)
                     raise
-                # (_committed, written out: the first Python after the fsync)
-                self._commit_avg += (min(time.perf_counter() - started, 2 * self._inline_limit) - self._commit_avg) * 0.125
-                appends = int(is_append)
-                metrics.group_commit(appends)
-                stats = self._stats
-                stats.transactions += 1
-                stats.appends += appends
+                self._committed(time.perf_counter() - started, int(is_append), False)
                 return out
             except (sqlite3.Error, UnicodeDecodeError) as exc:
                 raise LogUnavailable(f"SQLite log {self._path!r}: {exc}") from exc

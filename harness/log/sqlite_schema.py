@@ -136,12 +136,12 @@ _pack_q = struct.Struct(">q").pack
 
 
 def row_crc(seq: int, prev: int, session_id: str | bytes, type_: str | bytes, value: bytes) -> int:
-    head = struct.pack(">qq", seq, prev) + _b(session_id) + b"\x00" + _b(type_) + b"\x00"
+    head = _pack_qq(seq, prev) + _b(session_id) + b"\x00" + _b(type_) + b"\x00"
     return zlib.crc32(value, zlib.crc32(head))
 
 
 def head_crc(session_id: str, last_seq: int) -> int:
-    return zlib.crc32(struct.pack(">q", last_seq) + session_id.encode())
+    return zlib.crc32(_pack_q(last_seq) + session_id.encode())
 
 
 def namespace_crc(namespace: str) -> str:
@@ -180,16 +180,13 @@ def append_rows(
         prev = head if head is not None else 0
         last = max(last, prev)  # a damaged file whose last rows are gone: never reuse a head's position
     seqs: list[int] = []
-    sid = session_id.encode()
     for type_, value in encoded:
         last += 1
-        # (row_crc, written out: an append is a hot path)
-        crc = zlib.crc32(value, zlib.crc32(_pack_qq(last, prev) + sid + b"\x00" + type_.encode() + b"\x00"))
-        db.execute(INSERT, (last, session_id, type_, value, prev, crc))
+        db.execute(INSERT, (last, session_id, type_, value, prev, row_crc(last, prev, session_id, type_, value)))
         seqs.append(last)
         prev = last
     if seqs:
-        db.execute(SET_HEAD, (session_id, prev, zlib.crc32(_pack_q(prev) + sid)))  # (head_crc)
+        db.execute(SET_HEAD, (session_id, prev, head_crc(session_id, prev)))
         if known is not None:
             known.appended(session_id, prev)
     return seqs

@@ -392,20 +392,14 @@ def _tool_started(state: SessionState, seq: int, r: ToolStarted) -> None:
 
 
 def _step_result(state: SessionState, seq: int, r: StepResult) -> None:
-    # (_call and call.progressed, written out: every step's commit folds one)
-    call = state.calls.get(r.tool_call_id)
+    call = _call(state, r.tool_call_id)
     if call is None:
-        state.anomalies += 1
         return
-    name = r.name
-    steps = call.steps
-    if name in steps:
+    if r.name in call.steps:
         state.anomalies += 1  # first committed value wins
         return
-    steps[name] = r.value
-    if seq >= call.progress_seq:
-        call.progress_seq = seq
-        call.progress = ("step", name)
+    call.steps[r.name] = r.value
+    call.progressed(seq, "step", r.name)
 
 
 def _sleep(state: SessionState, seq: int, r: SleepScheduled) -> None:
