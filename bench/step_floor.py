@@ -1,6 +1,6 @@
 """Where a SQLite step's floor is on this machine: ``step.do`` against a step with no checks.
 
-    python bench/step_floor.py /tmp                  # three files in that directory
+    python bench/step_floor.py /tmp                  # four files in that directory
 
 ``bench/step_latency.py`` times a durable no-op ``step.do`` against a raw commit. This
 one adds a third thing, the **minimal step**: what no step can skip and nothing more (await
@@ -9,12 +9,13 @@ the fn, ``json.dumps`` its value, make and encode the ``StepResult``, ``BEGIN IM
 on a file of the log's own schema. No name or value checks, no fencing, no lease, no
 group commit, no fold into a session's state, no wake-ups, no metrics.
 
-All three run in one tool of one harness process, in alternating blocks of ``--block``
+All of them run in one tool of one harness process, in alternating blocks of ``--block``
 after every file's WAL reached its checkpoint size (as ``step_latency``), so the minimal
 step runs with the same process memory and call depth as ``step.do``. What ``step.do``
 takes over the minimal step is what the step's contract costs in Python; what the minimal
 step takes over the raw commit is the schema's SQL (three pages, not two) and the least
-Python a step can have. Prints a table and, last, ``ratio=<step / raw> floor_ratio=<minimal / raw>``.
+Python a step can have. Prints a table and, last,
+``ratio=<step / raw> floor_ratio=<minimal / raw> small_raw_ratio=<raw at PAGE_SIZE / raw>``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.step_latency import _harness, pct, sqlite_baseline, wal_full
 from harness import HarnessHost
 from harness.codec import default_codec
-from harness.log.sqlite_schema import INSERT, SCHEMA, SET_HEAD, head_crc, row_crc
+from harness.log.sqlite_schema import INSERT, PAGE_SIZE, SCHEMA, SET_HEAD, head_crc, row_crc
 from harness.records import StepResult
+
+SMALL_RAW = f"raw, {PAGE_SIZE} B"
+"""The row of the raw commit on a file of the log's page size."""
 
 
 class MinimalStep:
@@ -43,6 +47,7 @@ class MinimalStep:
 
     def __init__(self, path: Path) -> None:
         self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # (as the log makes a file)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
@@ -75,20 +80,24 @@ def fresh(path: Path) -> Path:
 
 
 async def measure(directory: Path, n: int, block: int, warmup: int) -> dict[str, list[float]]:
-    raw_path, minimal_path, log_path = (fresh(directory / f"step-floor-{k}.db") for k in ("raw", "minimal", "log"))
+    raw_path, small_path, minimal_path, log_path = (
+        fresh(directory / f"step-floor-{k}.db") for k in ("raw", "raw-small", "minimal", "log")
+    )
     raw = sqlite_baseline(raw_path, 100)
+    small_raw = sqlite_baseline(small_path, 100, PAGE_SIZE)
     minimal = MinimalStep(minimal_path)
-    times: dict[str, list[float]] = {"step.do": [], "minimal step": [], "raw commit": []}
+    times: dict[str, list[float]] = {"step.do": [], "minimal step": [], "raw commit": [], SMALL_RAW: []}
 
     async def impl(args: Any, ctx: Any) -> dict[str, Any]:
         async def noop() -> str:
             return "x" * 100
 
         i = 0
-        while i < warmup or not (wal_full(raw_path) and wal_full(minimal_path) and wal_full(log_path)):
+        while i < warmup or not all(wal_full(p) for p in (raw_path, small_path, minimal_path, log_path)):
             await ctx.step.do(f"w{i}", noop)
             await minimal.do(f"w{i}", noop)
             raw()
+            small_raw()
             i += 1
         clock = time.perf_counter
         for b in range(max(1, n // block)):
@@ -104,6 +113,10 @@ async def measure(directory: Path, n: int, block: int, warmup: int) -> dict[str,
                 t0 = clock()
                 raw()
                 times["raw commit"].append(clock() - t0)
+            for _ in range(block):
+                t0 = clock()
+                small_raw()
+                times[SMALL_RAW].append(clock() - t0)
         return {}
 
     host = HarnessHost(log=f"sqlite:///{log_path}")
@@ -119,7 +132,7 @@ async def measure(directory: Path, n: int, block: int, warmup: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directory", type=Path, help="where the three files go (the disk to measure)")
+    parser.add_argument("directory", type=Path, help="where the four files go (the disk to measure)")
     parser.add_argument("-n", type=int, default=2000, help="timed operations of each kind")
     parser.add_argument("--block", type=int, default=25)
     parser.add_argument("--warmup", type=int, default=3000, help="rounds before timing (and until every WAL is full size)")
@@ -132,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, samples in times.items():
         print(f"| {name:<14} | {pct(samples, 0.5) * 1000:>9.3f} | {pct(samples, 0.99) * 1000:>9.3f} | {len(samples):>5} |")
     raw = pct(times["raw commit"], 0.5)
-    print(f"ratio={pct(times['step.do'], 0.5) / raw:.2f} floor_ratio={pct(times['minimal step'], 0.5) / raw:.2f}")
+    print(
+        f"ratio={pct(times['step.do'], 0.5) / raw:.2f} floor_ratio={pct(times['minimal step'], 0.5) / raw:.2f} "
+        f"small_raw_ratio={pct(times[SMALL_RAW], 0.5) / raw:.2f}"
+    )
     return 0
 
 

@@ -12,6 +12,10 @@ alike):
 
 * SQLite: a raw commit of a record of the same size with the same settings (WAL,
   ``synchronous=FULL``), on its own file beside the log: BEGIN IMMEDIATE, INSERT, COMMIT.
+  On SQLite's default 4 KiB pages (``ratio``), and, timed as a block of its own, on a
+  file of the log's page size (1 KiB, ``PAGE_SIZE``: a commit's pages are whole in the
+  WAL's fsync; ``page_matched_ratio``), so what the log's smaller pages save a commit
+  is not counted as the step's.
   Both files are timed in their steady state: the warm-up goes on until each WAL has
   reached its checkpoint size. A commit that still grows the WAL file costs about twice
   one that rewrites it (the fsync also writes the file's new size), and a new log's WAL
@@ -22,8 +26,9 @@ alike):
 
 With ``--concurrency N`` (Kafka) it also measures steps/s of N sessions at once (group
 commit: their steps share transactions) against bare transactions/s one after another.
-Prints tables, ``sync_ratio=<p50 sync step / p50 baseline>`` and, last,
-``ratio=<p50 async step / p50 baseline>``.
+Prints tables, ``sync_ratio=<p50 sync step / p50 baseline>``, (SQLite)
+``page_matched_ratio=<p50 async step / p50 raw commit at the log's page size>`` and,
+last, ``ratio=<p50 async step / p50 baseline>``.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import require_broker
 from harness import HarnessHost, define_harness, durable_tool, tool_definition
 from harness.codec import default_codec
+from harness.log.sqlite_schema import PAGE_SIZE
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 from harness.records import StepResult
 
@@ -80,8 +86,11 @@ def wal_full(path: Path) -> bool:
     return wal.exists() and wal.stat().st_size >= 32 + pages * (page_size + 24)
 
 
-def sqlite_baseline(path: Path, size: int) -> Callable[[], None]:
+def sqlite_baseline(path: Path, size: int, page_size: int | None = None) -> Callable[[], None]:
+    """A raw commit on ``path`` (made with ``page_size`` pages when given, else SQLite's default)."""
     db = sqlite3.connect(path, isolation_level=None)
+    if page_size is not None:
+        db.execute(f"PRAGMA page_size={page_size}")  # (before the file's first write)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute(
@@ -143,12 +152,15 @@ async def interleaved(
     warmup: int,
     block: int,
     warm: Callable[[], bool] = lambda: True,
-) -> tuple[list[float], list[float], list[float]]:
-    """Async-fn step, sync-fn step and baseline latencies, measured in alternating blocks
-    after ``warmup`` rounds and, further, until ``warm()`` says the files are in their steady state."""
+    second: Callable[[], None] | None = None,
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Async-fn step, sync-fn step, baseline and ``second`` baseline latencies, measured in
+    alternating blocks after ``warmup`` rounds and, further, until ``warm()`` says the files
+    are in their steady state."""
     steps: list[float] = []
     sync_steps: list[float] = []
     base: list[float] = []
+    base2: list[float] = []
 
     async def steps_impl(args: NoArgs, ctx: Any) -> dict[str, int]:
         value = "x" * size
@@ -161,6 +173,8 @@ async def interleaved(
             await ctx.step.do(f"w{i}", noop)
             await ctx.step.do(f"v{i}", lambda: value)
             baseline()
+            if second is not None:
+                second()
             i += 1
         while len(steps) < n:
             for _ in range(block):
@@ -177,6 +191,10 @@ async def interleaved(
                 t0 = time.perf_counter()
                 baseline()
                 base.append(time.perf_counter() - t0)
+            for _ in range(block if second is not None else 0):
+                t0 = time.perf_counter()
+                second()  # type: ignore[misc]
+                base2.append(time.perf_counter() - t0)
         return {"steps": len(steps) + len(sync_steps)}
 
     host = HarnessHost(log=log_url)  # (a URL: the host opens the log and closes it)
@@ -186,7 +204,7 @@ async def interleaved(
         assert result.outcome == "completed", result
     finally:
         await host.close()
-    return steps, sync_steps, base
+    return steps, sync_steps, base, base2
 
 
 async def concurrent_steps(log_url: str, sessions: int, per_session: int, size: int) -> float:
@@ -238,10 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         for p in (base_path, Path(f"{base_path}-wal"), Path(f"{base_path}-shm")):
             p.unlink(missing_ok=True)
         raw_path = base_path.parent / f"{base_path.name}.raw"
-        for p in (raw_path, Path(f"{raw_path}-wal"), Path(f"{raw_path}-shm")):
-            p.unlink(missing_ok=True)
+        small_path = base_path.parent / f"{base_path.name}.raw-small"
+        for p in (raw_path, small_path):
+            for q in (p, Path(f"{p}-wal"), Path(f"{p}-shm")):
+                q.unlink(missing_ok=True)
         baseline = sqlite_baseline(raw_path, args.size)
-        steps, sync_steps, base = asyncio.run(
+        steps, sync_steps, base, matched = asyncio.run(
             interleaved(
                 args.log,
                 baseline,
@@ -249,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.size,
                 args.warmup,
                 args.block,
-                warm=lambda: wal_full(base_path) and wal_full(raw_path),
+                warm=lambda: wal_full(base_path) and wal_full(raw_path) and wal_full(small_path),
+                second=sqlite_baseline(small_path, args.size, PAGE_SIZE),
             )
         )
         label = "raw sqlite commit (WAL, synchronous=FULL)"
@@ -260,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         prefix = parse_qs(url.query).get("topic_prefix", [f"bench{uuid.uuid4().hex[:6]}"])[0]
         log_url = f"kafka://{bootstrap}?topic_prefix={prefix}&partitions={args.partitions}"
         baseline = kafka_baseline(bootstrap, f"{prefix}.raw", args.size)
-        steps, sync_steps, base = asyncio.run(
+        steps, sync_steps, base, matched = asyncio.run(
             interleaved(log_url, baseline, args.n, args.size, args.warmup, args.block)
         )
         label = "bare Kafka transaction (1 record)"
@@ -280,12 +301,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("--log must be sqlite:///... or kafka://...", file=sys.stderr)
         return 2
-    print(table([
+    rows = [
         ("step.do, async no-op fn (on the loop)", steps),
         ("step.do, sync no-op fn (thread pool hop)", sync_steps),
         (label, base),
-    ]))
+    ]
+    if matched:
+        rows.append((f"the same, {PAGE_SIZE} B pages (the log's)", matched))
+    print(table(rows))
     print(f"sync_ratio={pct(sync_steps, 0.5) / pct(base, 0.5):.2f}")
+    if matched:
+        print(f"page_matched_ratio={pct(steps, 0.5) / pct(matched, 0.5):.2f}")
     print(f"ratio={pct(steps, 0.5) / pct(base, 0.5):.2f}")
     return 0
 

@@ -40,7 +40,7 @@ import urllib.parse
 
 from harness.errors import LogUnavailable
 from harness.log.sqlite_positions import WriteConnection
-from harness.log.sqlite_schema import SCHEMA, namespace_of, read_namespace, user_tables
+from harness.log.sqlite_schema import PAGE_SIZE, SCHEMA, namespace_of, read_namespace, user_tables
 
 __all__ = ["PROBE_WRITE", "connect_read", "open_hint", "open_reader", "open_writer"]
 
@@ -75,11 +75,12 @@ def _no_file(path: str) -> LogUnavailable:
     )
 
 
-def _check_tables(conn: sqlite3.Connection, path: str, *, create: bool) -> None:
-    """Refuse a file that is not a log: one holding other tables, or (unless ``create``) none."""
+def _check_tables(conn: sqlite3.Connection, path: str, *, create: bool) -> bool:
+    """Refuse a file that is not a log: one holding other tables, or (unless ``create``) none.
+    Whether the file is new (it holds no tables: this opening makes the log)."""
     tables = user_tables(conn)
     if "meta" in tables:
-        return
+        return False
     if tables:
         shown = ", ".join(tables[:_SHOWN_TABLES])
         more = f" and {len(tables) - _SHOWN_TABLES} more" if len(tables) > _SHOWN_TABLES else ""
@@ -92,6 +93,7 @@ def _check_tables(conn: sqlite3.Connection, path: str, *, create: bool) -> None:
             f"no SQLite log at {_where(path)}: the file is empty (it holds no tables); a worker (or HarnessHost) "
             "makes it a log when it first opens it"
         )
+    return True
 
 
 def _is_readonly(exc: BaseException) -> bool:
@@ -129,7 +131,8 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[WriteC
             target, timeout=busy_seconds, isolation_level=None, check_same_thread=False, uri=uri, factory=WriteConnection
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_seconds * 1000)}")
-        _check_tables(conn, path, create=create)  # before journal_mode: setting WAL rewrites the header
+        if _check_tables(conn, path, create=create):  # before journal_mode: setting WAL rewrites the header
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # (a new file only: see PAGE_SIZE)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise LogUnavailable(f"SQLite log {path!r}: cannot use WAL (journal_mode={mode})")

@@ -12,7 +12,7 @@ import pytest
 from harness.codec import default_codec
 from harness.errors import CorruptRecord, LogUnavailable
 from harness.log.sqlite import SqliteLog
-from harness.log.sqlite_schema import head_crc, namespace_crc, row_crc
+from harness.log.sqlite_schema import PAGE_SIZE, head_crc, namespace_crc, row_crc
 from harness.records import InputMessage, StepResult
 
 # Schema 2, as files made before schema 3 hold it.
@@ -50,6 +50,54 @@ async def test_an_append_of_one_record_writes_three_pages(tmp_path):
             per_append.append(_wal_frames(path, page_size) - before)
         assert per_append == [3, 3, 3]
         assert [e.record.value for e in await log.read("A")] == [{"n": n} for n in range(4)]
+    finally:
+        await log.close()
+
+
+def _page_size(path: Path) -> int:
+    with sqlite3.connect(path) as raw:
+        return int(raw.execute("PRAGMA page_size").fetchone()[0])
+
+
+async def test_a_new_log_is_made_with_small_pages_and_a_record_over_a_page_round_trips(tmp_path):
+    """A step's three pages are whole in each commit's WAL write: a new file has 1 KiB pages.
+    A record bigger than many pages (overflow pages) is stored, checked and read back."""
+    assert PAGE_SIZE == 1024
+    path = tmp_path / "small.db"
+    big = {"text": "é" * 20_000, "n": 1}  # ~40 KB of UTF-8: dozens of overflow pages
+    log = SqliteLog(path)
+    try:
+        writer = await log.claim("A", owner="w", lease=timedelta(hours=1))
+        await writer.append([StepResult("A", 1, "c1", "big", big)])
+        await writer.append([StepResult("A", 1, "c1", "small", {"n": 2})])
+    finally:
+        await log.close()
+    assert _page_size(path) == PAGE_SIZE
+    log = SqliteLog(path, read_only=True)
+    try:
+        assert [e.record.value for e in await log.read("A")] == [big, {"n": 2}]
+    finally:
+        await log.close()
+
+
+async def test_a_log_made_with_4_kib_pages_keeps_them_and_goes_on(tmp_path):
+    """The page size is fixed when a file is made: a log of an older harness (SQLite's
+    default 4 KiB) is opened, written and read as it is."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA page_size = 4096")
+        raw.execute("PRAGMA journal_mode = WAL")  # (the header is written: the size is fixed)
+    log = SqliteLog(path)
+    try:
+        writer = await log.claim("A", owner="w", lease=timedelta(hours=1))
+        for n in range(3):
+            await writer.append([StepResult("A", 1, "c1", f"s{n}", {"n": n})])
+    finally:
+        await log.close()
+    assert _page_size(path) == 4096
+    log = SqliteLog(path)
+    try:
+        assert [e.record.value for e in await log.read("A")] == [{"n": n} for n in range(3)]
     finally:
         await log.close()
 
