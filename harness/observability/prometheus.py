@@ -95,6 +95,7 @@ class PrometheusSink:
             "harness_step_duration_seconds", "step.do time: fn plus the commit", ["harness"],
             buckets=DURATION_BUCKETS, registry=r,
         )
+        self._step_series: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
         self.tool_calls = Counter(
             "harness_tool_calls_total", "Finished tool calls", ["harness", "tool", "outcome"], registry=r
         )
@@ -166,9 +167,18 @@ class PrometheusSink:
         self.turn_attempts.labels(harness)
 
     def step(self, harness: str, outcome: str, seconds: float | None) -> None:
-        self.steps.labels(harness, outcome).inc()
+        # Once per step: the series are looked up once per label values (``labels()``
+        # takes a lock and builds a key, ~1.8 us of the ~3.2 a step's metrics cost).
+        # Bounded: the facade caps the harness label, the outcome is one of a few.
+        series = self._step_series.get((harness, outcome))
+        if series is None:
+            series = self._step_series[(harness, outcome)] = (
+                self.steps.labels(harness, outcome),
+                self.step_duration.labels(harness),
+            )
+        series[0].inc()
         if seconds is not None:
-            self.step_duration.labels(harness).observe(seconds)
+            series[1].observe(seconds)
 
     def tool_call(self, harness: str, tool: str, outcome: str) -> None:
         self.tool_calls.labels(harness, tool, outcome).inc()

@@ -118,6 +118,23 @@ def test_every_facade_method_lands_in_its_metric(sink: PrometheusSink) -> None:
     assert value(sink, "harness_sse_subscribers") == 1
 
 
+def test_steps_count_into_the_series_of_their_harness_and_outcome(sink: PrometheusSink) -> None:
+    """Each (harness, outcome) has its own series, however often and in whatever order
+    steps come (the sink keeps the series it looked up)."""
+    for harness, outcome, seconds in [
+        ("a", "ran", 0.5), ("b", "ran", 0.25), ("a", "failed", 1.0), ("a", "ran", 0.5),
+        ("a", "served", None), ("b", "ran", 0.25), ("a", "ran", 0.5),
+    ]:
+        metrics.step(harness, outcome, seconds)
+    assert value(sink, "harness_steps_total", harness="a", outcome="ran") == 3
+    assert value(sink, "harness_steps_total", harness="a", outcome="failed") == 1
+    assert value(sink, "harness_steps_total", harness="a", outcome="served") == 1
+    assert value(sink, "harness_steps_total", harness="b", outcome="ran") == 2
+    assert value(sink, "harness_step_duration_seconds_count", harness="a") == 4  # (served: no duration)
+    assert value(sink, "harness_step_duration_seconds_sum", harness="a") == 2.5
+    assert value(sink, "harness_step_duration_seconds_sum", harness="b") == 0.5
+
+
 def test_labels_stay_bounded(sink: PrometheusSink) -> None:
     metrics.step("h", "exploded")  # not an outcome
     metrics.tool_call("h", "", "ok")  # no name
