@@ -253,6 +253,11 @@ class RecordCodec:
         Raises:
             CodecError: unknown framing or schema.
         """
+        # (A lazy read peeks at every record: a known fingerprint is answered at once.)
+        if type(data) is bytes and data[:2] == SINGLE_OBJECT_MAGIC:
+            writer = _load_writers().get(data[2:_SO_HEADER])
+            if writer is not None:
+                return writer.schema.record_type
         return self._locate(bytes(data))[0].schema.record_type
 
     def _reader(self, schema: _Schema) -> Reader | None:
