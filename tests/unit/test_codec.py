@@ -218,6 +218,23 @@ def test_memoryview_and_bytearray_decode() -> None:
     assert decode(memoryview(data)) == record
 
 
+def test_peek_type_reads_the_framing_of_any_value() -> None:
+    codec = default_codec()
+    data = encode(InputMessage("s", 1, "i", "hi"))
+    for value in (data, bytearray(data), memoryview(data), data[:10]):
+        assert codec.peek_type(value) == InputMessage.TYPE
+    registry = RecordCodec(framing="registry", schema_ids=StaticSchemaIds({InputMessage.TYPE: 3}))
+    assert registry.peek_type(registry.encode(InputMessage("s", 1, "i", "hi"))) == InputMessage.TYPE
+    for bad, why in [
+        (data[:9], "truncated single-object header"),
+        (data[:2] + b"\x00" * 8, "unknown schema fingerprint"),
+        (b"", "unknown framing"),
+        (b"\x00\x00", "truncated schema registry header"),
+    ]:
+        with pytest.raises(CodecError, match=why):
+            codec.peek_type(bad)
+
+
 # --- schemas and fingerprints ----------------------------------------------------------------
 
 
