@@ -97,7 +97,7 @@ from harness.log.sqlite_schema import (
     select_sessions,
     verify_rows,
 )
-from harness.log.sqlite_summaries import upsert_summaries
+from harness.log.sqlite_summaries import delete_damaged, upsert_summaries
 from harness.records import Record
 from harness.views import SessionSummary
 
@@ -291,6 +291,15 @@ class SqliteLog:
         if not rows:
             return 0
         return await asyncio.to_thread(self._guard, self._write_summaries, list(rows))
+
+    async def drop_damaged_summaries(self) -> int:
+        """Delete the stored summaries that do not check (a changed byte), in a transaction
+        of their own, so they are written again like missing ones; how many
+        (:func:`harness.log.sqlite_summaries.delete_damaged`)."""
+        self._writes()  # refused when read-only
+        if self._closed:
+            raise LogClosed(f"the SQLite log {self._path!r} is closed")
+        return int(await asyncio.to_thread(self._guard, self._write_apart, delete_damaged))
 
     async def sessions(self) -> list[str]:
         """Every session with at least one record, in order of its first record."""

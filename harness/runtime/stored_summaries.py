@@ -10,8 +10,10 @@ log's reader thread); summarizes them with the listing's own code
 (:func:`~harness.runtime.session_digest.digest`); and writes the summaries of the quiet
 ones, on a connection and in a transaction of their own (never with a step's commit). A
 session that cannot be summarized so (a turn in progress, a record that does not
-check) is left out until its head moves. None of it is needed: a failed write is said
-at WARNING and tried again after the next checkpoint.
+check) is left out until its head moves. Before its first batch it drops the rows that do
+not check (a changed byte; the log's ``drop_damaged_summaries``), so they are written
+again like missing ones. None of it is needed: a failed write is said at WARNING and
+tried again after the next checkpoint.
 """
 
 from __future__ import annotations
@@ -44,12 +46,15 @@ class SummaryWriter:
         self.more = True  # sessions may be left to summarize (a new worker: not known yet)
         self.written = 0
         self._skip: dict[str, int | None] = {}  # not summarizable: session -> its head then
+        self._checked = False  # the damaged rows dropped (once, before the first batch)
 
     async def batch(self, live: Collection[str]) -> int:
         """Summarize and write one batch, ``live`` (the driven and parked sessions) left
         out; how many rows were written."""
         skip: dict[str, int | None] = {**self._skip, **dict.fromkeys(live)}
         try:
+            if not self._checked:
+                await self._drop_damaged()
             read, self.more = await self._log.summary_sources(SUMMARY_TYPES, skip, BATCH)
             rows = self._rows(read)
             written = int(await self._log.write_summaries(rows))
@@ -59,6 +64,16 @@ class SummaryWriter:
             return 0
         self.written += written
         return written
+
+    async def _drop_damaged(self) -> None:
+        drop = getattr(self._log, "drop_damaged_summaries", None)
+        dropped = int(await drop()) if drop is not None else 0
+        self._checked = True
+        if dropped:
+            log.warning(
+                "stored summaries: %d row(s) did not check (a changed byte in the log file) and were dropped; "
+                "they are written again from the sessions' records", dropped,
+            )
 
     def _rows(self, read: Any) -> list[tuple[str, int, SessionSummary]]:
         found = digest(read.entries, read.lasts, now_ms=0)  # (a quiet session's summary reads no clock)

@@ -7,6 +7,7 @@ written; the rows written by the worker's own path (``SummaryWriter``), in batch
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from dataclasses import fields
 from datetime import timedelta
@@ -67,7 +68,7 @@ def how(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 async def test_stored_summaries_list_what_a_listing_without_them_lists(
-    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "rich.db"
     build(path)
@@ -110,12 +111,18 @@ async def test_stored_summaries_list_what_a_listing_without_them_lists(
         assert _json(await again.summaries(now_ms=now)) == later
         assert again.unreadable == 4  # the damaged row counted too
 
-        # the worker's next batches replace the stale rows ('done' waits for its owner: no
-        # turn in progress, no clock in its summary); a damaged row of the session's head
-        # stays until the head moves (a listing reads that session meanwhile)
-        await store_all(log)
+        # a worker's next batches replace the stale rows ('done' waits for its owner: no
+        # turn in progress, no clock in its summary) and, as it starts, the damaged row of
+        # the session's head (dropped, then written again like a missing one; its head
+        # never moves, so nothing else would)
+        with caplog.at_level(logging.WARNING, logger="harness.worker"):
+            await store_all(log)
+        assert [r.getMessage() for r in caplog.records if "did not check" in r.getMessage()] == [
+            "stored summaries: 1 row(s) did not check (a changed byte in the log file) and were dropped; "
+            "they are written again from the sessions' records"
+        ]
         read = await log.scan_listing(SUMMARY_TYPES)
-        assert set(read.stored) == QUIET - {"records"} and read.damaged == 1
+        assert set(read.stored) == QUIET and read.damaged == 0
         assert read.stored["done"].state == "running" and read.stored["done"].pending_inputs == 1
         assert _json(await SessionIndex(log).summaries(now_ms=now)) == later
     finally:
@@ -233,5 +240,55 @@ async def test_a_row_of_another_format_is_not_used_and_is_replaced(tmp_path: Pat
         await writer.batch(())
         assert writer.written == 1 and not writer.more  # that row only
         assert "done" in (await log.scan_listing(SUMMARY_TYPES)).stored
+    finally:
+        await log.close()
+
+
+async def test_a_starting_worker_drops_the_rows_that_do_not_check_and_only_those(tmp_path: Path) -> None:
+    """A changed byte in a row's summary, its position or its session id, or a column of
+    another type: dropped (and written again by the batches); good rows kept. Once per
+    writer: a later batch does not look again. A read-only log refuses to drop."""
+    path = tmp_path / "rich.db"
+    build(path)
+    log = open_log(f"sqlite:///{path}")
+    try:
+        await store_all(log)
+        kept = stored_ids(path)
+        assert {"done", "failed", "answered", "queued"} <= kept
+        db = sqlite3.connect(path, isolation_level=None)
+        (body,) = db.execute("SELECT summary FROM summaries WHERE session_id = 'done'").fetchone()
+        flipped = bytearray(body)
+        flipped[5] ^= 0x04
+        db.execute("UPDATE summaries SET summary = ? WHERE session_id = 'done'", (bytes(flipped),))
+        db.execute("UPDATE summaries SET last_seq = last_seq + 1024 WHERE session_id = 'failed'")
+        db.execute("UPDATE summaries SET summary = 'not a blob' WHERE session_id = 'answered'")
+        db.execute("UPDATE summaries SET session_id = 'queuee' WHERE session_id = 'queued'")
+        db.close()
+        writer = SummaryWriter(log)
+        assert await log.drop_damaged_summaries() == 4  # (what the writer's first batch does)
+        assert stored_ids(path) == kept - {"done", "failed", "answered", "queued"}  # ('queuee' gone too)
+        while writer.more:
+            await writer.batch(())
+        assert stored_ids(path) == kept  # written again ('queuee' was a row of no session)
+        assert (await log.scan_listing(SUMMARY_TYPES)).damaged == 0
+
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("UPDATE summaries SET crc = crc + 1 WHERE session_id = 'done'")
+        db.close()
+        writer.more = True
+        await writer.batch(())  # the same writer: it looked once
+        assert (await log.scan_listing(SUMMARY_TYPES)).damaged == 1
+    finally:
+        await log.close()
+    log = SqliteLog(str(path), read_only=True)
+    try:
+        with pytest.raises(Exception, match="read"):
+            await log.drop_damaged_summaries()
+    finally:
+        await log.close()
+    log = open_log(f"sqlite:///{path}")
+    try:
+        await store_all(log)  # a new worker's writer: it drops the row and writes it again
+        assert (await log.scan_listing(SUMMARY_TYPES)).damaged == 0 and "done" in stored_ids(path)
     finally:
         await log.close()
