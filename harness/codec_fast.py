@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compile_writer", "writer_source"]
+__all__ = ["FLAT_PRIMITIVES", "compile_writer", "flat_type", "writer_source"]
 
 Writer = Callable[[Any, bytes], "bytes | None"]
 """``writer(record, header)``: ``header`` + the record's Avro body, or None (use fastavro)."""
@@ -93,16 +93,22 @@ _CHECK_WRITE = {
 }
 
 
-def _flat_type(avro_type: Any) -> tuple[str, bool] | None:
-    """``(primitive, optional)`` of a flat field type; None for any other."""
-    if isinstance(avro_type, str) and avro_type in _CHECK_WRITE:
+FLAT_PRIMITIVES = frozenset(_CHECK_WRITE)
+"""The Avro primitives a straight-line writer or reader handles."""
+
+
+def flat_type(avro_type: Any) -> tuple[str, bool] | None:
+    """``(primitive, optional)`` of a flat field type (one of :data:`FLAT_PRIMITIVES`,
+    possibly in a ``["null", X]`` union); None for any other. The writers and the readers
+    (:mod:`harness.codec_fast_read`) take the same fields."""
+    if isinstance(avro_type, str) and avro_type in FLAT_PRIMITIVES:
         return avro_type, False
     if (
         isinstance(avro_type, list)
         and len(avro_type) == 2
         and avro_type[0] == "null"
         and isinstance(avro_type[1], str)
-        and avro_type[1] in _CHECK_WRITE
+        and avro_type[1] in FLAT_PRIMITIVES
     ):
         return avro_type[1], True
     return None  # arrays, records, maps, enums, other unions: fastavro's
@@ -115,7 +121,7 @@ def writer_source(fields: list[dict[str, Any]], json_fields: tuple[str, ...]) ->
     parts = ["header"]
     for i, field in enumerate(fields):
         name = field["name"]
-        flat = _flat_type(field["type"])
+        flat = flat_type(field["type"])
         if flat is None or not name.isidentifier() or keyword.iskeyword(name):
             return None
         if name in json_fields and flat != ("string", False):

@@ -23,6 +23,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from harness.codec_fast import flat_type
+
 __all__ = ["compile_reader", "reader_source"]
 
 Reader = Callable[[bytes, int], "dict[str, Any] | None"]
@@ -76,21 +78,6 @@ _READ = {
 }
 
 
-def _flat_type(avro_type: Any) -> tuple[str, bool] | None:
-    """``(primitive, optional)`` of a flat field type; None for any other."""
-    if isinstance(avro_type, str) and avro_type in _READ:
-        return avro_type, False
-    if (
-        isinstance(avro_type, list)
-        and len(avro_type) == 2
-        and avro_type[0] == "null"
-        and isinstance(avro_type[1], str)
-        and avro_type[1] in _READ
-    ):
-        return avro_type[1], True
-    return None  # arrays, records, maps, enums, other unions: fastavro's
-
-
 def reader_source(fields: list[dict[str, Any]]) -> str | None:
     """The Python source of ``reader(data, start)`` for a record schema's ``fields``
     (the ``.avsc``'s list, in order), or None when a field is not flat."""
@@ -98,7 +85,7 @@ def reader_source(fields: list[dict[str, Any]]) -> str | None:
     names = []
     for i, field in enumerate(fields):
         name = field["name"]
-        flat = _flat_type(field["type"])
+        flat = flat_type(field["type"])
         if flat is None or not name.isidentifier() or keyword.iskeyword(name):
             return None
         kind, optional = flat

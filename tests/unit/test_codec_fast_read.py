@@ -271,3 +271,11 @@ def test_a_field_that_is_not_flat_or_not_a_name_gets_no_reader() -> None:
     assert reader_source([string, {"name": "u", "type": ["string", "null"]}]) is None
     assert reader_source([string, {"name": "class", "type": "string"}]) is None
     assert reader_source([string]) is not None
+
+
+def test_the_readers_know_every_primitive_the_writers_take_as_flat() -> None:
+    """One rule says which fields are flat (``codec_fast.flat_type``): a primitive it takes
+    that the readers had no code for would fail every reader's compile."""
+    from harness import codec_fast, codec_fast_read
+
+    assert set(codec_fast_read._READ) == codec_fast.FLAT_PRIMITIVES
