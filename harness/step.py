@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FunctionType, MethodType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -85,11 +85,16 @@ class CallScope:
     at_boundary: Callable[[], Awaitable[None] | None] | None = None
 
 
-RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
-"""Runs a blocking callable off the event loop and returns its result."""
+class RunSync(Protocol):
+    """Runs a blocking callable off the event loop and returns its result. ``quick``: a
+    call that is usually over at once and never needs the loop while it runs (a sync step
+    fn; not a sync tool, whose steps go through the loop), which the loop may wait for a
+    moment instead of being woken for (``HarnessHost.run_sync``)."""
+
+    def __call__(self, fn: Callable[[], Any], *, quick: bool = False) -> Awaitable[Any]: ...
 
 
-async def _default_run_sync(fn: Callable[[], Any]) -> Any:
+async def _default_run_sync(fn: Callable[[], Any], *, quick: bool = False) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
@@ -200,7 +205,7 @@ async def _call_fn(fn: Callable[..., Any], info: StepInfo, run_sync: RunSync | N
         out = fn(info) if takes else fn()
     else:
         call = functools.partial(fn, info) if takes else fn
-        out = await (run_sync or _default_run_sync)(functools.partial(on_thread, call))
+        out = await (run_sync or _default_run_sync)(functools.partial(on_thread, call), quick=True)
     if inspect.isawaitable(out):  # a sync callable that returned a coroutine
         out = await out
     return out

@@ -87,8 +87,9 @@ class SessionHost(Protocol):
 
     def unwatch(self, core: SessionCore) -> None: ...
 
-    async def run_sync(self, fn: Any) -> Any:
-        """Run a blocking callable on the host's bounded thread pool."""
+    async def run_sync(self, fn: Any, *, quick: bool = False) -> Any:
+        """Run a blocking callable on the host's bounded thread pool (``quick``: see
+        ``harness.step.RunSync``)."""
         ...
 
 

@@ -34,10 +34,11 @@ DEFAULT_SYNC_THREADS = 16
 """Threads that run sync step functions and sync tools of one host at once."""
 
 QUICK_SYNC_S = 0.0003
-"""How long a loop with nothing else ready waits, blocked, for a sync call to end on its
-thread before it awaits the call like any other (a quick one, e.g. a ``lambda`` that
-builds a dict, then costs no wake-up of the loop through its self-pipe: ~80 -> ~45 us a
-call here). No longer than an inline SQLite commit keeps it; never with a task ready."""
+"""How long a loop with nothing else ready waits, blocked, for a quick sync call (a sync
+step fn) to end on its thread before it awaits the call like any other (a quick one, e.g.
+a ``lambda`` that builds a dict, then costs no wake-up of the loop through its self-pipe:
+~80 -> ~45 us a call here). No longer than an inline SQLite commit keeps it; never with
+a task ready."""
 
 
 def _positive_duration(value: object, name: str) -> timedelta:
@@ -211,13 +212,17 @@ class HarnessHost:
         else:
             self._poller.watchdog.stop()
 
-    async def run_sync(self, fn: Callable[[], Any]) -> Any:
+    async def run_sync(self, fn: Callable[[], Any], *, quick: bool = False) -> Any:
+        """``fn()`` on the host's bounded thread pool. ``quick`` (a sync step fn: usually
+        over at once, never needing the loop meanwhile): a loop with no other task ready
+        waits for it, blocked, up to ``QUICK_SYNC_S``. Not for a sync tool: its steps go
+        through the loop, which would not run them while it waits."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.sync_threads, thread_name_prefix="harness-sync")
         future = self._pool.submit(fn)
         self._sync_calls.add(future)  # until its thread is done with it (a cancelled waiter does not end it)
         future.add_done_callback(self._sync_calls.discard)
-        if not getattr(asyncio.get_running_loop(), "_ready", True):  # (see QUICK_SYNC_S)
+        if quick and not getattr(asyncio.get_running_loop(), "_ready", True):  # (see QUICK_SYNC_S)
             try:
                 return future.result(timeout=QUICK_SYNC_S)
             except (TimeoutError, concurrent.futures.CancelledError):

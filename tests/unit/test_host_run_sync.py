@@ -1,6 +1,7 @@
 """``HarnessHost.run_sync``: a sync call runs on the host's thread pool; a loop with
-nothing else ready waits a moment for a quick one (``QUICK_SYNC_S``) instead of being
-woken for it, and never while a task is ready."""
+nothing else ready waits a moment for a quick one (``quick=True``: a sync step fn;
+``QUICK_SYNC_S``) instead of being woken for it, never while a task is ready, and never
+for a sync tool (its steps need the loop). A sync step fn is run so."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ async def test_a_quick_call_on_an_idle_loop_comes_back_without_waking_the_loop(w
             threads.append(threading.current_thread())
             return {"n": 1}
 
-        assert await host.run_sync(call) == {"n": 1}
+        assert await host.run_sync(call, quick=True) == {"n": 1}
         assert threads[0] is not threading.current_thread()  # (still on the pool)
         assert wraps == []
 
@@ -46,7 +47,7 @@ async def test_a_quick_call_on_an_idle_loop_comes_back_without_waking_the_loop(w
             raise ValueError("bad input")
 
         with pytest.raises(ValueError, match="bad input"):
-            await host.run_sync(fails)
+            await host.run_sync(fails, quick=True)
         assert wraps == []
     finally:
         await host.close()
@@ -57,7 +58,7 @@ async def test_with_a_task_ready_the_loop_does_not_wait(wraps: list[Any]) -> Non
     try:
         ran: list[str] = []
         asyncio.get_running_loop().call_soon(ran.append, "other")  # ready: it runs before the call ends
-        assert await host.run_sync(lambda: "value") == "value"
+        assert await host.run_sync(lambda: "value", quick=True) == "value"
         assert len(wraps) == 1 and ran == ["other"]
     finally:
         await host.close()
@@ -77,7 +78,56 @@ async def test_a_call_still_running_after_the_wait_is_awaited_with_the_loop_free
             return "done" if released.wait(timeout=30) else "the loop never ran"
 
         asyncio.get_running_loop().call_later(0.01, released.set)
-        assert await host.run_sync(blocked) == "done"
+        assert await host.run_sync(blocked, quick=True) == "done"
         assert len(wraps) == 1  # (awaited, after the wait)
+    finally:
+        await host.close()
+
+
+async def test_a_call_not_marked_quick_is_awaited_at_once(wraps: list[Any]) -> None:
+    """A sync tool's call: the loop must stay free for the steps it sends back to it."""
+    host = HarnessHost(log="memory://")
+    try:
+        assert await host.run_sync(lambda: "value") == "value"
+        assert len(wraps) == 1
+    finally:
+        await host.close()
+
+
+async def test_a_sync_step_fn_is_a_quick_call_and_a_sync_tools_steps_still_run(wraps: list[Any]) -> None:
+    """Through a session: the sync step fn comes back without the loop's wake-up; a sync
+    tool whose body runs steps (through the loop) is awaited, so its steps run."""
+    from pydantic import BaseModel
+
+    from harness import define_harness, durable_tool, tool, tool_definition
+    from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+    class NoArgs(BaseModel):
+        pass
+
+    async def with_step(args: NoArgs, ctx: Any) -> Any:
+        return await ctx.step.do("s1", lambda: {"n": 1})
+
+    def sync_tool(args: NoArgs, ctx: Any) -> Any:
+        return ctx.step.do("s2", lambda: {"n": 2})
+
+    h = define_harness(
+        name="test/quick",
+        model=ScriptedModel([  # (one call at a time: two at once make a task ready, and no wait)
+            ModelResponse(tool_calls=[ToolCall(id="c1", name="a", arguments={})]),
+            ModelResponse(tool_calls=[ToolCall(id="c2", name="b", arguments={})]),
+            ModelResponse(text="done"),
+        ]),
+        tools=[
+            durable_tool(tool_definition(name="a", description="d", input_schema=NoArgs), with_step),
+            tool(tool_definition(name="b", description="d", input_schema=NoArgs), sync_tool),
+        ],
+    )
+    host = HarnessHost(log="memory://")
+    try:
+        session = await host.open(h, session_id="q-1")
+        result = await session.send("go")
+        assert result.outcome == "completed"
+        assert len(wraps) == 1  # the sync tool's call only (its own step fn runs on its thread)
     finally:
         await host.close()
