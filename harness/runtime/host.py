@@ -132,8 +132,9 @@ class HarnessHost:
             InvalidId: the session id is not a usable id (``harness.ids.check_id``).
             SecretInName: the session id holds one of the secrets.
             DefinitionError: ``harness`` is not a Harness, ``secrets`` not a mapping of
-                names to str or SecretStr values, or the session is open here with
-                another harness or secrets.
+                names to str or SecretStr values, the session's log says it runs another
+                harness (the name its first message gave), or the session is open here
+                with another harness or secrets.
         """
         if not isinstance(harness, Harness):
             raise DefinitionError(
@@ -153,6 +154,12 @@ class HarnessHost:
             self._cores[session_id] = core  # watched from here on: then read the log
             try:
                 await core.refresh()
+                runs = core.state.harness
+                if runs is not None and runs != harness.name:
+                    raise DefinitionError(
+                        f"session {session_id!r} runs harness {runs!r}, not {harness.name!r}: open it with "
+                        f"the harness named {runs!r}, or use another session id for {harness.name!r}"
+                    )
             except BaseException:
                 await self._drop_core(core)
                 raise

@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import FencedError, SessionClosed
+from harness.errors import DefinitionError, FencedError, SessionClosed
 from harness.models import ModelResponse, ScriptedModel
 
 from .conftest import LEASE, Args, call, entries, eventually, script
@@ -197,3 +197,17 @@ async def test_concurrent_answers_and_appends_on_one_handle_each_settle_once(hos
     assert sorted(r["n"] for r in await session.records()) == list(range(10))
     settled = [s["input_id"] for s in await entries(log, SID, "harness.input.settled")]
     assert len(settled) == len(set(settled)) == 13
+
+
+async def test_open_refuses_a_session_whose_log_names_another_harness_and_writes_nothing(hosts, log, other_log):
+    await (await hosts(owner_id="a").open(echo(), session_id=SID)).send("one", input_id="in-1")
+    before = [e.seq for e in await log.read(SID)]
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args), lambda a, c: "other")
+    other = define_harness(name="test/other", model=ScriptedModel([ModelResponse(text="no")]), tools=[t])
+    host = hosts(log_=other_log(), owner_id="b")  # another process, with another harness under that id
+    with pytest.raises(DefinitionError, match=r"session 's-1' runs harness 'test/handles', not 'test/other'"):
+        await host.open(other, session_id=SID)
+    assert host.open_sessions == 0  # nothing kept of the refused open
+    assert [e.seq for e in await log.read(SID)] == before
+    session = await host.open(echo(), session_id=SID)  # the right harness opens it
+    assert (await session.send("two", input_id="in-2")).outcome == "completed"
