@@ -38,7 +38,7 @@ from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
-from harness.views import SessionStateName, SessionSummary, summarize, timeline
+from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
 log = logging.getLogger("harness.gateway")
 
@@ -567,12 +567,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         state, entries = view.state, view.entries
         now = gw.now_ms()
         summary = _public(summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts), session_id)
-        sleeps = [
-            {"tool_call_id": call.tool_call_id, "name": name, "wake_at": wake, "due": wake <= now}
-            for call in state.calls.values()
-            if call.result is None
-            for name, wake in call.sleeps.items()
-        ]
+        sleeps = [sleep.to_json(now_ms=now) for sleep in open_sleeps(state)]
         items, messages = timeline(entries), conversation(state)
         keep = timeline_limit if timeline_limit is not None else max(len(items), len(messages))
         return {
