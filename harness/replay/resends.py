@@ -28,24 +28,20 @@ def _payload(record: Record) -> tuple[Any, ...]:
 
 
 class FirstInputs:
-    """The first record of each input id seen so far (its position and payload).
+    """The first record of each input id seen so far.
 
-    Feed it a session's records in log order with :meth:`see`; seed it with
-    :meth:`of_state` when the records before some position were folded already.
+    Feed it a session's records in log order with :meth:`see`. ``state``: the fold of
+    the session's records before the first one fed (or of more: the fold's first copy
+    of an id is the log's), looked up only for an id not seen here, so a reader that
+    starts at a cursor costs nothing to set up. Payloads are compared only when an id
+    comes again.
     """
 
-    __slots__ = ("_first",)
+    __slots__ = ("_first", "_state")
 
-    def __init__(self) -> None:
-        self._first: dict[str, tuple[int, tuple[Any, ...]]] = {}
-
-    @classmethod
-    def of_state(cls, state: SessionState) -> FirstInputs:
-        """The first copies the fold kept (every input of the records folded)."""
-        out = cls()
-        for inp in state.inputs.values():
-            out._first[inp.input_id] = (inp.seq, _payload(inp.record))
-        return out
+    def __init__(self, state: SessionState | None = None) -> None:
+        self._first: dict[str, tuple[int, Record]] = {}
+        self._state = state
 
     def see(self, seq: int, record: Record) -> int | None:
         """The position of the first copy when ``record`` (at ``seq``) resends it;
@@ -56,10 +52,13 @@ class FirstInputs:
         if not isinstance(input_id, str):
             return None
         first = self._first.get(input_id)
+        if first is None and self._state is not None:
+            inp = self._state.inputs.get(input_id)
+            first = (inp.seq, inp.record) if inp is not None else None
         if first is None:
-            self._first[input_id] = (seq, _payload(record))
+            self._first[input_id] = (seq, record)
             return None
-        first_seq, payload = first
-        if first_seq == seq or first_seq > seq:  # the first itself, seen again (a seeded reader)
+        first_seq, first_record = first
+        if first_seq >= seq:  # the first itself (also known from the state)
             return None
-        return first_seq if _payload(record) == payload else None
+        return first_seq if _payload(record) == _payload(first_record) else None

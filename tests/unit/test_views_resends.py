@@ -89,8 +89,9 @@ def test_a_conflicting_copy_carries_its_own_settlement_not_the_firsts():
 
 def test_first_inputs_seeded_from_a_fold_knows_the_copies_before_a_cursor():
     log = five_copies_then_the_turn()
-    seen = FirstInputs.of_state(fold(SID, log[:1]))
-    assert [seen.see(e.seq, e.record) for e in log[:5]] == [None, 1, 1, 1, 1]
+    seen = FirstInputs(fold(SID, log[:3]))  # a reader from position 3 on
+    assert [seen.see(e.seq, e.record) for e in log[3:5]] == [1, 1]
+    assert FirstInputs(fold(SID, log)).see(1, log[0].record) is None  # the first itself
     assert seen.see(11, InputSettled(SID, 0, "same-1", "completed")) is None  # not an input
     assert seen.see(13, InputMessage(SID, 0, "same-1", "another text")) is None  # a conflict, not a resend
 

@@ -610,7 +610,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         # A session with no record yet is streamed like any other: its records come from
         # the shared reader of the log (of its partition on Kafka) once they are written,
         # so a subscriber before the first message costs a key in that reader's table.
-        position = 0
+        position, known = 0, None
         if cursor:
             # A cursor past what this process read of the session may be past its end:
             # read (an empty session's end is 0). One within it (a client resuming, or
@@ -619,7 +619,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             view = gw.sessions.known(log_session_id)
             if view is None or cursor > view.position:
                 view = await gw.sessions.get(log_session_id)
-            position = view.position
+            position, known = view.position, view.state
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.
@@ -632,6 +632,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             after=min(cursor or 0, position),
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
+            known=known,
         )
 
         async def held() -> AsyncIterator[bytes]:
