@@ -25,9 +25,9 @@ NOTES = [{"type": "app.note", "fact": "x"}]
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    with ServerThread(open_settings(url), harnesses=[approvals], worker=True) as server:
-        with httpx.Client(base_url=server.url, timeout=30) as http:
-            yield http, url
+    with (ServerThread(open_settings(url), harnesses=[approvals], worker=True) as server,
+          httpx.Client(base_url=server.url, timeout=30) as http):
+        yield http, url
 
 
 def produce(url: str, *records: Record) -> None:
