@@ -44,11 +44,13 @@ from harness.records import (
     TurnResumed,
     TurnStarted,
 )
+from harness.replay.resends import FirstInputs
 from harness.replay.state import AskState, CallState, SessionState, UsageTotals
 
 __all__ = [
     "SESSION_STATES",
     "OpenAsk",
+    "OpenSleep",
     "SessionStateName",
     "SessionSummary",
     "TimelineItem",
@@ -58,6 +60,7 @@ __all__ = [
     "input_waits_for_person",
     "last_record_ts",
     "open_asks",
+    "open_sleeps",
     "preview",
     "summarize",
     "timeline",
@@ -98,21 +101,47 @@ class OpenAsk:
         }
 
 
+def _open_calls(state: SessionState) -> list[CallState]:
+    """The unfinished calls of the active turn: a call with its result, or of a turn that
+    ended (cancelled, failed, cut by a takeover that ended it), is over."""
+    active = state.active_turn
+    if active is None:
+        return []
+    return [c for c in state.calls.values() if c.result is None and c.turn == active.turn]
+
+
 def open_asks(state: SessionState, *, now_ms: int | None = None) -> tuple[OpenAsk, ...]:
     """Every ask opened by an unfinished call of the active turn and not answered yet
     (a turn that ended, e.g. cancelled, leaves no ask open); with ``now_ms``, not past
     its ``expires_at`` either (nobody can answer it: its tool is about to fail)."""
     out = []
-    active = state.active_turn
-    for call in state.calls.values():
-        if call.result is not None or active is None or call.turn != active.turn:
-            continue
+    for call in _open_calls(state):
         for name, ask in call.asks.items():
             if _ask_waits(ask, now_ms):
                 o = ask.opened
                 expires = o.expires_at / 1000 if o.expires_at else None
                 out.append(OpenAsk(call.tool_call_id, name, o.message, o.schema, expires))
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSleep:
+    """A sleep of a call still open: its tool wakes at ``wake_at`` (ms since the epoch)."""
+
+    tool_call_id: str
+    name: str
+    wake_at: int
+
+    def to_json(self, *, now_ms: int) -> dict[str, Any]:
+        """With ``due``: the wake time has come (the tool runs again soon)."""
+        return {"tool_call_id": self.tool_call_id, "name": self.name, "wake_at": self.wake_at,
+                "due": self.wake_at <= now_ms}
+
+
+def open_sleeps(state: SessionState) -> tuple[OpenSleep, ...]:
+    """The sleeps of the unfinished calls of the active turn. The sleep of a call that is
+    over (finished, cut, or its turn ended: cancelled, failed) wakes nobody: not listed."""
+    return tuple(OpenSleep(c.tool_call_id, name, wake) for c in _open_calls(state) for name, wake in c.sleeps.items())
 
 
 # --- usage -----------------------------------------------------------------------------------
@@ -339,7 +368,10 @@ class TimelineItem:
     form of its JSON ``value``. ``status`` says how it ended: an input's settlement
     (``completed``, ``rejected`` ...), an ask's ``open`` / ``answered`` / ``expired``, a
     model response cut at its output limit ``truncated``, a retried model call
-    ``retrying`` (``attempt`` = the retry's number, ``wake_at`` = when it runs).
+    ``retrying`` (``attempt`` = the retry's number, ``wake_at`` = when it runs). A later
+    copy of an input (same id, same payload: SPEC 7.2, it has no effect) is ``resent``,
+    ``detail["first_position"]`` the position of the copy that counts; it carries no
+    text or value of its own (a reader must not see its message or records twice).
     ``error`` marks failures.
     """
 
@@ -408,22 +440,41 @@ class Timeline:
     session holds. ``timeline(a + b)`` equals ``add(a) + add(b)`` item for item (earlier
     items are still updated by later answers and settlements)."""
 
-    __slots__ = ("_asks", "_inputs")
+    __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._inputs: dict[str, TimelineItem] = {}
-        self._asks: dict[tuple[str, str], TimelineItem] = {}
+        self._seen = _Seen()
 
     def add(self, entries: Sequence[LogEntry] | Iterable[LogEntry]) -> list[TimelineItem]:
         """The items of ``entries`` (the session's next records, in log order)."""
-        return _timeline_items(entries, self._inputs, self._asks)
+        return _timeline_items(entries, self._seen)
 
 
-def _timeline_items(
-    entries: Sequence[LogEntry] | Iterable[LogEntry],
-    inputs: dict[str, TimelineItem],
-    asks: dict[tuple[str, str], TimelineItem],
-) -> list[TimelineItem]:
+@dataclass(slots=True)
+class _Seen:
+    """What later records of a timeline update: the first item of each input id, later
+    copies that conflict with it (settled by position), open asks and the turn of each
+    call (a turn that ends closes its calls' open asks)."""
+
+    inputs: dict[str, TimelineItem] = field(default_factory=dict)
+    firsts: FirstInputs = field(default_factory=FirstInputs)
+    conflicts: dict[int, TimelineItem] = field(default_factory=dict)
+    asks: dict[tuple[str, str], TimelineItem] = field(default_factory=dict)
+    call_turns: dict[str, int] = field(default_factory=dict)
+
+
+def _input_item(seq: int, item: TimelineItem, seen: _Seen, record: InputMessage | InputAnswer | InputRecords) -> None:
+    """Keep the first item of its input id; mark a later copy: a resend, or a conflict."""
+    first = seen.firsts.see(seq, record)
+    if first is not None:
+        item.status, item.detail = "resent", {"first_position": first}
+        item.text = item.value = item.preview = None
+    elif seen.inputs.setdefault(record.input_id, item) is not item:
+        seen.conflicts[seq] = item
+
+
+def _timeline_items(entries: Sequence[LogEntry] | Iterable[LogEntry], seen: _Seen) -> list[TimelineItem]:
+    inputs, asks = seen.inputs, seen.asks
     items: list[TimelineItem] = []
     for entry in entries:
         r = entry.record
@@ -432,22 +483,24 @@ def _timeline_items(
         if isinstance(r, InputMessage):
             item = TimelineItem(seq, ts, "input.message", 0, input_id=r.input_id, text=r.text,
                                 detail={"harness": r.harness} if r.harness else {})
-            inputs.setdefault(r.input_id, item)
+            _input_item(seq, item, seen, r)
         elif isinstance(r, InputAnswer):
             item = TimelineItem(seq, ts, "input.answer", 0, input_id=r.input_id, tool_call_id=r.tool_call_id,
                                 name=r.name, value=r.value, preview=preview(r.value))
-            inputs.setdefault(r.input_id, item)
+            _input_item(seq, item, seen, r)
         elif isinstance(r, InputRecords):
             records = r.records if isinstance(r.records, list) else []
             types = [str(b.get("type")) for b in records if isinstance(b, dict)]
             item = TimelineItem(seq, ts, "input.records", 0, input_id=r.input_id, value=r.records,
                                 preview=preview(r.records), text=", ".join(types) or None)
-            inputs.setdefault(r.input_id, item)
+            _input_item(seq, item, seen, r)
         elif isinstance(r, InputSettled):
             failed = r.outcome in ("failed", "rejected")
             item = TimelineItem(seq, ts, "input.settled", 0, input_id=r.input_id, status=r.outcome, code=r.code,
                                 text=r.reason, error=failed)
-            first = inputs.get(r.input_id)
+            # (a settlement naming its input's position settles a conflicting later copy)
+            copy = seen.conflicts.get(r.input_seq) if r.input_seq is not None else None
+            first = copy if copy is not None else inputs.get(r.input_id)
             if first is not None and first.status is None:
                 first.status, first.code, first.error = r.outcome, r.code, failed
         elif isinstance(r, TurnStarted):
@@ -458,8 +511,12 @@ def _timeline_items(
             item = TimelineItem(seq, ts, "turn.finished", 0, input_id=r.input_id, turn=r.turn, status=r.outcome,
                                 text=r.text if r.outcome == "completed" else (r.error or r.text), code=r.code,
                                 error=r.outcome == "failed")
+            for (call_id, _), asked in asks.items():
+                if asked.status == "open" and seen.call_turns.get(call_id) == r.turn:
+                    asked.status = "closed"  # its turn ended (cancelled, failed) with the ask unanswered
         elif isinstance(r, ModelResponseRecord):
             calls = [{"id": c["id"], "name": c["name"], "arguments": c.get("arguments")} for c in r.tool_calls]
+            seen.call_turns.update((c["id"], r.turn) for c in calls)
             info: dict[str, Any] = {"index": r.index, "tool_calls": calls}
             if r.finish_reason is not None:
                 info["finish_reason"] = r.finish_reason

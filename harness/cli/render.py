@@ -207,6 +207,9 @@ def _quoted(text: str | None, limit: int = 100) -> str:
 
 def _body(item: TimelineItem, now_ms: int, style: Style) -> str:
     k = item.kind
+    if item.status == "resent":  # a later copy of an input: it has no effect (SPEC 7.2)
+        first = item.detail.get("first_position")
+        return f"{item.input_id}" + style(f"  (resent; the first at position {first} counts)", "dim")
     if k == "input.message":
         settled = f"  → {item.status}" if item.status else "  (not settled yet)"
         return f"{item.input_id} {_quoted(item.text)}" + style(settled, "red" if item.error else "dim")

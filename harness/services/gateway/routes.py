@@ -38,7 +38,7 @@ from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
-from harness.views import SessionStateName, SessionSummary, summarize, timeline
+from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
 log = logging.getLogger("harness.gateway")
 
@@ -567,12 +567,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         state, entries = view.state, view.entries
         now = gw.now_ms()
         summary = _public(summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts), session_id)
-        sleeps = [
-            {"tool_call_id": call.tool_call_id, "name": name, "wake_at": wake, "due": wake <= now}
-            for call in state.calls.values()
-            if call.result is None
-            for name, wake in call.sleeps.items()
-        ]
+        sleeps = [sleep.to_json(now_ms=now) for sleep in open_sleeps(state)]
         items, messages = timeline(entries), conversation(state)
         keep = timeline_limit if timeline_limit is not None else max(len(items), len(messages))
         return {
@@ -615,7 +610,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         # A session with no record yet is streamed like any other: its records come from
         # the shared reader of the log (of its partition on Kafka) once they are written,
         # so a subscriber before the first message costs a key in that reader's table.
-        position = 0
+        position, known = 0, None
         if cursor:
             # A cursor past what this process read of the session may be past its end:
             # read (an empty session's end is 0). One within it (a client resuming, or
@@ -624,7 +619,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             view = gw.sessions.known(log_session_id)
             if view is None or cursor > view.position:
                 view = await gw.sessions.get(log_session_id)
-            position = view.position
+            position, known = view.position, view.state
         # A cursor past the session's last record (the view is caught up now) is none a
         # client was given: from another log, or one made up. Resuming after it would
         # hold back every new record until the log passed it, so it resumes at the end.
@@ -637,6 +632,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             after=min(cursor or 0, position),
             heartbeat_s=gw.settings.heartbeat_s,
             register=gw.register_stream,
+            known=known,
         )
 
         async def held() -> AsyncIterator[bytes]:

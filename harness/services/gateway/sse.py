@@ -8,6 +8,12 @@ The wire, per the HTML spec's ``text/event-stream``:
 * ``: heartbeat`` comments while idle, so proxies keep the connection open;
 * live-only events (model text deltas) with no ``id``.
 
+A later copy of an input (the same ``input_id`` and payload: SPEC 7.2, it has no effect;
+racing producers may leave one in the log) is the event ``harness.input.resent``, its
+``data`` naming the input, its record type and the position of the copy that counts
+(``first_position``), never its payload: a client never reads a message or app records
+twice, and never waits for the copy to settle.
+
 A client resumes with ``Last-Event-ID`` (or ``?after=``): the stream starts strictly
 after that position, with no gap and no duplicate.
 
@@ -30,8 +36,10 @@ from typing import Any
 from harness.live import LiveSource
 from harness.log.follow import subscribe
 from harness.records import LogEntry
+from harness.replay import SessionState
+from harness.replay.resends import FirstInputs
 
-__all__ = ["entry_json", "event_frame", "session_stream"]
+__all__ = ["RESENT_EVENT", "entry_json", "event_frame", "resent_json", "session_stream"]
 
 RETRY_MS = 1000
 MAX_FRAMES_PER_WRITE = 64
@@ -67,16 +75,30 @@ FRAME_CACHE = 4096
 _frames: OrderedDict[tuple[str, int], bytes] = OrderedDict()
 
 
-def record_frame(entry: LogEntry, public_session_id: str) -> bytes:
+RESENT_EVENT = "harness.input.resent"
+
+
+def resent_json(entry: LogEntry, public_session_id: str, first_position: int) -> dict[str, Any]:
+    """The event of a later copy of an input: which input, and where the one that counts is."""
+    data = {"session_id": public_session_id, "input_id": getattr(entry.record, "input_id", None),
+            "resent_type": entry.record_type, "first_position": first_position}
+    return {"seq": entry.seq, "type": RESENT_EVENT, "ts": entry.record.ts, "data": data}
+
+
+def record_frame(entry: LogEntry, public_session_id: str, resent_of: int | None = None) -> bytes:
     """The frame of a committed record, encoded once for every stream of its session.
 
     Keyed by the LOG's session id (tenant included) and position: a position is unique
-    within a session, and the public id is a function of the log's id.
+    within a session, and the public id is a function of the log's id. ``resent_of``:
+    the record is a later copy of the input at that position (a fact of the log too).
     """
     key = (entry.session_id, entry.seq)
     frame = _frames.get(key)
     if frame is None:
-        frame = event_frame(entry.type, entry_json(entry, public_session_id), id=entry.seq)
+        if resent_of is not None:
+            frame = event_frame(RESENT_EVENT, resent_json(entry, public_session_id, resent_of), id=entry.seq)
+        else:
+            frame = event_frame(entry.type, entry_json(entry, public_session_id), id=entry.seq)
         _frames[key] = frame
         if len(_frames) > FRAME_CACHE:
             _frames.popitem(last=False)
@@ -92,12 +114,15 @@ async def session_stream(
     after: int,
     heartbeat_s: float,
     register: Callable[[asyncio.Queue[Any]], Callable[[], None]],
+    known: SessionState | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The SSE byte stream of one session from ``after`` on; ends when the server closes it.
 
     ``register(queue)`` lets the server push ``_END``-like closing into the stream; it
-    returns the function that unregisters.
+    returns the function that unregisters. ``known``: the session folded at least up to
+    ``after`` (its inputs tell a resend after ``after`` from a first copy).
     """
+    firsts = FirstInputs(known)
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1024)
 
     async def pump(items: AsyncIterator[Any], kind: str, ends_stream: bool) -> None:
@@ -136,7 +161,7 @@ async def session_stream(
             frames: list[bytes] = []
             for kind, item in batch:
                 if kind == "entry":
-                    frames.append(record_frame(item, public_session_id))
+                    frames.append(record_frame(item, public_session_id, firsts.see(item.seq, item.record)))
                 elif kind == "live":
                     data = item.to_json() if hasattr(item, "to_json") else dict(item)
                     data["session_id"] = public_session_id

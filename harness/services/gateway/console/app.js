@@ -200,6 +200,9 @@ function quoted(text) {
 
 function itemText(it) {
   const why = it.code ? " (" + it.code + ")" : "";
+  if (it.status === "resent") {  // a later copy of an input: it has no effect
+    return it.input_id + "  (resent; the first at position " + it.detail.first_position + " counts)";
+  }
   switch (it.kind) {
     case "input.message": return it.input_id + " " + quoted(it.text) + (it.status ? "  → " + it.status : "  (not settled yet)");
     case "input.answer": return it.input_id + " for " + it.tool_call_id + "/" + it.name + " = " + it.preview;
