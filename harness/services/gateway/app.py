@@ -147,7 +147,7 @@ def create_app(
             yield
         finally:
             await state.stop_warming()
-            state.close_streams()
+            state.begin_shutdown()
             await state.breaker.stop()
             if on_shutdown is not None:
                 await on_shutdown(state)

@@ -38,6 +38,7 @@ from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
+from harness.services.gateway.waits import wait_while_served
 from harness.views import SessionStateName, SessionSummary, summarize, timeline
 
 log = logging.getLogger("harness.gateway")
@@ -465,6 +466,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_message(
+        request: Request,
         session_id: SessionId,
         body: MessageIn,
         who: Caller,
@@ -479,7 +481,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             sent = await gw.inputs.message(log_session_id, body.text, body.harness, input_id)
             out = receipt(sent)
             if wait is not None and sent.status != "rejected":
-                out["settlement"] = (await gw.inputs.wait(log_session_id, input_id, wait)).to_json()
+                settling = gw.inputs.wait(log_session_id, input_id, wait)
+                out["settlement"] = (await wait_while_served(settling, receive=request.receive,
+                                                             stopping=gw.stopping)).to_json()
             return out
         finally:
             if release is not None:
@@ -487,7 +491,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
-    async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller, wait: WaitQuery = None) -> dict[str, Any]:
+    async def send_answer(request: Request, session_id: SessionId, body: AnswerIn, who: Caller,
+                          wait: WaitQuery = None) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first. With
         ``?wait=SECONDS`` the answer also says how the turn it resumed ended (``settlement``;
         ``rejected`` if the session's owner refused the answer)."""
@@ -498,7 +503,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
             out = receipt(sent)
             if wait is not None and sent.status != "rejected":
-                out["settlement"] = (await gw.inputs.wait(view.session_id, input_id, wait, answer=True)).to_json()
+                settling = gw.inputs.wait(view.session_id, input_id, wait, answer=True)
+                out["settlement"] = (await wait_while_served(settling, receive=request.receive,
+                                                             stopping=gw.stopping)).to_json()
             return out
         finally:
             if release is not None:
