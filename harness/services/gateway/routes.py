@@ -19,7 +19,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness.errors import LogError, RecordTooLarge
-from harness.ids import check_sent_input_id
+from harness.ids import MAX_ID, check_id, check_sent_input_id, session_id_problem
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.breaker import LogDown
@@ -45,17 +45,11 @@ log = logging.getLogger("harness.gateway")
 
 __all__ = ["install_routes"]
 
-SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]*(?:/[A-Za-z0-9][A-Za-z0-9._:@~+=-]*)*$"
-"""A session id the gateway takes: parts of letters, digits and ``._:@~+=-``, each starting
-with a letter or digit, joined by ``/`` (``team/alice``, as the CLI and the library allow);
-at most ``MAX_SESSION_ID`` characters. In a URL its ``/`` is sent as ``%2F`` (see
-:class:`~harness.services.gateway.middleware.EncodedSlashes`)."""
-MAX_SESSION_ID = 128
-SESSION_ID_RULE = (
-    f"a session id is 1 to {MAX_SESSION_ID} letters, digits and . _ : @ ~ + = -, in parts joined by '/', "
-    "each starting with a letter or digit (in a URL, send each '/' of the id as %2F)"
+SESSION_ID_HELP = (
+    f"the session's id (yours; tenant-scoped): 1 to {MAX_ID} printable characters, no space at either end "
+    "(harness.ids.session_id_problem, as the library and the CLI take it); in a URL it is one path segment, "
+    "percent-encoded (a '/' in it as %2F)"
 )
-INPUT_ID = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
 
 
@@ -65,15 +59,28 @@ def _from_path(value: Any) -> Any:
     return unquote(value) if isinstance(value, str) and "%" in value else value
 
 
+def _session_id(value: str) -> str:
+    """``value`` if the library takes it as a session id (its one rule and its words).
+
+    Raises:
+        ValueError: it does not (a 422 saying why).
+    """
+    problem = session_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 SessionId = Annotated[
     str,
-    Path(pattern=SESSION_ID, max_length=MAX_SESSION_ID,
-         description="the session's id (yours; tenant-scoped); a '/' in it is sent as %2F"),
+    Path(description=SESSION_ID_HELP),
     BeforeValidator(_from_path),
+    AfterValidator(_session_id),
 ]
-InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
-SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_sent_input_id)]
+InputIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "input id"))]
+SentInputIdField = Annotated[str, AfterValidator(check_sent_input_id)]
 """A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
+ToolCallIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "tool call id"))]
 NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
@@ -103,7 +110,7 @@ class MessageIn(_Body):
 
 
 class AnswerIn(_Body):
-    tool_call_id: NameField
+    tool_call_id: ToolCallIdField
     name: NameField
     value: JsonValue
     input_id: InputIdField | None = None
@@ -234,8 +241,8 @@ def _plain(error: Any) -> dict[str, Any]:
     (a refused 1 MB text came back whole) nor pydantic's links."""
     loc, kind = list(error.get("loc", ())), error.get("type", "")
     msg = str(error.get("msg", ""))
-    if loc == ["path", "session_id"]:  # the rule in words, not the regular expression
-        msg = SESSION_ID_RULE
+    if kind == "value_error" and isinstance((error.get("ctx") or {}).get("error"), ValueError):
+        msg = str(error["ctx"]["error"])  # the library's own words (harness.ids), without "Value error, "
     if kind == "json_invalid":
         why = (error.get("ctx") or {}).get("error")
         at = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
@@ -404,10 +411,15 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         """The log's id of the caller's ``session_id``.
 
         Raises:
+            RequestValidationError: 422 for an id too long for the caller's tenant (the
+                log's id holds the tenant: ``harness.ids.session_id_problem``).
             HTTPException: 422 for an id that would name another tenant's session: with no
                 tenant (open access) the log's id is the id itself, and ``t/<tenant>/<id>``
                 is how the log names a tenant's session (``harness.ids.tenant_session_id``).
         """
+        problem = session_id_problem(session_id, who.tenant)  # (its log id: the tenant's prefix counts)
+        if problem is not None:
+            raise RequestValidationError([{"loc": ("path", "session_id"), "msg": problem, "type": "value_error"}])
         log_session_id = gw.log_id(who, session_id)
         if gw.owns(who, log_session_id) != session_id:
             raise HTTPException(422, f"session id {session_id!r} has the form t/<tenant>/<id>, which is kept for "
