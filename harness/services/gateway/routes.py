@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from starlette.background import BackgroundTask
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from harness.errors import LogError, RecordTooLarge
 from harness.ids import MAX_ID, check_id, check_sent_input_id, session_id_problem
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
-from harness.services.gateway.breaker import LogDown
 from harness.services.gateway.hosts import allowed_hosts
 from harness.services.gateway.middleware import (
-    SESSIONS_PATH,
     AllowedHosts,
     BodyLimit,
     EncodedSlashes,
@@ -34,6 +28,7 @@ from harness.services.gateway.middleware import (
     SecurityHeaders,
     session_url_path,
 )
+from harness.services.gateway.problems import Problem, install_problems
 from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
@@ -211,17 +206,6 @@ class SessionDetail(BaseModel):
     transcript_skipped: int = Field(0, description="earlier transcript messages left out by timeline_limit")
 
 
-class SafeJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
-class Problem(BaseModel):
-    detail: str
-
-
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid credentials"},
     404: {"model": Problem, "description": "no such session (for this tenant)"},
@@ -231,53 +215,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
-
-
-# --- errors ------------------------------------------------------------------------------------
-
-
-def _plain(error: Any) -> dict[str, Any]:
-    """One validation error as the API answers it: where, what, its type; never the input
-    (a refused 1 MB text came back whole) nor pydantic's links."""
-    loc, kind = list(error.get("loc", ())), error.get("type", "")
-    msg = str(error.get("msg", ""))
-    if kind == "value_error" and isinstance((error.get("ctx") or {}).get("error"), ValueError):
-        msg = str(error["ctx"]["error"])  # the library's own words (harness.ids), without "Value error, "
-    if kind == "json_invalid":
-        why = (error.get("ctx") or {}).get("error")
-        at = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
-        msg = f"the body is not valid JSON{at}" + (f": {why}" if why else "")
-        loc = loc[:1]
-    return {"loc": loc, "msg": msg, "type": kind}
-
-
-_UNPARSED_BODY = "There was an error parsing the body"
-
-
-def unreadable_body(cause: BaseException | None) -> JSONResponse:
-    """422 for a JSON body FastAPI could not read (it answers a bare 400), saying why."""
-    if isinstance(cause, RecursionError):
-        why = "the body's JSON is nested too deeply to be read"
-    elif isinstance(cause, UnicodeDecodeError):
-        why = "the body is not UTF-8 text"
-    else:
-        why = f"the body could not be read as JSON ({type(cause).__name__ if cause else 'unknown error'})"
-    return JSONResponse({"detail": [{"loc": ["body"], "msg": why, "type": "json_invalid"}]}, status_code=422)
-
-
-def validation_problem(request: Request, errors: Sequence[Any]) -> JSONResponse:
-    """422 with each error's place and message; 415 for a body that is not sent as JSON."""
-    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    is_json = content_type == "application/json" or (content_type.startswith("application/") and content_type.endswith("+json"))
-    if request.method == "POST" and not is_json and any(
-        tuple(e.get("loc", ())) == ("body",) for e in errors
-    ):
-        shown = content_type or "none"
-        return JSONResponse(
-            {"detail": f"the body must be JSON sent with 'Content-Type: application/json' (this one: {shown})"},
-            status_code=415,
-        )
-    return SafeJSONResponse({"detail": [_plain(e) for e in errors]}, status_code=422)
 
 
 _bearer = APIKeyHeader(
@@ -375,37 +312,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # Outermost: every part after it sees the client a trusted proxy names (the limits by address).
     app.add_middleware(ForwardedClient, proxies=TrustedProxies(gw.settings.forwarded_allow_ips))
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_problem(request, exc.errors())
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:  # FastAPI's word for any body it could not read
-            return unreadable_body(exc.__cause__)
-        if exc.status_code == 404 and exc.detail == "Not Found" and request.url.path.startswith(SESSIONS_PATH):
-            # No route: most likely a session id with a '/' sent as it is (team/alice).
-            return JSONResponse({"detail": (
-                f"no such route: {request.method} {request.url.path} (a '/' in a session id is sent as %2F: "
-                f"{SESSIONS_PATH}team%2Falice, not {SESSIONS_PATH}team/alice)")}, status_code=404)
-        return await http_exception_handler(request, exc)
-
-    @app.exception_handler(AuthError)
-    async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(RecordTooLarge)
-    async def record_too_large(request: Request, exc: RecordTooLarge) -> JSONResponse:
-        # Not a 503: sending it again cannot help. (Its message names the log's session id.)
-        detail = (f"the input is {exc.size} bytes as a record, more than the session log accepts: send less "
-                  "(the operator can raise the log's record size limit)")
-        return JSONResponse({"detail": detail}, status_code=413)
-
-    @app.exception_handler(LogError)
-    async def log_down(request: Request, exc: LogError) -> JSONResponse:
-        retry = gw.breaker.retry_after_s
-        detail = f"{exc}; retry in {retry} s" if isinstance(exc, LogDown) else f"the session log failed: {exc}; retry later"
-        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(retry)})
+    install_problems(app, gw.breaker)
 
     def log_id(who: Principal, session_id: str) -> str:
         """The log's id of the caller's ``session_id``.
@@ -450,11 +357,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     # -- health and console ----------------------------------------------------------------------
 
-    @app.get("/healthz", include_in_schema=True, tags=["health"])
+    # HEAD too: a load balancer's probe may send it (a GET route of FastAPI takes only GET).
+    @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=True, tags=["health"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
+    @app.api_route("/readyz", methods=["GET", "HEAD"], tags=["health"], responses={503: {"model": Problem}})
     async def readyz() -> JSONResponse:
         """Ready once the log answers (Kafka: its sessions topic exists; the gateway never creates it)."""
         if await gw.check_ready():
@@ -464,6 +372,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get("/", include_in_schema=False)
     async def console_index() -> FileResponse:
         return FileResponse(str(console_dir() / "index.html"), media_type="text/html")
+
+    @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
+    async def favicon() -> Response:
+        # A browser asks for it on every console page: no icon, and no 404 in its console.
+        return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
 
     @app.get("/console/{name}", include_in_schema=False)
     async def console_file(name: Annotated[str, Path(pattern=r"^[a-z]+\.(js|css|html)$")]) -> FileResponse:
