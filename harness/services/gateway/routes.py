@@ -357,12 +357,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     # -- health and console ----------------------------------------------------------------------
 
-    # HEAD too: a load balancer's probe may send it (a GET route of FastAPI takes only GET).
-    @app.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=True, tags=["health"])
+    @app.get("/healthz", include_in_schema=True, tags=["health"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.api_route("/readyz", methods=["GET", "HEAD"], tags=["health"], responses={503: {"model": Problem}})
+    @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
     async def readyz() -> JSONResponse:
         """Ready once the log answers (Kafka: its sessions topic exists; the gateway never creates it)."""
         if await gw.check_ready():
@@ -372,6 +371,11 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get("/", include_in_schema=False)
     async def console_index() -> FileResponse:
         return FileResponse(str(console_dir() / "index.html"), media_type="text/html")
+
+    # HEAD too: a load balancer's probe may send it (a GET route of FastAPI takes only GET;
+    # one route of both would be two operations of one id in the OpenAPI document).
+    for probe, answer in (("/healthz", healthz), ("/readyz", readyz)):
+        app.add_api_route(probe, answer, methods=["HEAD"], include_in_schema=False)
 
     @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
     async def favicon() -> Response:
