@@ -15,7 +15,8 @@ from typing import Any
 from harness.errors import InvalidId
 
 MAX_ID = 512
-"""The longest session or input id (the gateway takes ids of up to 128, plus its tenant prefix)."""
+"""The longest session or input id (a tenant's session id in the gateway: less its log prefix,
+see :func:`session_id_problem`)."""
 
 
 def id_problem(value: Any, kind: str) -> str | None:
@@ -86,6 +87,23 @@ def check_sent_input_id(value: Any) -> str:
             kind="input id",
         )
     return checked
+
+
+def session_id_problem(session_id: Any, tenant: str | None = None) -> str | None:
+    """What makes ``session_id`` unusable as ``tenant``'s session id, or None.
+
+    The one rule of session ids, for the library, the CLI and the gateway alike:
+    :func:`check_id`'s, applied to the log's id of the session. With a tenant that is
+    ``t/<tenant>/<id>`` (:func:`tenant_session_id`), so a tenant's ids are shorter by that
+    prefix; the message then names the caller's id and its own limit.
+    """
+    problem = id_problem(session_id, "session id")
+    if problem is None and tenant is not None:
+        room = MAX_ID - len(tenant_session_id(tenant, ""))
+        if len(session_id) > room:
+            problem = (f"a session id of this tenant may be at most {room} characters, not {len(session_id)} "
+                       f"(the log's id, t/<tenant>/<id>, may be at most {MAX_ID})")
+    return problem
 
 
 def log_id(namespace: str, session_id: str) -> str:

@@ -141,7 +141,7 @@ class ServerThread:
 
     def stop(self) -> None:
         if self.state is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.state.close_streams)
+            self._loop.call_soon_threadsafe(self.state.begin_shutdown)  # as harness gateway's signal handler
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:

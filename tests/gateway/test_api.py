@@ -153,7 +153,7 @@ def test_validation_errors_are_422_and_big_bodies_413(http: httpx.Client) -> Non
     assert http.post("/v1/sessions/s-5/messages", json={"text": "x", "extra": 1}).status_code == 422
     assert http.post("/v1/sessions/s-5/messages", content=b"{not json", headers={"content-type": "application/json"}
                      ).status_code == 422
-    assert http.post("/v1/sessions/bad%20id/messages", json={"text": "x"}).status_code == 422
+    assert http.post("/v1/sessions/%20bad/messages", json={"text": "x"}).status_code == 422  # a space at an end
     assert http.get("/v1/sessions/s-5/events", params={"after": -1}).status_code == 422
     r = http.post("/v1/sessions/s-5/messages", json={"text": "x" * (2 * 1024 * 1024), "harness": HARNESS})
     assert r.status_code == 413
@@ -306,3 +306,19 @@ def test_a_gateway_lists_the_log_once_it_answers_before_any_request(
         assert any(line in r.getMessage() for r in caplog.records), caplog.text
         with httpx.Client(base_url=second.url, timeout=30) as http:
             assert {s["session_id"] for s in http.get("/v1/sessions").json()["sessions"]} == set(sids)
+
+
+def test_a_path_or_method_that_does_not_exist_says_what_does(http: httpx.Client) -> None:
+    r = http.get("/v2/foo")
+    assert r.status_code == 404 and r.headers["content-type"] == "application/json", r.text
+    assert r.json() == {"detail": "no route GET /v2/foo; the API is under /v1, see /docs "
+                                  "(health: /healthz, /readyz; console: /)"}
+    r = http.get("/v1/sessions/s-1/messages")  # a POST route
+    assert r.status_code == 405 and r.headers["allow"] == "POST", r.text
+    assert r.json() == {"detail": "GET is not allowed on /v1/sessions/s-1/messages: it takes POST"}
+    # A load balancer's probe may be a HEAD.
+    for path in ("/healthz", "/readyz"):
+        r = http.head(path)
+        assert r.status_code == 200 and r.content == b"", (path, r.status_code)
+    # The browser's icon request on every console page: no 404 in its console.
+    assert http.get("/favicon.ico").status_code == 204

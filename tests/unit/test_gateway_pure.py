@@ -9,7 +9,7 @@ from fastapi import HTTPException
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.ids import split_tenant_session_id, tenant_session_id
+from harness.ids import session_id_problem, split_tenant_session_id, tenant_session_id
 from harness.records import (
     AskOpened,
     InputMessage,
@@ -35,9 +35,11 @@ from harness.services.gateway.settings import parse_settings
 from harness.services.gateway.sse import event_frame
 from harness.views import SessionSummary, summarize, timeline
 
-SESSION_IDS = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,20}(/[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,10}){0,3}",
-                            fullmatch=True)
-"""The ids the gateway takes (``routes.SESSION_ID``), '/' included."""
+SESSION_IDS = st.one_of(
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,20}(/[A-Za-z0-9][A-Za-z0-9._:@~+=-]{0,10}){0,3}", fullmatch=True),
+    st.text(min_size=1, max_size=40).filter(lambda sid: session_id_problem(sid) is None),
+)
+"""The ids the gateway takes: the library's (``harness.ids.session_id_problem``), '/' and '%' included."""
 
 
 @given(tenant=st.text(min_size=1, max_size=30), session_id=SESSION_IDS)

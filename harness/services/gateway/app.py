@@ -43,7 +43,8 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingExtra("the HTTP gateway", "gateway") from exc
 
-from harness.services.gateway.routes import SafeJSONResponse, install_routes
+from harness.services.gateway.problems import SafeJSONResponse
+from harness.services.gateway.routes import install_routes
 
 
 def _now_ms() -> int:
@@ -147,7 +148,7 @@ def create_app(
             yield
         finally:
             await state.stop_warming()
-            state.close_streams()
+            state.begin_shutdown()
             await state.breaker.stop()
             if on_shutdown is not None:
                 await on_shutdown(state)

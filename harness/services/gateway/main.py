@@ -164,7 +164,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     def on_signal() -> None:
         if server.should_exit and the_worker is not None:
             the_worker.hurry.set()  # a second signal: the worker's drain ends at once
-        gw.close_streams()  # open SSE streams end, so shutdown is quick
+        gw.begin_shutdown()  # open ?wait requests answer and SSE streams end: nothing holds the stop up
         server.should_exit = True
 
     for sig in (signal.SIGTERM, signal.SIGINT):

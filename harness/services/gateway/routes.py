@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
-from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from starlette.background import BackgroundTask
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from harness.errors import LogError, RecordTooLarge
-from harness.ids import check_sent_input_id
+from harness.ids import MAX_ID, check_id, check_sent_input_id, session_id_problem
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
-from harness.services.gateway.breaker import LogDown
 from harness.services.gateway.hosts import allowed_hosts
 from harness.services.gateway.middleware import (
-    SESSIONS_PATH,
     AllowedHosts,
     BodyLimit,
     EncodedSlashes,
@@ -34,27 +28,23 @@ from harness.services.gateway.middleware import (
     SecurityHeaders,
     session_url_path,
 )
+from harness.services.gateway.problems import Problem, install_problems
 from harness.services.gateway.proxies import TrustedProxies
 from harness.services.gateway.sessions import SessionView
 from harness.services.gateway.sse import session_stream
 from harness.services.gateway.state import GatewayState, TenantSlots, console_dir
+from harness.services.gateway.waits import wait_while_served
 from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
 log = logging.getLogger("harness.gateway")
 
 __all__ = ["install_routes"]
 
-SESSION_ID = r"^[A-Za-z0-9][A-Za-z0-9._:@~+=-]*(?:/[A-Za-z0-9][A-Za-z0-9._:@~+=-]*)*$"
-"""A session id the gateway takes: parts of letters, digits and ``._:@~+=-``, each starting
-with a letter or digit, joined by ``/`` (``team/alice``, as the CLI and the library allow);
-at most ``MAX_SESSION_ID`` characters. In a URL its ``/`` is sent as ``%2F`` (see
-:class:`~harness.services.gateway.middleware.EncodedSlashes`)."""
-MAX_SESSION_ID = 128
-SESSION_ID_RULE = (
-    f"a session id is 1 to {MAX_SESSION_ID} letters, digits and . _ : @ ~ + = -, in parts joined by '/', "
-    "each starting with a letter or digit (in a URL, send each '/' of the id as %2F)"
+SESSION_ID_HELP = (
+    f"the session's id (yours; tenant-scoped): 1 to {MAX_ID} printable characters, no space at either end "
+    "(harness.ids.session_id_problem, as the library and the CLI take it); in a URL it is one path segment, "
+    "percent-encoded (a '/' in it as %2F)"
 )
-INPUT_ID = r"^[^\x00-\x1f\x7f]{1,256}$"
 NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
 
 
@@ -64,15 +54,28 @@ def _from_path(value: Any) -> Any:
     return unquote(value) if isinstance(value, str) and "%" in value else value
 
 
+def _session_id(value: str) -> str:
+    """``value`` if the library takes it as a session id (its one rule and its words).
+
+    Raises:
+        ValueError: it does not (a 422 saying why).
+    """
+    problem = session_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 SessionId = Annotated[
     str,
-    Path(pattern=SESSION_ID, max_length=MAX_SESSION_ID,
-         description="the session's id (yours; tenant-scoped); a '/' in it is sent as %2F"),
+    Path(description=SESSION_ID_HELP),
     BeforeValidator(_from_path),
+    AfterValidator(_session_id),
 ]
-InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
-SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_sent_input_id)]
+InputIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "input id"))]
+SentInputIdField = Annotated[str, AfterValidator(check_sent_input_id)]
 """A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
+ToolCallIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "tool call id"))]
 NameField = Annotated[str, Field(pattern=NAME)]
 MAX_TEXT = 256 * 1024
 MAX_LIST = 500
@@ -102,7 +105,7 @@ class MessageIn(_Body):
 
 
 class AnswerIn(_Body):
-    tool_call_id: NameField
+    tool_call_id: ToolCallIdField
     name: NameField
     value: JsonValue
     input_id: InputIdField | None = None
@@ -203,17 +206,6 @@ class SessionDetail(BaseModel):
     transcript_skipped: int = Field(0, description="earlier transcript messages left out by timeline_limit")
 
 
-class SafeJSONResponse(JSONResponse):
-    """JSON with non-ASCII escaped: a lone surrogate echoed from a request cannot break it."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
-
-
-class Problem(BaseModel):
-    detail: str
-
-
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid credentials"},
     404: {"model": Problem, "description": "no such session (for this tenant)"},
@@ -223,53 +215,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
-
-
-# --- errors ------------------------------------------------------------------------------------
-
-
-def _plain(error: Any) -> dict[str, Any]:
-    """One validation error as the API answers it: where, what, its type; never the input
-    (a refused 1 MB text came back whole) nor pydantic's links."""
-    loc, kind = list(error.get("loc", ())), error.get("type", "")
-    msg = str(error.get("msg", ""))
-    if loc == ["path", "session_id"]:  # the rule in words, not the regular expression
-        msg = SESSION_ID_RULE
-    if kind == "json_invalid":
-        why = (error.get("ctx") or {}).get("error")
-        at = f" at character {loc[-1]}" if len(loc) > 1 and isinstance(loc[-1], int) else ""
-        msg = f"the body is not valid JSON{at}" + (f": {why}" if why else "")
-        loc = loc[:1]
-    return {"loc": loc, "msg": msg, "type": kind}
-
-
-_UNPARSED_BODY = "There was an error parsing the body"
-
-
-def unreadable_body(cause: BaseException | None) -> JSONResponse:
-    """422 for a JSON body FastAPI could not read (it answers a bare 400), saying why."""
-    if isinstance(cause, RecursionError):
-        why = "the body's JSON is nested too deeply to be read"
-    elif isinstance(cause, UnicodeDecodeError):
-        why = "the body is not UTF-8 text"
-    else:
-        why = f"the body could not be read as JSON ({type(cause).__name__ if cause else 'unknown error'})"
-    return JSONResponse({"detail": [{"loc": ["body"], "msg": why, "type": "json_invalid"}]}, status_code=422)
-
-
-def validation_problem(request: Request, errors: Sequence[Any]) -> JSONResponse:
-    """422 with each error's place and message; 415 for a body that is not sent as JSON."""
-    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    is_json = content_type == "application/json" or (content_type.startswith("application/") and content_type.endswith("+json"))
-    if request.method == "POST" and not is_json and any(
-        tuple(e.get("loc", ())) == ("body",) for e in errors
-    ):
-        shown = content_type or "none"
-        return JSONResponse(
-            {"detail": f"the body must be JSON sent with 'Content-Type: application/json' (this one: {shown})"},
-            status_code=415,
-        )
-    return SafeJSONResponse({"detail": [_plain(e) for e in errors]}, status_code=422)
 
 
 _bearer = APIKeyHeader(
@@ -367,46 +312,21 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # Outermost: every part after it sees the client a trusted proxy names (the limits by address).
     app.add_middleware(ForwardedClient, proxies=TrustedProxies(gw.settings.forwarded_allow_ips))
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_problem(request, exc.errors())
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:  # FastAPI's word for any body it could not read
-            return unreadable_body(exc.__cause__)
-        if exc.status_code == 404 and exc.detail == "Not Found" and request.url.path.startswith(SESSIONS_PATH):
-            # No route: most likely a session id with a '/' sent as it is (team/alice).
-            return JSONResponse({"detail": (
-                f"no such route: {request.method} {request.url.path} (a '/' in a session id is sent as %2F: "
-                f"{SESSIONS_PATH}team%2Falice, not {SESSIONS_PATH}team/alice)")}, status_code=404)
-        return await http_exception_handler(request, exc)
-
-    @app.exception_handler(AuthError)
-    async def unauthorized(request: Request, exc: AuthError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(RecordTooLarge)
-    async def record_too_large(request: Request, exc: RecordTooLarge) -> JSONResponse:
-        # Not a 503: sending it again cannot help. (Its message names the log's session id.)
-        detail = (f"the input is {exc.size} bytes as a record, more than the session log accepts: send less "
-                  "(the operator can raise the log's record size limit)")
-        return JSONResponse({"detail": detail}, status_code=413)
-
-    @app.exception_handler(LogError)
-    async def log_down(request: Request, exc: LogError) -> JSONResponse:
-        retry = gw.breaker.retry_after_s
-        detail = f"{exc}; retry in {retry} s" if isinstance(exc, LogDown) else f"the session log failed: {exc}; retry later"
-        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": str(retry)})
+    install_problems(app, gw.breaker)
 
     def log_id(who: Principal, session_id: str) -> str:
         """The log's id of the caller's ``session_id``.
 
         Raises:
+            RequestValidationError: 422 for an id too long for the caller's tenant (the
+                log's id holds the tenant: ``harness.ids.session_id_problem``).
             HTTPException: 422 for an id that would name another tenant's session: with no
                 tenant (open access) the log's id is the id itself, and ``t/<tenant>/<id>``
                 is how the log names a tenant's session (``harness.ids.tenant_session_id``).
         """
+        problem = session_id_problem(session_id, who.tenant)  # (its log id: the tenant's prefix counts)
+        if problem is not None:
+            raise RequestValidationError([{"loc": ("path", "session_id"), "msg": problem, "type": "value_error"}])
         log_session_id = gw.log_id(who, session_id)
         if gw.owns(who, log_session_id) != session_id:
             raise HTTPException(422, f"session id {session_id!r} has the form t/<tenant>/<id>, which is kept for "
@@ -452,6 +372,16 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     async def console_index() -> FileResponse:
         return FileResponse(str(console_dir() / "index.html"), media_type="text/html")
 
+    # HEAD too: a load balancer's probe may send it (a GET route of FastAPI takes only GET;
+    # one route of both would be two operations of one id in the OpenAPI document).
+    for probe, answer in (("/healthz", healthz), ("/readyz", readyz)):
+        app.add_api_route(probe, answer, methods=["HEAD"], include_in_schema=False)
+
+    @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
+    async def favicon() -> Response:
+        # A browser asks for it on every console page: no icon, and no 404 in its console.
+        return Response(status_code=204, headers={"Cache-Control": "max-age=86400"})
+
     @app.get("/console/{name}", include_in_schema=False)
     async def console_file(name: Annotated[str, Path(pattern=r"^[a-z]+\.(js|css|html)$")]) -> FileResponse:
         path = console_dir() / name
@@ -465,6 +395,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
     async def send_message(
+        request: Request,
         session_id: SessionId,
         body: MessageIn,
         who: Caller,
@@ -479,7 +410,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             sent = await gw.inputs.message(log_session_id, body.text, body.harness, input_id)
             out = receipt(sent)
             if wait is not None and sent.status != "rejected":
-                out["settlement"] = (await gw.inputs.wait(log_session_id, input_id, wait)).to_json()
+                settling = gw.inputs.wait(log_session_id, input_id, wait)
+                out["settlement"] = (await wait_while_served(settling, receive=request.receive,
+                                                             stopping=gw.stopping)).to_json()
             return out
         finally:
             if release is not None:
@@ -487,7 +420,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
               responses=_ERRORS)
-    async def send_answer(session_id: SessionId, body: AnswerIn, who: Caller, wait: WaitQuery = None) -> dict[str, Any]:
+    async def send_answer(request: Request, session_id: SessionId, body: AnswerIn, who: Caller,
+                          wait: WaitQuery = None) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first. With
         ``?wait=SECONDS`` the answer also says how the turn it resumed ended (``settlement``;
         ``rejected`` if the session's owner refused the answer)."""
@@ -498,7 +432,9 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
             out = receipt(sent)
             if wait is not None and sent.status != "rejected":
-                out["settlement"] = (await gw.inputs.wait(view.session_id, input_id, wait, answer=True)).to_json()
+                settling = gw.inputs.wait(view.session_id, input_id, wait, answer=True)
+                out["settlement"] = (await wait_while_served(settling, receive=request.receive,
+                                                             stopping=gw.stopping)).to_json()
             return out
         finally:
             if release is not None:

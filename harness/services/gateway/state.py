@@ -106,6 +106,8 @@ class GatewayState:
                                  max_bytes=settings.session_cache_mb * 1024 * 1024)
         self.inputs = Inputs(log, self.sessions, harness_names=self.harnesses, now_ms=now_ms)
         self.streams: set[asyncio.Queue[Any]] = set()
+        self.stopping = asyncio.Event()
+        """Set when the server begins to stop: every ``?wait`` answers ``running`` at once (``waits``)."""
         self.stream_slots = TenantSlots(settings.max_streams_per_tenant)
         self.wait_slots = TenantSlots(settings.max_waits_per_tenant)
         # --rate-limit: a burst of twice the rate (at least one request) per caller.
@@ -184,6 +186,12 @@ class GatewayState:
                 self.metrics.sse_subscribers(-1)
 
         return unregister
+
+    def begin_shutdown(self) -> None:
+        """The server stops: open ``?wait`` requests answer now and SSE streams end, so that
+        no request holds the shutdown (and, in ``harness serve``, the worker's drain) up."""
+        self.stopping.set()
+        self.close_streams()
 
     def close_streams(self) -> None:
         for queue in list(self.streams):
