@@ -1,23 +1,34 @@
-"""The gateway's HTTP routes (FastAPI). Request bodies are pydantic models (422 on error)."""
+"""The gateway's HTTP routes (FastAPI) and their path and query parameters. The request and
+response bodies (pydantic models, 422 on error) are in ``bodies``; who calls (authentication,
+rate limits) in ``caller``."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import unquote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi import FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from fastapi.security import APIKeyHeader
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BeforeValidator
 from starlette.background import BackgroundTask
 
-from harness.ids import MAX_ID, check_id, check_sent_input_id, session_id_problem
+from harness.ids import MAX_ID, session_id_problem
 from harness.replay.conversation import conversation
-from harness.services.gateway.auth import AuthError, Principal
+from harness.services.gateway.auth import Principal
+from harness.services.gateway.bodies import (
+    AnswerIn,
+    CancelIn,
+    MessageIn,
+    ReceiptOut,
+    RecordsIn,
+    SessionDetail,
+    SessionPage,
+    SummaryOut,
+)
+from harness.services.gateway.caller import Caller
 from harness.services.gateway.hosts import allowed_hosts
 from harness.services.gateway.middleware import (
     AllowedHosts,
@@ -36,16 +47,13 @@ from harness.services.gateway.state import GatewayState, TenantSlots, console_di
 from harness.services.gateway.waits import wait_while_served
 from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
-log = logging.getLogger("harness.gateway")
-
-__all__ = ["install_routes"]
+__all__ = ["SummaryOut", "install_routes"]  # (SummaryOut: moved to bodies; the tests still take it from here)
 
 SESSION_ID_HELP = (
     f"the session's id (yours; tenant-scoped): 1 to {MAX_ID} printable characters, no space at either end "
     "(harness.ids.session_id_problem, as the library and the CLI take it); in a URL it is one path segment, "
     "percent-encoded (a '/' in it as %2F)"
 )
-NAME = r"^[^\x00-\x1f\x7f]{1,200}$"
 
 
 def _from_path(value: Any) -> Any:
@@ -72,13 +80,6 @@ SessionId = Annotated[
     BeforeValidator(_from_path),
     AfterValidator(_session_id),
 ]
-InputIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "input id"))]
-SentInputIdField = Annotated[str, AfterValidator(check_sent_input_id)]
-"""A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
-ToolCallIdField = Annotated[str, AfterValidator(lambda value: check_id(value, "tool call id"))]
-NameField = Annotated[str, Field(pattern=NAME)]
-MAX_TEXT = 256 * 1024
-MAX_LIST = 500
 RETRY_AFTER_S = 5
 """What a 429 (a tenant holding its most streams or waiting requests) says in Retry-After."""
 MAX_WAIT_S = 600.0
@@ -91,121 +92,6 @@ WaitQuery = Annotated[
 ]
 
 
-# --- request and response bodies ------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class MessageIn(_Body):
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
-    harness: NameField | None = None
-    input_id: SentInputIdField | None = None
-
-
-class AnswerIn(_Body):
-    tool_call_id: ToolCallIdField
-    name: NameField
-    value: JsonValue
-    input_id: InputIdField | None = None
-
-
-class RecordsIn(_Body):
-    records: list[dict[str, JsonValue]] = Field(min_length=1, max_length=MAX_LIST)
-    input_id: SentInputIdField | None = None
-
-
-class CancelIn(_Body):
-    input_id: InputIdField
-
-
-class OpenAskOut(BaseModel):
-    tool_call_id: str
-    name: str
-    message: str
-    schema_: JsonValue = Field(alias="schema", description="the JSON schema an answer must match")
-    expires_at: float | None = Field(None, description="seconds since the epoch (harness.views.OpenAsk)")
-
-
-class SettlementOut(BaseModel):
-    outcome: Literal["completed", "failed", "aborted", "rejected", "waiting", "running"] = Field(
-        description="the input's settlement; 'waiting': its turn waits for a person (see asks); "
-        "'running': neither within the wait (the turn goes on: stream the events after position - 1)"
-    )
-    code: str | None = None
-    reason: str | None = None
-    text: str | None = Field(None, description="the turn's answer")
-    asks: list[OpenAskOut] | None = Field(None, description="the open asks, when 'waiting'")
-    queued_behind: str | None = Field(None, description="'waiting' for a message queued behind a turn that "
-                                      "waits for a person: that turn's input (it runs once the ask is answered)")
-
-
-class ReceiptOut(BaseModel):
-    input_id: str
-    status: Literal["accepted", "queued", "rejected"]
-    code: str | None = None
-    reason: str | None = None
-    position: int | None = Field(None, description="the input's log position (resume events after position - 1)")
-    settlement: SettlementOut | None = Field(
-        None, description="with ?wait=: how the input ended, that its turn waits for a person, or 'running'"
-    )
-
-
-class UsageOut(BaseModel):
-    calls: int = Field(description="completed model calls")
-    input_tokens: int
-    output_tokens: int
-    cost: float | None = Field(None, description="US dollars, when the provider or the pricing says")
-
-
-class SummaryOut(BaseModel):
-    """``harness.views.SessionSummary.to_json()``, as ``harness sessions --json`` prints it."""
-
-    model_config = ConfigDict(extra="allow")
-    session_id: str
-    harness: str | None
-    state: SessionStateName
-    last_activity: int | None = None
-    sleeping_until: int | None = None
-    open_asks: list[OpenAskOut] = []
-    turns: int = 0
-    last_outcome: str | None = None
-    last_code: str | None = None
-    active_input: str | None = None
-    pending_inputs: int = 0
-    partial: bool = Field(False, description="known by id only (Kafka: ended before its partition's checkpoint)")
-    usage: UsageOut | None = None
-
-
-class ListedOut(SummaryOut):
-    """A row of the list: the summary and where the session is."""
-
-    path: str = Field(description="the session's URL path, its id percent-encoded as one segment (a '/' in "
-                      "it as %2F): GET it, or add /events, /messages ... to it")
-
-
-class SessionPage(BaseModel):
-    sessions: list[ListedOut]
-    next_cursor: str | None = None
-
-
-class SessionDetail(BaseModel):
-    """The summary and the timeline as ``harness show --json`` prints them, and more."""
-
-    model_config = ConfigDict(extra="allow")
-    summary: SummaryOut
-    open_asks: list[OpenAskOut]
-    sleeps: list[dict[str, Any]]
-    usage: UsageOut
-    transcript: list[dict[str, Any]]
-    timeline: list[dict[str, Any]] = Field(description="harness.views.TimelineItem.to_json() of every item "
-                                           "(the last timeline_limit ones when asked)")
-    last_position: int | None
-    timeline_skipped: int = Field(0, description="earlier timeline items left out by timeline_limit")
-    transcript_skipped: int = Field(0, description="earlier transcript messages left out by timeline_limit")
-
-
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Problem, "description": "missing or invalid credentials"},
     404: {"model": Problem, "description": "no such session (for this tenant)"},
@@ -215,85 +101,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
-
-
-_bearer = APIKeyHeader(
-    name="Authorization",
-    scheme_name="bearer",
-    description="'Bearer <token>': a JWT or an API key (none needed under --open-access)",
-    auto_error=False,
-)
-
-
-WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-"""What ``--rate-limit`` counts (every API request with ``--rate-limit-reads``)."""
-
-
-async def _principal(request: Request, authorization: Annotated[str | None, Depends(_bearer)] = None) -> Principal:
-    # On the loop (an async dependency): checking a key or a token's signature costs
-    # microseconds, and a plain ``def`` would hop to the thread pool and back on every
-    # request (~8% of a busy gateway's CPU).
-    gw: GatewayState = request.app.state.gateway
-    if gw.auth_failures is None or not authorization:
-        who = gw.auth.authenticate(authorization)
-    else:
-        who = _authenticate_limited(gw, authorization, request)
-    if gw.rate_limits is not None and (gw.settings.rate_limit_reads or request.method in WRITE_METHODS):
-        _rate_limit(gw, who, request)
-    return who
-
-
-def _authenticate_limited(gw: GatewayState, authorization: str, request: Request) -> Principal:
-    """Authenticate under ``--auth-failure-limit``: an address whose failure budget is spent
-    gets 429 before its credentials are looked at (so a guess costs no signature check); a
-    failure spends one. Nothing awaited in between: concurrent guesses cannot all pass.
-
-    Raises:
-        HTTPException: 429 with ``Retry-After``.
-        AuthError: the credentials do not authenticate (401).
-    """
-    limit = gw.auth_failures
-    assert limit is not None
-    address = request.client.host if request.client else None
-    retry = limit.refused(address)
-    if retry:
-        gw.metrics.rate_limited("auth_failures")
-        if limit.should_warn(address):
-            # (the address is an IP, ours or a trusted proxy's word; never the credentials)
-            log.warning("client address %s failed to authenticate more than %d times a minute "
-                        "(--auth-failure-limit): its requests get 429 until its budget refills; if it is an ingress "
-                        "or a load balancer, name it in --forwarded-allow-ips", address, limit.per_minute)
-        raise HTTPException(429, "too many failed authentications from this client address (at most "
-                            f"{limit.per_minute} a minute, --auth-failure-limit): retry in {retry} s",
-                            headers={"Retry-After": str(retry)})
-    try:
-        return gw.auth.authenticate(authorization)
-    except AuthError:
-        limit.failed(address)
-        raise
-
-
-def _rate_limit(gw: GatewayState, who: Principal, request: Request) -> None:
-    """Take a token of the caller's bucket: its tenant's, or its address's when it has none
-    (``--open-access`` without a token). Here, after authentication and before the body is
-    read, so a refused write writes nothing, and a caller without valid credentials spends
-    no tenant's tokens.
-
-    Raises:
-        HTTPException: 429 with ``Retry-After`` when the bucket is empty.
-    """
-    assert gw.rate_limits is not None
-    key = f"t:{who.tenant}" if who.tenant is not None else f"a:{request.client.host if request.client else '?'}"
-    wait = gw.rate_limits.take(key)
-    if wait > 0:
-        gw.metrics.rate_limited("rate_limit")
-        retry = gw.rate_limits.retry_after(wait)
-        whose = "this tenant" if who.tenant is not None else "this client address"
-        raise HTTPException(429, f"too many requests from {whose} (at most {gw.settings.rate_limit:g} a second, "
-                            f"--rate-limit): retry in {retry} s", headers={"Retry-After": str(retry)})
-
-
-Caller = Annotated[Principal, Depends(_principal)]
 
 
 def install_routes(app: FastAPI, gw: GatewayState) -> None:
