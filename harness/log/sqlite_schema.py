@@ -155,8 +155,9 @@ _pack_q = struct.Struct(">q").pack
 
 
 def row_crc(seq: int, prev: int, session_id: str | bytes, type_: str | bytes, value: bytes) -> int:
-    head = _pack_qq(seq, prev) + _b(session_id) + b"\x00" + _b(type_) + b"\x00"
-    return zlib.crc32(value, zlib.crc32(head))
+    sid = session_id.encode() if type(session_id) is str else _b(session_id)  # (_b written out: a hot path)
+    kind = type_.encode() if type(type_) is str else _b(type_)
+    return zlib.crc32(value, zlib.crc32(_pack_qq(seq, prev) + sid + b"\x00" + kind + b"\x00"))
 
 
 def head_crc(session_id: str, last_seq: int) -> int:
@@ -198,14 +199,23 @@ def append_rows(
             known.read(session_id, last, owner)
         prev = head if head is not None else 0
         last = max(last, prev)  # a damaged file whose last rows are gone: never reuse a head's position
+    run = getattr(db, "statements", db).execute  # (a write connection's own cursor: none made a statement)
+    if len(encoded) == 1:  # a step's one record: the loop below written out (a step's hot path)
+        ((type_, value),) = encoded
+        seq = last + 1
+        run(INSERT, (seq, session_id, type_, value, prev, row_crc(seq, prev, session_id, type_, value)))
+        run(SET_HEAD, (session_id, seq, head_crc(session_id, seq)))
+        if known is not None:
+            known.appended(session_id, seq)
+        return [seq]
     seqs: list[int] = []
     for type_, value in encoded:
         last += 1
-        db.execute(INSERT, (last, session_id, type_, value, prev, row_crc(last, prev, session_id, type_, value)))
+        run(INSERT, (last, session_id, type_, value, prev, row_crc(last, prev, session_id, type_, value)))
         seqs.append(last)
         prev = last
     if seqs:
-        db.execute(SET_HEAD, (session_id, prev, head_crc(session_id, prev)))
+        run(SET_HEAD, (session_id, prev, head_crc(session_id, prev)))
         if known is not None:
             known.appended(session_id, prev)
     return seqs
