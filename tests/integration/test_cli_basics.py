@@ -313,6 +313,38 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     assert "still waiting" in hints[0]
 
 
+def test_answer_with_no_worker_says_so_not_that_it_is_queued_behind_its_own_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`harness answer` with no worker said the answer was "queued behind turn 1 ..., which is
+    still running": the turn that asked, which waits for this very answer. It gives the hint
+    `send` gives (the same code): nobody took it, is a worker running?"""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+    from harness.cli import main as cli_main
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'asks.db'}"
+
+    async def waiting_ask() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            assert (await session.send("ask", input_id="m1")).outcome == "waiting"
+
+    asyncio.run(waiting_ask())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    code = cli_main(["answer", "s-1", "approve", "approval", '{"approved": true}', "--input-id", "a-1",
+                     "--timeout", "3", "--log", url])
+    err = capsys.readouterr().err
+    assert code == 1 and "queued behind" not in err, err
+    hints = [line for line in err.splitlines() if line.startswith("a-1: ")]
+    assert len(hints) == 1 and "no worker has taken it in 0.3 s" in hints[0] and "still waiting" in hints[0], err
+    assert err.splitlines()[-1].startswith("harness answer: the answer a-1 was not taken within 3 s: no worker took "
+                                           "it up. Is a worker running on this log"), err
+
+
 def test_a_queued_session_is_listed_as_running_and_state_queued_says_so(tmp_path: Path) -> None:
     """The table shows `queued (1 input not taken yet)`, a state the README did not list, and
     `--state queued` was refused as an invalid choice while `--state running` listed it."""
