@@ -120,6 +120,42 @@ def test_a_bad_port_names_the_flag_or_the_variable_it_came_from(command: str) ->
     assert one_line(env) == f"harness {command}: HARNESS_GATEWAY_PORT: a port is a whole number 0..65535, not 'x'"
 
 
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["topics", "create", "--log", "kafka://127.0.0.1:9?topic_prefix=t", "--partitions", "2147483648"], {},
+     "argument --partitions: --partitions takes a whole number from 1 to 100000, not 2147483648"),
+    (["topics", "create", "--log", "kafka://127.0.0.1:9?topic_prefix=t&partitions=2147483648"], {},
+     "partitions must be from 1 to 100000, not 2147483648"),
+    (["topics", "create", "--log", f"kafka://127.0.0.1:9?topic_prefix=t&replication_factor={HUGE}"], {},
+     f"replication_factor must be from 1 to 10000, not {HUGE}"),
+    (["sessions", "--log", "sqlite:///none.db", "--limit", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--max-sessions", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--sync-threads", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y"], {"HARNESS_MAX_SESSIONS": HUGE},
+     f"HARNESS_MAX_SESSIONS takes a whole number from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--lease", "1e300"], {}, "at most 1000000000, not 1e300"),
+    (["worker", "--app", "x:y", "--drain-timeout", "1e300"], {}, "from 0 to 1000000000, not 1e300"),
+    (["worker", "--app", "x:y"], {"HARNESS_LEASE_SECONDS": "1e300"}, "at most 1000000000, not 1e300"),
+    (["serve", "--app", "x:y", "--max-body-bytes", HUGE], {}, f"at most 2147483647, not {HUGE}"),
+    (["serve", "--app", "x:y", "--auth-failure-limit", HUGE], {}, f"at most 2147483647, not {HUGE}"),
+    (["gateway", "--rate-limit", "1e300"], {}, "0 to 2147483647 (0: no limit), not 1e300"),
+    (["gateway", "--heartbeat", "1e300"], {}, "at most 1000000000, not 1e300"),
+    (["send", "s-1", "hi", "--timeout", "1e300"], {}, "at most 1000000000, not 1e300"),
+])
+def test_a_number_too_large_for_an_option_is_a_usage_error_in_one_line(
+    args: list[str], env: dict[str, str], says: str, tmp_path: Path
+) -> None:
+    """`harness topics create --partitions 2147483648` printed "unexpected error: OverflowError:
+    signed integer is greater than maximum" (and `--lease 1e300` its own OverflowError), while 0,
+    -1 and abc got a range: a number too large gets the range too."""
+    log = [] if "--log" in args else ["--log", f"sqlite:///{tmp_path / 'x.db'}"]
+    out = harness(*args, *log, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert says in one_line(out) and "Overflow" not in out.stderr
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2
