@@ -156,6 +156,13 @@ def test_a_number_too_large_for_an_option_is_a_usage_error_in_one_line(
     assert says in one_line(out) and "Overflow" not in out.stderr
 
 
+def test_send_refuses_an_empty_message_as_the_gateway_does(tmp_path: Path) -> None:
+    """`harness send s1 ''` was sent (the gateway answers 422 for an empty text)."""
+    out = harness("send", "s1", "", "--harness", "x", "--log", f"sqlite:///{tmp_path / 'x.db'}")
+    assert out.returncode == 2
+    assert one_line(out) == "harness send: the message text is empty: give the message to send, e.g. harness send s1 'hello'"
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2

@@ -221,3 +221,20 @@ def test_readiness_asks_the_log_at_every_check_not_only_at_start() -> None:
         assert r.json()["detail"] == "not ready: the Kafka cluster at b:9092 did not answer within 5 s"
         log.down = False
         assert http.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("length", [0, 1, 256 * 1024, 256 * 1024 + 1])
+def test_the_gateway_and_harness_send_refuse_the_same_message_texts(length: int) -> None:
+    """One rule (``message_text_problem``) for the CLI; the gateway's body model agrees with it."""
+    from pydantic import ValidationError
+
+    from harness.jsonvalues import message_text_problem
+    from harness.services.gateway.routes import MessageIn
+
+    text = "x" * length
+    try:
+        MessageIn(text=text)
+        gateway_ok = True
+    except ValidationError:
+        gateway_ok = False
+    assert gateway_ok == (message_text_problem(text) is None)
