@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 from harness.errors import StepValueError
+from harness.words import with_article
 
 __all__ = [
     "INT64_MAX",
@@ -176,6 +177,4 @@ def _copy(value: Any, path: str, what: str, depth: int) -> Any:
         hint = " (store the bytes elsewhere and return their id, or base64-encode them)"
     elif isinstance(value, (set, frozenset)):
         hint = " (return sorted(value) or list(value))"
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    raise StepValueError(f"{what} at {path} is {article} {kind}, which is not JSON{hint}", path=path)
+    raise StepValueError(f"{what} at {path} is {with_article(type(value).__name__)}, which is not JSON{hint}", path=path)

@@ -163,6 +163,15 @@ def test_send_refuses_an_empty_message_as_the_gateway_does(tmp_path: Path) -> No
     assert one_line(out) == "harness send: the message text is empty: give the message to send, e.g. harness send s1 'hello'"
 
 
+def test_an_empty_id_is_refused_with_the_right_article(tmp_path: Path) -> None:
+    """The error for an empty input id read "a input id must not be empty"."""
+    log = f"sqlite:///{tmp_path / 'x.db'}"
+    out = harness("send", "s1", "hi", "--harness", "x", "--input-id", "", "--log", log)
+    assert out.returncode == 2 and one_line(out) == "harness send: an input id must not be empty"
+    out = harness("answer", "", "call-1", "approval", "true", "--log", log)
+    assert out.returncode == 2 and one_line(out) == "harness answer: a session id must not be empty"
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2

@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.definition import Harness
 from harness.errors import ConfigError
+from harness.words import with_article
 
 __all__ = ["load_harnesses"]
 
@@ -114,7 +115,7 @@ def load_harnesses(specs: Sequence[str]) -> list[Harness]:
             if not isinstance(item, Harness):
                 kind = type(item).__name__
                 raise ConfigError(
-                    f"--app {spec} gives {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, not a harness: "
+                    f"--app {spec} gives {with_article(kind)}, not a harness: "
                     "point it at the result of "
                     "define_harness(...) (or a list of them, or a function returning them)",
                     setting="--app",
