@@ -244,13 +244,10 @@ async def open_log_for(
         return await _open_kafka(
             url, role=role, env=env, probe_timeout=probe_timeout, partitions=partitions, start=start
         )
-    if url.startswith("sqlite://"):  # two slashes: what follows reads as a host, not a path
-        rest = url[len("sqlite://"):]
-        raise ConfigError(
-            f"{url!r} has two slashes after 'sqlite:'; a path needs three: sqlite:///{rest} (relative to the "
-            f"current folder) or four for an absolute one: sqlite:////{rest.lstrip('/')}",
-            setting="--log",
-        )
+    if url.startswith("sqlite://"):
+        from harness.log import unsupported_url
+
+        raise ConfigError(unsupported_url(url), setting="--log")
     raise ConfigError(
         f"unsupported session log URL {url!r}: use sqlite:///path or kafka://host:port[?topic_prefix=...]",
         setting="--log",

@@ -195,6 +195,11 @@ def test_a_sqlite_url_with_two_slashes_or_naming_a_folder_says_what_to_write(tmp
         "harness sessions: 'sqlite://data/app.db' has two slashes after 'sqlite:'; a path needs three: "
         "sqlite:///data/app.db (relative to the current folder) or four for an absolute one: sqlite:////data/app.db"
     )
+    from harness.log import open_log
+
+    with pytest.raises(ValueError) as in_python:  # open_log("sqlite://rel.db") only said "unsupported"
+        open_log("sqlite://data/app.db")
+    assert one_line(two) == f"harness sessions: {in_python.value}"
     folder = harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", f"sqlite:///{tmp_path}")
     assert folder.returncode == 2 and one_line(folder) == (
         f"harness worker: 'sqlite:///{tmp_path}' names the folder {tmp_path}, not a file: name the log's file in "
