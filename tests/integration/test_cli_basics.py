@@ -172,6 +172,33 @@ def test_an_empty_id_is_refused_with_the_right_article(tmp_path: Path) -> None:
     assert out.returncode == 2 and one_line(out) == "harness answer: a session id must not be empty"
 
 
+def test_the_sessions_table_cuts_a_long_session_id_and_json_keeps_it(tmp_path: Path) -> None:
+    """One session id of 512 characters padded every row of `harness sessions` to ~530 columns."""
+    import asyncio
+    import json
+
+    from harness import HarnessHost, open_log
+
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    long_id = "s" + "x" * 511
+    for session in (long_id, "s-1"):
+        assert harness("send", session, "hi", "--harness", "x", "--no-wait", "--log", url).returncode == 0
+    out = harness("sessions", "--log", url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) < 120, lines
+    assert any(line.startswith("s" + "x" * 38 + "…  ") for line in lines), lines
+    assert out.stderr == "(long ids are cut with '…': --json lists them whole)\n"
+    listed = json.loads(harness("sessions", "--json", "--log", url).stdout)
+    assert {s["session_id"] for s in listed} == {long_id, "s-1"}
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2
