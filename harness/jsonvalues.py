@@ -124,7 +124,12 @@ def json_copy(value: Any, *, path: str = "$", what: str = "step value") -> Any:
         StepValueError: naming the path of the first part the log cannot hold
             (see the module docstring).
     """
-    return _copy(value, path, what, 0)
+    try:
+        return _copy(value, path, what, 0)
+    except StepValueError as exc:
+        # The error names the path; the walk's frames (two a level, up to MAX_JSON_DEPTH levels)
+        # say nothing more and made a logged traceback ~300 lines long: it starts here instead.
+        raise exc.with_traceback(None) from None
 
 
 def _copy(value: Any, path: str, what: str, depth: int) -> Any:
