@@ -43,6 +43,7 @@ from harness.observability import metrics
 from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
+from harness.words import with_article
 
 __all__ = ["CallScope", "DurableStep", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
 
