@@ -29,13 +29,11 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_JSON_DEPTH",
-    "MAX_MESSAGE_TEXT",
     "check_text",
     "dumps",
     "json_copy",
     "json_path",
     "loads",
-    "message_text_problem",
     "storable_text",
 ]
 
@@ -45,9 +43,6 @@ MAX_JSON_DEPTH = 64
 Readers in other languages stop somewhere (Rust's serde_json at 128 by default,
 with the record's own envelope around the value), and Python's own recursion
 limit is near 1000; 64 is far below both and far above any sane value."""
-
-MAX_MESSAGE_TEXT = 256 * 1024
-"""The longest message text a client sends (the gateway, ``harness send``), in characters."""
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -96,17 +91,6 @@ def check_text(text: Any, *, what: str, path: str = "$") -> str:
             path=path,
         )
     return str(text)
-
-
-def message_text_problem(text: str) -> str | None:
-    """What is wrong with ``text`` as a message a client sends (the gateway answers 422,
-    ``harness send`` refuses it), or None: empty, or longer than :data:`MAX_MESSAGE_TEXT`.
-    (The library's ``session.send`` takes any text: a program may mean an empty one.)"""
-    if not text:
-        return "is empty"
-    if len(text) > MAX_MESSAGE_TEXT:
-        return f"has {len(text)} characters, more than the {MAX_MESSAGE_TEXT} a message may have"
-    return None
 
 
 def json_path(parent: str, key: str | int) -> str:

@@ -20,7 +20,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harness.errors import LogError, RecordTooLarge
 from harness.ids import check_sent_input_id
-from harness.jsonvalues import MAX_MESSAGE_TEXT
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.breaker import LogDown
@@ -75,6 +74,7 @@ InputIdField = Annotated[str, Field(pattern=INPUT_ID)]
 SentInputIdField = Annotated[str, Field(pattern=INPUT_ID), AfterValidator(check_sent_input_id)]
 """A message's or app records' own id: not one of the prefixes kept for answers and cancels."""
 NameField = Annotated[str, Field(pattern=NAME)]
+MAX_TEXT = 256 * 1024
 MAX_LIST = 500
 RETRY_AFTER_S = 5
 """What a 429 (a tenant holding its most streams or waiting requests) says in Retry-After."""
@@ -96,7 +96,7 @@ class _Body(BaseModel):
 
 
 class MessageIn(_Body):
-    text: str = Field(min_length=1, max_length=MAX_MESSAGE_TEXT)  # (jsonvalues.message_text_problem)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)  # (harness send refuses an empty text too)
     harness: NameField | None = None
     input_id: SentInputIdField | None = None
 
