@@ -13,6 +13,7 @@ from collections.abc import Container
 from typing import Any
 
 from harness.errors import InvalidId
+from harness.words import with_article
 
 MAX_ID = 512
 """The longest session or input id (a tenant's session id in the gateway: less its log prefix,
@@ -22,11 +23,11 @@ see :func:`session_id_problem`)."""
 def id_problem(value: Any, kind: str) -> str | None:
     """What makes ``value`` unusable as a ``kind`` (the rules of :func:`check_id`), or None."""
     if not isinstance(value, str):
-        return f"a {kind} must be a string, not {type(value).__name__}"
+        return f"{with_article(kind)} must be a string, not {type(value).__name__}"
     if not value:
-        return f"a {kind} must not be empty"
+        return f"{with_article(kind)} must not be empty"
     if len(value) > MAX_ID:
-        return f"a {kind} may be at most {MAX_ID} characters, not {len(value)}"
+        return f"{with_article(kind)} may be at most {MAX_ID} characters, not {len(value)}"
     if value != value.strip() or not value.isprintable():
         return (
             f"{kind} {value[:60]!r} holds a space at an end or a character that cannot be printed "

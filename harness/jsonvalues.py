@@ -23,8 +23,19 @@ import math
 from typing import Any
 
 from harness.errors import StepValueError
+from harness.words import with_article
 
-__all__ = ["INT64_MAX", "INT64_MIN", "MAX_JSON_DEPTH", "check_text", "dumps", "json_copy", "json_path", "loads", "storable_text"]
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_JSON_DEPTH",
+    "check_text",
+    "dumps",
+    "json_copy",
+    "json_path",
+    "loads",
+    "storable_text",
+]
 
 MAX_JSON_DEPTH = 64
 """Most nested containers (lists, objects) a value may have: ``[[1]]`` has 2.
@@ -97,7 +108,12 @@ def json_copy(value: Any, *, path: str = "$", what: str = "step value") -> Any:
         StepValueError: naming the path of the first part the log cannot hold
             (see the module docstring).
     """
-    return _copy(value, path, what, 0)
+    try:
+        return _copy(value, path, what, 0)
+    except StepValueError as exc:
+        # The error names the path; the walk's frames (two a level, up to MAX_JSON_DEPTH levels)
+        # say nothing more and made a logged traceback ~300 lines long: it starts here instead.
+        raise exc.with_traceback(None) from None
 
 
 def _copy(value: Any, path: str, what: str, depth: int) -> Any:
@@ -150,6 +166,4 @@ def _copy(value: Any, path: str, what: str, depth: int) -> Any:
         hint = " (store the bytes elsewhere and return their id, or base64-encode them)"
     elif isinstance(value, (set, frozenset)):
         hint = " (return sorted(value) or list(value))"
-    kind = type(value).__name__
-    article = "an" if kind[:1].lower() in "aeiou" else "a"
-    raise StepValueError(f"{what} at {path} is {article} {kind}, which is not JSON{hint}", path=path)
+    raise StepValueError(f"{what} at {path} is {with_article(type(value).__name__)}, which is not JSON{hint}", path=path)

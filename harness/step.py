@@ -43,6 +43,7 @@ from harness.observability import metrics
 from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
+from harness.words import with_article
 
 __all__ = ["CallScope", "DurableStep", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
 
@@ -269,11 +270,11 @@ class _Names:
         if type(name) is not str or not name.isascii() or not name:  # (else nothing to check: a hot path)
             if not isinstance(name, str) or not name:
                 raise StepError(
-                    f"a {kind} name must be a non-empty string",
+                    f"{with_article(kind)} name must be a non-empty string",
                     session_id=self._scope[0],
                     tool_call_id=self._scope[1],
                 )
-            check_text(name, what=f"a {kind} name")
+            check_text(name, what=f"{with_article(kind)} name")
         scrubber = self._scrubber
         if scrubber is not None and scrubber.active:
             scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])

@@ -31,6 +31,8 @@ __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_RUNTIME",
     "EXIT_USAGE",
+    "MAX_SECONDS",
+    "MAX_WHOLE",
     "PROBE_TIMEOUT_S",
     "BrokerWatch",
     "CommandParser",
@@ -44,6 +46,7 @@ __all__ = [
     "run_command",
     "telling_if_slow",
     "utf8_argument",
+    "whole_number",
 ]
 
 T = TypeVar("T")
@@ -97,34 +100,55 @@ def add_log_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_WHOLE = 2**31 - 1
+"""The largest whole number an option takes: what Kafka (a partition count) and the C
+code under the clients hold in a signed 32-bit int; a larger one failed deep inside them
+(``OverflowError: signed integer is greater than maximum``) instead of as a usage error."""
+
+MAX_SECONDS = 10.0**9
+"""The longest duration an option takes (about 31 years): a longer one overflowed a
+``timedelta`` or a C timeout inside the worker (``OverflowError``)."""
+
+
 def seconds_or_zero(text: str) -> float:
-    """An argparse type: a number of seconds >= 0 (0: none), finite."""
+    """An argparse type: a number of seconds >= 0 (0: none), at most ``MAX_SECONDS``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text!r}") from None
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, not {text}")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, not {text}")
     return value
 
 
-def positive_int(name: str) -> Callable[[str], int]:
-    """An argparse type: a whole number >= 1."""
+def whole_number(what: str, *, minimum: int = 1, maximum: int = MAX_WHOLE) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``minimum`` to ``maximum``; out of range or
+    not a number, one line naming ``what`` and the range."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes a whole number >= 1, not {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} takes a whole number >= 1, not {value}")
+            value = None
+        if value is None or value < minimum:
+            shown = repr(text) if value is None else text
+            raise argparse.ArgumentTypeError(f"{what} a whole number >= {minimum}, not {shown}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{what} a whole number from {minimum} to {maximum}, not {text}")
         return value
 
     return parse
 
 
+def positive_int(name: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``MAX_WHOLE``."""
+    return whole_number(f"{name} takes")
+
+
 def positive_float(name: str) -> Callable[[str], float]:
-    """An argparse type: a number of seconds > 0."""
+    """An argparse type: a number of seconds > 0, at most ``MAX_SECONDS``."""
 
     def parse(text: str) -> float:
         try:
@@ -133,6 +157,9 @@ def positive_float(name: str) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{name} takes a number of seconds > 0, not {text!r}") from None
         if not value > 0 or value == float("inf"):
             raise argparse.ArgumentTypeError(f"{name} takes a number of seconds > 0, not {text}")
+        if value > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(f"{name} takes a number of seconds > 0 and at most {MAX_SECONDS:.0f}, "
+                                             f"not {text}")
         return value
 
     return parse
@@ -217,13 +244,10 @@ async def open_log_for(
         return await _open_kafka(
             url, role=role, env=env, probe_timeout=probe_timeout, partitions=partitions, start=start
         )
-    if url.startswith("sqlite://"):  # two slashes: what follows reads as a host, not a path
-        rest = url[len("sqlite://"):]
-        raise ConfigError(
-            f"{url!r} has two slashes after 'sqlite:'; a path needs three: sqlite:///{rest} (relative to the "
-            f"current folder) or four for an absolute one: sqlite:////{rest.lstrip('/')}",
-            setting="--log",
-        )
+    if url.startswith("sqlite://"):
+        from harness.log import unsupported_url
+
+        raise ConfigError(unsupported_url(url), setting="--log")
     raise ConfigError(
         f"unsupported session log URL {url!r}: use sqlite:///path or kafka://host:port[?topic_prefix=...]",
         setting="--log",

@@ -117,10 +117,12 @@ def _progress(state: SessionState, entries: list[LogEntry], input_id: str, now: 
 
 
 def _turn_ahead(state: SessionState, input_id: str) -> TurnState | None:
-    """The unfinished turn of another input that ``input_id`` (not taken yet) waits behind."""
+    """The unfinished turn of another input that ``input_id`` (not taken yet) waits behind.
+    Only a message waits for a turn to end: an answer (or a cancel) is taken by the owner
+    while the turn runs (it is what that turn waits for), so none is queued behind it."""
     inp = state.inputs.get(input_id)
     active = state.active_turn
-    if inp is None or inp.turn is not None or inp.settled is not None or active is None:
+    if inp is None or inp.kind != "message" or inp.turn is not None or inp.settled is not None or active is None:
         return None
     return active if active.input_id != input_id else None
 
@@ -301,6 +303,9 @@ async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
     utf8_argument(args.text, "the message text")
+    if not args.text:  # as the gateway's body model (MessageIn) refuses it; the log takes any text
+        raise ConfigError(f"the message text is empty: give the message to send, e.g. harness send "
+                          f"{args.session} 'hello'", setting="TEXT")
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
     log = await open_log_for(args.log, role="client")

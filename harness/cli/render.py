@@ -26,6 +26,7 @@ __all__ = [
     "sessions_table",
     "state_text",
     "style_for",
+    "table_cuts",
     "timeline_line",
     "timeline_lines",
 ]
@@ -110,16 +111,43 @@ _STATE_COLOURS = {"running": ("cyan",), "waiting": ("yellow", "bold"), "sleeping
                   "failed": ("red", "bold")}
 
 
+TABLE_ID_WIDTH = 40
+"""The widest session id or harness name a table cell shows; a longer one (ids go up to 512
+characters) is cut with an ellipsis, so one long id does not pad every row past the screen."""
+
+TABLE_ASKS_WIDTH = 60
+"""The widest list of open asks a table cell shows (tool call ids are as long as session ids)."""
+
+
+def cut(text: str, width: int) -> str:
+    """``text``, or its first ``width - 1`` characters and an ellipsis if it is longer."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table_cuts(summaries: Sequence[SessionSummary]) -> bool:
+    """Whether :func:`sessions_table` cuts a cell of these sessions."""
+    return any(
+        len(s.session_id) > TABLE_ID_WIDTH or len(s.harness or "") > TABLE_ID_WIDTH
+        or len(_asks_cell(s)) > TABLE_ASKS_WIDTH
+        for s in summaries
+    )
+
+
+def _asks_cell(s: SessionSummary) -> str:
+    return ", ".join(f"{a.tool_call_id}/{a.name}" for a in s.open_asks) or "-"
+
+
 def sessions_table(summaries: Sequence[SessionSummary], now_ms: int, style: Style) -> list[str]:
-    """One row per session: id, harness, state, last activity, open asks, turns."""
+    """One row per session: id, harness, state, last activity, open asks, turns (long ids
+    cut: see :data:`TABLE_ID_WIDTH`)."""
     header = ("SESSION", "HARNESS", "STATE", "LAST ACTIVITY", "ASKS", "TURNS")
     rows = [
         (
-            s.session_id,
-            s.harness or "-",
+            cut(s.session_id, TABLE_ID_WIDTH),
+            cut(s.harness or "-", TABLE_ID_WIDTH),
             state_text(s, now_ms),
             age(s.last_activity, now_ms),
-            ", ".join(f"{a.tool_call_id}/{a.name}" for a in s.open_asks) or "-",
+            cut(_asks_cell(s), TABLE_ASKS_WIDTH),
             "-" if s.partial else str(s.turns),
         )
         for s in summaries

@@ -29,6 +29,7 @@ from harness.cli.render import (
     session_header,
     sessions_table,
     style_for,
+    table_cuts,
     timeline_line,
     timeline_lines,
 )
@@ -117,6 +118,8 @@ async def main_sessions(argv: list[str]) -> int:
         return 0
     for line in sessions_table(summaries, now, style_for(sys.stdout, args.color)):
         print(line)
+    if table_cuts(summaries):
+        print("(long ids are cut with '…': --json lists them whole)", file=sys.stderr)
     if partial:
         print(f"({partial} sessions ended before their partition's latest checkpoint: --history reads them)",
               file=sys.stderr)

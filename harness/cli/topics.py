@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from harness.cli.common import CommandParser, add_log_option, log_url, open_log_for, positive_int
+from harness.cli.common import CommandParser, add_log_option, log_url, open_log_for, whole_number
 from harness.errors import ConfigError
 
 __all__ = ["main_topics"]
@@ -27,7 +27,9 @@ def topics_parser() -> CommandParser:
     )
     parser.add_argument("action", choices=("create",), help="what to do")
     add_log_option(parser)
-    parser.add_argument("--partitions", type=positive_int("--partitions"), metavar="N",
+    from harness.log.kafka.config import MAX_PARTITIONS  # (no librdkafka import: only numbers and names)
+
+    parser.add_argument("--partitions", type=whole_number("--partitions takes", maximum=MAX_PARTITIONS), metavar="N",
                         help="partitions of a new sessions topic (default: the URL's, else 12)")
     return parser
 

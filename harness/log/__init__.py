@@ -49,6 +49,7 @@ __all__ = [
     "open_log",
     "parse_sqlite_url",
     "sqlite_path",
+    "unsupported_url",
 ]
 
 SUPPORTED_URLS = (
@@ -137,7 +138,19 @@ def open_log(url: str, **options: Any) -> SessionLog:
             raise
         log: SessionLog = open_kafka_log(url, **options)
         return log
-    raise ValueError(f"unsupported session log URL {url!r}; supported: {', '.join(SUPPORTED_URLS)}")
+    raise ValueError(unsupported_url(url))
+
+
+def unsupported_url(url: str) -> str:
+    """Why ``url`` names no session log, and what to write instead (one line): the one
+    message of ``open_log`` and of the ``harness`` commands' ``--log``."""
+    if url.startswith("sqlite://"):  # two slashes: what follows reads as a host, not a path
+        rest = url[len("sqlite://"):]
+        return (
+            f"{url!r} has two slashes after 'sqlite:'; a path needs three: sqlite:///{rest} (relative to the "
+            f"current folder) or four for an absolute one: sqlite:////{rest.lstrip('/')}"
+        )
+    return f"unsupported session log URL {url!r}; supported: {', '.join(SUPPORTED_URLS)}"
 
 
 def check_log(log: object) -> SessionLog:

@@ -40,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from harness import ids
 from harness.errors import ConfigError, HarnessError, LogError, LogUnavailable
 from harness.observability import metrics
+from harness.runtime.broker_silence import BrokerSilence
 from harness.runtime.observe import WorkerHealth
 from harness.runtime.partition import (
     CHECKPOINT_EVERY_RECORDS,
@@ -417,15 +418,22 @@ async def run_group_worker(worker: GroupWorker, stop: asyncio.Event) -> None:
         log_=klog, loop=loop, on_assigned=assigned, on_revoked=revoked, on_lost=lost,
         instance_id=worker.instance_id, callback_timeout=CALLBACK_TIMEOUT_S + max(worker.drain_timeout, 0.0),
     )
+    silence = BrokerSilence(klog.settings.bootstrap)
+
     async def probe() -> None:
         """Ask for the owned partitions' ends: input lag, and proof the broker answers."""
         parts = sorted(owned)
         try:
             ends = await asyncio.to_thread(member.log_ends, parts, PROBE_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - readiness reports it; the worker goes on
-            log.warning("the broker did not answer a log-end query: %s", exc)
+            line = silence.failed(exc)
+            if line is not None:
+                log.warning("%s", line)
             return
         worker.health.broker_answered()
+        back = silence.answered()
+        if back is not None:
+            log.info("%s", back)
         for p, end in ends.items():
             rt = worker.runtimes.get(p)
             if rt is not None and p in owned:

@@ -120,6 +120,85 @@ def test_a_bad_port_names_the_flag_or_the_variable_it_came_from(command: str) ->
     assert one_line(env) == f"harness {command}: HARNESS_GATEWAY_PORT: a port is a whole number 0..65535, not 'x'"
 
 
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["topics", "create", "--log", "kafka://127.0.0.1:9?topic_prefix=t", "--partitions", "2147483648"], {},
+     "argument --partitions: --partitions takes a whole number from 1 to 100000, not 2147483648"),
+    (["topics", "create", "--log", "kafka://127.0.0.1:9?topic_prefix=t&partitions=2147483648"], {},
+     "partitions must be from 1 to 100000, not 2147483648"),
+    (["topics", "create", "--log", f"kafka://127.0.0.1:9?topic_prefix=t&replication_factor={HUGE}"], {},
+     f"replication_factor must be from 1 to 10000, not {HUGE}"),
+    (["sessions", "--log", "sqlite:///none.db", "--limit", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--max-sessions", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--sync-threads", HUGE], {}, f"from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y"], {"HARNESS_MAX_SESSIONS": HUGE},
+     f"HARNESS_MAX_SESSIONS takes a whole number from 1 to 2147483647, not {HUGE}"),
+    (["worker", "--app", "x:y", "--lease", "1e300"], {}, "at most 1000000000, not 1e300"),
+    (["worker", "--app", "x:y", "--drain-timeout", "1e300"], {}, "from 0 to 1000000000, not 1e300"),
+    (["worker", "--app", "x:y"], {"HARNESS_LEASE_SECONDS": "1e300"}, "at most 1000000000, not 1e300"),
+    (["serve", "--app", "x:y", "--max-body-bytes", HUGE], {}, f"at most 2147483647, not {HUGE}"),
+    (["serve", "--app", "x:y", "--auth-failure-limit", HUGE], {}, f"at most 2147483647, not {HUGE}"),
+    (["gateway", "--rate-limit", "1e300"], {}, "0 to 2147483647 (0: no limit), not 1e300"),
+    (["gateway", "--heartbeat", "1e300"], {}, "at most 1000000000, not 1e300"),
+    (["send", "s-1", "hi", "--timeout", "1e300"], {}, "at most 1000000000, not 1e300"),
+])
+def test_a_number_too_large_for_an_option_is_a_usage_error_in_one_line(
+    args: list[str], env: dict[str, str], says: str, tmp_path: Path
+) -> None:
+    """`harness topics create --partitions 2147483648` printed "unexpected error: OverflowError:
+    signed integer is greater than maximum" (and `--lease 1e300` its own OverflowError), while 0,
+    -1 and abc got a range: a number too large gets the range too."""
+    log = [] if "--log" in args else ["--log", f"sqlite:///{tmp_path / 'x.db'}"]
+    out = harness(*args, *log, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert says in one_line(out) and "Overflow" not in out.stderr
+
+
+def test_send_refuses_an_empty_message_as_the_gateway_does(tmp_path: Path) -> None:
+    """`harness send s1 ''` was sent (the gateway answers 422 for an empty text)."""
+    out = harness("send", "s1", "", "--harness", "x", "--log", f"sqlite:///{tmp_path / 'x.db'}")
+    assert out.returncode == 2
+    assert one_line(out) == "harness send: the message text is empty: give the message to send, e.g. harness send s1 'hello'"
+
+
+def test_an_empty_id_is_refused_with_the_right_article(tmp_path: Path) -> None:
+    """The error for an empty input id read "a input id must not be empty"."""
+    log = f"sqlite:///{tmp_path / 'x.db'}"
+    out = harness("send", "s1", "hi", "--harness", "x", "--input-id", "", "--log", log)
+    assert out.returncode == 2 and one_line(out) == "harness send: an input id must not be empty"
+    out = harness("answer", "", "call-1", "approval", "true", "--log", log)
+    assert out.returncode == 2 and one_line(out) == "harness answer: a session id must not be empty"
+
+
+def test_the_sessions_table_cuts_a_long_session_id_and_json_keeps_it(tmp_path: Path) -> None:
+    """One session id of 512 characters padded every row of `harness sessions` to ~530 columns."""
+    import asyncio
+    import json
+
+    from harness import HarnessHost, open_log
+
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+
+    async def make_log() -> None:
+        async with HarnessHost(log=open_log(url)):
+            pass
+
+    asyncio.run(make_log())
+    long_id = "s" + "x" * 511
+    for session in (long_id, "s-1"):
+        assert harness("send", session, "hi", "--harness", "x", "--no-wait", "--log", url).returncode == 0
+    out = harness("sessions", "--log", url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3 and max(map(len, lines)) < 120, lines
+    assert any(line.startswith("s" + "x" * 38 + "…  ") for line in lines), lines
+    assert out.stderr == "(long ids are cut with '…': --json lists them whole)\n"
+    listed = json.loads(harness("sessions", "--json", "--log", url).stdout)
+    assert {s["session_id"] for s in listed} == {long_id, "s-1"}
+
+
 def test_an_unknown_command_is_a_usage_error_with_a_hint() -> None:
     out = harness("sesions")
     assert out.returncode == 2
@@ -143,6 +222,11 @@ def test_a_sqlite_url_with_two_slashes_or_naming_a_folder_says_what_to_write(tmp
         "harness sessions: 'sqlite://data/app.db' has two slashes after 'sqlite:'; a path needs three: "
         "sqlite:///data/app.db (relative to the current folder) or four for an absolute one: sqlite:////data/app.db"
     )
+    from harness.log import open_log
+
+    with pytest.raises(ValueError) as in_python:  # open_log("sqlite://rel.db") only said "unsupported"
+        open_log("sqlite://data/app.db")
+    assert one_line(two) == f"harness sessions: {in_python.value}"
     folder = harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", f"sqlite:///{tmp_path}")
     assert folder.returncode == 2 and one_line(folder) == (
         f"harness worker: 'sqlite:///{tmp_path}' names the folder {tmp_path}, not a file: name the log's file in "
@@ -311,6 +395,38 @@ def test_send_and_answer_with_no_worker_say_so_while_they_wait(tmp_path: Path, m
     hints = [line for line in err if "no worker has taken it in 0.3 s" in line]
     assert len(hints) == 1 and hints[0].startswith("in-1: ") and "harness worker --log" in hints[0], err
     assert "still waiting" in hints[0]
+
+
+def test_answer_with_no_worker_says_so_not_that_it_is_queued_behind_its_own_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`harness answer` with no worker said the answer was "queued behind turn 1 ..., which is
+    still running": the turn that asked, which waits for this very answer. It gives the hint
+    `send` gives (the same code): nobody took it, is a worker running?"""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+    from harness.cli import main as cli_main
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'asks.db'}"
+
+    async def waiting_ask() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            assert (await session.send("ask", input_id="m1")).outcome == "waiting"
+
+    asyncio.run(waiting_ask())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    code = cli_main(["answer", "s-1", "approve", "approval", '{"approved": true}', "--input-id", "a-1",
+                     "--timeout", "3", "--log", url])
+    err = capsys.readouterr().err
+    assert code == 1 and "queued behind" not in err, err
+    hints = [line for line in err.splitlines() if line.startswith("a-1: ")]
+    assert len(hints) == 1 and "no worker has taken it in 0.3 s" in hints[0] and "still waiting" in hints[0], err
+    assert err.splitlines()[-1].startswith("harness answer: the answer a-1 was not taken within 3 s: no worker took "
+                                           "it up. Is a worker running on this log"), err
 
 
 def test_a_queued_session_is_listed_as_running_and_state_queued_says_so(tmp_path: Path) -> None:

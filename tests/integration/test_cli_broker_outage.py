@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,45 @@ def test_broker_stopped_mid_command(tmp_path: object) -> None:
     assert not _noise(tail_err), tail_err
     assert tail_err.splitlines()[-1].startswith(f"harness tail: lost the Kafka cluster at {broker.bootstrap}")
     assert len([line for line in tail_err.splitlines() if not line.startswith("(no records")]) == 1, tail_err
+
+
+@pytest.mark.kafka
+def test_a_worker_whose_broker_stops_says_so_once_not_every_probe(tmp_path: Path) -> None:
+    """A worker printed `WARNING harness.worker the broker did not answer a log-end query:
+    KafkaError{code=...}` every 5 s while its broker was down: now one line with the reason,
+    then at most one a minute (harness.runtime.broker_silence)."""
+    from harness.runtime.group import PROBE_EVERY_S
+    from harness.testing.kafka_local import LocalKafka
+
+    try:
+        broker = LocalKafka().start()
+    except Exception as exc:  # noqa: BLE001 - no Java / jars here: fail in CI, skip locally
+        if IN_CI:
+            pytest.fail(f"no Kafka broker could be started in CI: {exc}", pytrace=False)
+        pytest.skip(f"no local Kafka broker: {exc}")
+    url = f"kafka://{broker.bootstrap}?topic_prefix=quiet&partitions=1"
+    out_path = tmp_path / "worker.log"
+    with out_path.open("w") as out:
+        worker = subprocess.Popen(_harness("worker", "--app", "tests.apps.cli_app:assistant", "--log", url),
+                                  stdout=out, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=REPO,
+                                  stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while "worker ready" not in out_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "worker ready" in out_path.read_text(), out_path.read_text()
+        broker.stop()
+        first = f"the broker at {broker.bootstrap} did not answer ("
+        deadline = time.monotonic() + 60
+        while first not in out_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first in out_path.read_text(), out_path.read_text()
+        time.sleep(4 * PROBE_EVERY_S)  # (what must not happen: a line each probe; nothing to poll for)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+        broker.close()
+    text = out_path.read_text()
+    ours = [line for line in text.splitlines() if f"the broker at {broker.bootstrap}" in line]
+    assert len(ours) == 1 and ours[0].endswith("; waiting for it") and "KafkaError{" not in ours[0], text
+    assert "log-end query" not in text

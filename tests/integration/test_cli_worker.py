@@ -208,6 +208,25 @@ def test_worker_settings_errors_are_one_line(backend: Backend, tmp_path: Path, a
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_an_app_given_as_a_file_outside_the_current_folder_says_to_run_from_its_folder(
+    backend: Backend, tmp_path: Path, where: str
+) -> None:
+    """`--app ../app/myapp.py:assistant` suggested `--app ...app.myapp:assistant` and an absolute
+    path `tmp.nu3.app.myapp:assistant`: neither is a module name the worker can import."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "myapp.py").write_text("")
+    (tmp_path / "elsewhere").mkdir()
+    path = "../app/myapp.py" if where == "relative" else str(tmp_path / "app" / "myapp.py")
+    out = backend.cli("worker", "--app", f"{path}:assistant", cwd=tmp_path / "elsewhere")
+    assert out.returncode == 2, out.stderr
+    folder = tmp_path / "app"
+    assert out.stderr.strip() == (
+        f"harness worker: --app {path}:assistant: {path!r} is a file path; --app takes a module name: "
+        f"cd {folder} and use --app myapp:assistant (or set PYTHONPATH={folder})"
+    )
+
+
 def test_a_secret_given_twice_is_refused(backend: Backend, tmp_path: Path) -> None:
     folder = tmp_path / "secrets"
     folder.mkdir()

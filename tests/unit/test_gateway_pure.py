@@ -223,3 +223,14 @@ def test_readiness_asks_the_log_at_every_check_not_only_at_start() -> None:
         assert r.json()["detail"] == "not ready: the Kafka cluster at b:9092 did not answer within 5 s"
         log.down = False
         assert http.get("/readyz").status_code == 200
+
+
+
+def test_the_gateway_refuses_an_empty_message_text_as_harness_send_does() -> None:
+    from pydantic import ValidationError
+
+    from harness.services.gateway.routes import MessageIn
+
+    with pytest.raises(ValidationError):
+        MessageIn(text="")
+    assert MessageIn(text="x").text == "x"

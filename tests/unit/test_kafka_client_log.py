@@ -57,3 +57,34 @@ def test_a_coordinator_loading_its_state_is_normal_work_not_a_warning(caplog: py
         log.log(logging.WARNING, FMT, "GETPID", "rdkafka#producer-1",
                 "Failed to acquire transactional PID from broker TxnCoordinator/1: Coordinator load in progress: retrying")
     assert [r.levelno for r in caplog.records] == [logging.INFO]
+
+
+def test_librdkafkas_own_count_of_suppressed_repeats_is_not_a_new_kind(caplog: pytest.LogCaptureFixture) -> None:
+    """`(after 0ms in state CONNECT)` then `(after 0ms in state CONNECT, 1 identical error(s)
+    suppressed)`: the same failure, one kind (each passed as a new one)."""
+    clock = Clock()
+    log = ClientLog(logging.getLogger("test.client"), window=60, clock=clock)
+    text = "Connect to ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT{})"
+    with caplog.at_level(logging.INFO, logger="test.client"):
+        for suffix in ("", ", 1 identical error(s) suppressed", ", 12 identical error(s) suppressed"):
+            clock.now += 1
+            log.log(logging.ERROR, FMT, "FAIL", "rdkafka#producer-1", text.format(suffix))
+    assert [r.getMessage() for r in caplog.records] == ["FAIL [rdkafka#producer-1] " + text.format("")]
+
+
+def test_a_refused_connection_is_one_kind_whichever_thread_and_connection_said_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker that stops: each client's bootstrap, GroupCoordinator, TxnCoordinator and
+    broker-id connection said the same refusal, each as a kind of its own."""
+    clock = Clock()
+    log = ClientLog(logging.getLogger("test.client"), window=60, clock=clock)
+    refused = "Connect to ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT)"
+    with caplog.at_level(logging.INFO, logger="test.client"):
+        for where in ("[thrd:GroupCoordinator]: GroupCoordinator: 127.0.0.1:9092: ",
+                      "[thrd:127.0.0.1:9092/1]: 127.0.0.1:9092/1: ", "[thrd:TxnCoordinator]: TxnCoordinator: ",
+                      "[thrd:127.0.0.1:9092/bootstrap]: 127.0.0.1:9092/bootstrap: "):
+            clock.now += 0.1
+            log.log(logging.ERROR, FMT, "FAIL", "rdkafka#consumer-1", where + refused)
+        log.log(logging.WARNING, FMT, "SESSTMOUT", "rdkafka#consumer-1", "[thrd:main]: Consumer group session timed out")
+    assert len(caplog.records) == 2, [r.getMessage() for r in caplog.records]

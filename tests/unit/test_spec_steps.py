@@ -467,3 +467,22 @@ async def test_sync_code_blocking_longer_than_the_lease_runs_once_and_keeps_its_
     assert result.outcome == "completed" and session.failed is None
     assert charges == ["ch_1"]
     assert len(takeover) == 1 and isinstance(takeover[0], SessionBusy)
+
+
+async def test_an_empty_or_surrogate_step_name_is_refused_with_the_right_article(host, log):
+    seen: list[str] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        for make in (lambda: ctx.step.do("", lambda: 1), lambda: ctx.step.ask("", message="?", schema=Args),
+                     lambda: ctx.step.do("x\ud800", lambda: 1)):
+            try:
+                await make()
+            except Exception as exc:  # noqa: BLE001 - what each says
+                seen.append(str(exc))
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert seen[0] == "a step name must be a non-empty string"
+    assert seen[1] == "an ask name must be a non-empty string"
+    assert seen[2].startswith("a step name at $ holds a lone surrogate")

@@ -59,6 +59,24 @@ def test_s2_7_the_json_check_refuses_what_the_log_cannot_hold(label: str, value:
     str(caught.value).encode("utf-8")  # the message itself can go into a record
 
 
+async def test_a_step_value_too_deep_logs_a_short_traceback_not_one_frame_per_level(host, log, caplog):
+    """A step value nested deeper than MAX_JSON_DEPTH logged a ~300-line traceback: two frames
+    of the JSON check for each of its 64 levels."""
+    import logging
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        await ctx.step.do("deep", lambda: nested(MAX_JSON_DEPTH + 5))
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    with caplog.at_level(logging.WARNING, logger="harness"):
+        assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    [failed] = [r.getMessage() for r in caplog.records if "failed: StepValueError" in r.getMessage()]
+    assert "nests deeper than 64 levels" in failed.splitlines()[0]
+    lines = failed.splitlines()
+    assert len(lines) < 30 and not any("in _copy" in line for line in lines), failed
+
+
 def test_s2_7_limits_are_inclusive() -> None:
     assert json_copy([2**63 - 1, -(2**63)]) == [2**63 - 1, -(2**63)]
     assert json_copy(nested(MAX_JSON_DEPTH)) == nested(MAX_JSON_DEPTH)  # 64 lists

@@ -31,6 +31,20 @@ EXPECTED = ("Coordinator load in progress",)
 loading its state after a start or a move: the client retries): logged at INFO."""
 
 _NUMBERS = re.compile(r"\d+")
+_SUPPRESSED = re.compile(r",? ?\d+ identical error\(s\) suppressed")
+"""librdkafka's own count of repeats (``Connect to ... failed: Connection refused (after 0ms in
+state CONNECT, 3 identical error(s) suppressed)``): not part of a line's kind, or every
+repeat after the first would be a new kind that passes."""
+
+
+_WHERE = re.compile(r"^\[thrd:[^\]]*\]: (?:\S+: )*")
+"""Which of a client's threads said it, and about which broker connection
+(``[thrd:GroupCoordinator]: GroupCoordinator: 127.0.0.1:9092: ``): a broker that went away
+is refused on every connection of every client, the same failure each time."""
+
+
+def _kind_text(text: str) -> str:
+    return _NUMBERS.sub("#", _SUPPRESSED.sub("", _WHERE.sub("", text)))
 
 
 class ClientLog:
@@ -52,9 +66,9 @@ class ClientLog:
             return
         if len(args) == 3:  # (facility, client name, text): the client is not part of the kind
             facility, _client, text = args
-            kind: tuple[Any, ...] = (level, facility, _NUMBERS.sub("#", str(text)))
+            kind: tuple[Any, ...] = (level, facility, _kind_text(str(text)))
         else:
-            kind = (level, _NUMBERS.sub("#", msg % args if args else msg))
+            kind = (level, _kind_text(msg % args if args else msg))
         now = self._clock()
         with self._lock:
             seen = self._kinds.get(kind)

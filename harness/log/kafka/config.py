@@ -112,6 +112,11 @@ _RESERVED = frozenset(
     }
 )
 
+MAX_PARTITIONS = 100_000
+"""The most partitions librdkafka creates a topic with (``RD_KAFKAP_PARTITIONS_MAX``)."""
+MAX_REPLICATION_FACTOR = 10_000
+"""The largest replication factor librdkafka creates a topic with (``RD_KAFKAP_BROKERS_MAX``)."""
+
 _URL_INT_OPTIONS = ("partitions", "replication_factor", "min_insync_replicas")
 _URL_OPTIONS = ("topic_prefix", "registry_url", *_URL_INT_OPTIONS)
 
@@ -139,6 +144,14 @@ class KafkaSettings:
             raise ValueError(f"topic_prefix {self.topic_prefix!r} must use only [a-zA-Z0-9._-]")
         if self.partitions < 1 or self.replication_factor < 1:
             raise ValueError("partitions and replication_factor must be >= 1")
+        # librdkafka's limits: a larger count failed inside the client when the topics were
+        # created ("OverflowError: signed integer is greater than maximum", "out of expected range").
+        if self.partitions > MAX_PARTITIONS:
+            raise ValueError(f"partitions must be from 1 to {MAX_PARTITIONS}, not {self.partitions}")
+        if self.replication_factor > MAX_REPLICATION_FACTOR:
+            raise ValueError(
+                f"replication_factor must be from 1 to {MAX_REPLICATION_FACTOR}, not {self.replication_factor}"
+            )
         if (
             self.min_insync_replicas is not None
             and not 1 <= self.min_insync_replicas <= self.replication_factor

@@ -40,7 +40,7 @@ class _Body(BaseModel):
 
 
 class MessageIn(_Body):
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)  # (harness send refuses an empty text too)
     harness: NameField | None = None
     input_id: SentInputIdField | None = None
 

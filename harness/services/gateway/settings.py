@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from harness.cli.common import CommandParser, kafka_client_config, seconds_or_zero
+from harness.cli.common import MAX_SECONDS, MAX_WHOLE, CommandParser, kafka_client_config, seconds_or_zero
 from harness.runtime.worker import DEFAULT_DRAIN_TIMEOUT
 from harness.services.gateway.authlimit import DEFAULT_AUTH_FAILURE_LIMIT
 from harness.services.gateway.breaker import DEFAULT_READ_TIMEOUT_S
@@ -127,9 +127,12 @@ T = TypeVar("T")
 
 def _whole(text: str, what: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{what}, not {text!r}") from None
+    if value > MAX_WHOLE:  # (larger ones overflowed the C code under the server)
+        raise argparse.ArgumentTypeError(f"{what}, at most {MAX_WHOLE}, not {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -151,8 +154,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a positive number, at most {MAX_SECONDS:.0f}, not {text}")
     return value
 
 
@@ -161,8 +164,8 @@ def _rate(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be requests per second (0: no limit), not {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be requests per second, 0 or more (0: no limit), not {text}")
+    if not 0 <= value <= MAX_WHOLE:
+        raise argparse.ArgumentTypeError(f"must be requests per second, 0 to {MAX_WHOLE} (0: no limit), not {text}")
     return value
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.definition import Harness
 from harness.errors import ConfigError
+from harness.words import with_article
 
 __all__ = ["load_harnesses"]
 
@@ -44,6 +47,21 @@ def _import(module_name: str, spec: str) -> Any:
         ) from exc
 
 
+def _module_for_path(path: str, attr: str) -> str:
+    """What to write instead of the file ``path``: its dotted name if it lies under the current
+    folder (where the worker looks first), else to run from the file's own folder."""
+    file = Path(os.path.abspath(path.replace("\\", "/")))
+    file = file.with_name(file.name.removesuffix(".py"))
+    try:
+        parts = file.relative_to(os.getcwd()).parts
+    except ValueError:
+        parts = ()
+    if parts and all(part.isidentifier() for part in parts):
+        return f"--app {'.'.join(parts)}:{attr} (from the current folder)"
+    folder = shlex.quote(str(file.parent))
+    return f"cd {folder} and use --app {file.name}:{attr} (or set PYTHONPATH={folder})"
+
+
 def _harnesses_in(module: Any) -> list[str]:
     return sorted(name for name, value in vars(module).items() if isinstance(value, Harness))
 
@@ -64,10 +82,9 @@ def load_harnesses(specs: Sequence[str]) -> list[Harness]:
                 f"--app takes module:attribute (e.g. myapp.agents:assistant), not {spec!r}", setting="--app"
             )
         if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
-            dotted = module_name.removesuffix(".py").replace("\\", "/").strip("/").replace("/", ".")
             raise ConfigError(
                 f"--app {spec}: {module_name!r} is a file path; --app takes a module name: "
-                f"--app {dotted}:{attr} (run from the folder that holds it)",
+                f"{_module_for_path(module_name, attr)}",
                 setting="--app",
             )
         module = _import(module_name, spec)
@@ -98,7 +115,7 @@ def load_harnesses(specs: Sequence[str]) -> list[Harness]:
             if not isinstance(item, Harness):
                 kind = type(item).__name__
                 raise ConfigError(
-                    f"--app {spec} gives {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, not a harness: "
+                    f"--app {spec} gives {with_article(kind)}, not a harness: "
                     "point it at the result of "
                     "define_harness(...) (or a list of them, or a function returning them)",
                     setting="--app",

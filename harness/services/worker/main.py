@@ -67,12 +67,9 @@ def _env_int(env: Mapping[str, str], name: str) -> int | None:
     if text is None or text == "":
         return None
     try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{name} takes a whole number >= 1, not {text!r}", setting=name) from None
-    if value < 1:
-        raise ConfigError(f"{name} takes a whole number >= 1, not {value}", setting=name)
-    return value
+        return positive_int(name)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(str(exc), setting=name) from None
 
 
 def _env_seconds(env: Mapping[str, str], name: str) -> float | None:
@@ -80,12 +77,9 @@ def _env_seconds(env: Mapping[str, str], name: str) -> float | None:
     if text is None or text == "":
         return None
     try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"{name} takes a number of seconds > 0, not {text!r}", setting=name) from None
-    if not value > 0:
-        raise ConfigError(f"{name} takes a number of seconds > 0, not {text}", setting=name)
-    return value
+        return positive_float(name)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(str(exc), setting=name) from None
 
 
 def _choice(value: str, name: str, choices: Sequence[str]) -> str:
