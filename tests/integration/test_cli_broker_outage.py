@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,19 +71,25 @@ def test_no_broker_is_one_line(command: tuple[str, ...]) -> None:
     assert out.stdout == ""
 
 
+def _own_broker() -> Any:
+    """A broker of this test's own (it is stopped mid-test): fails in CI when none can
+    start, skips elsewhere (no Java or jars)."""
+    from harness.testing.kafka_local import LocalKafka
+
+    try:
+        return LocalKafka().start()
+    except Exception as exc:  # noqa: BLE001 - no Java / jars here: fail in CI, skip locally
+        if IN_CI:
+            pytest.fail(f"no Kafka broker could be started in CI: {exc}", pytrace=False)
+        pytest.skip(f"no local Kafka broker: {exc}")
+
+
 @pytest.mark.kafka
 def test_broker_stopped_mid_command(tmp_path: object) -> None:
     """``send`` (waiting for a settlement no worker gives) and ``tail`` while the broker
     stops: each ends with one line saying the cluster is lost, how to fix it and where the
     input is; no librdkafka line."""
-    from harness.testing.kafka_local import LocalKafka
-
-    try:
-        broker = LocalKafka().start()
-    except Exception as exc:  # noqa: BLE001 - no Java / jars here: fail in CI, skip locally
-        if IN_CI:
-            pytest.fail(f"no Kafka broker could be started in CI: {exc}", pytrace=False)
-        pytest.skip(f"no local Kafka broker: {exc}")
+    broker = _own_broker()
     url = f"kafka://{broker.bootstrap}?topic_prefix=outage&partitions=1"
     env = cli_env()
     try:
@@ -131,14 +138,7 @@ def test_a_worker_whose_broker_stops_says_so_once_not_every_probe(tmp_path: Path
     KafkaError{code=...}` every 5 s while its broker was down: now one line with the reason,
     then at most one a minute (harness.runtime.broker_silence)."""
     from harness.runtime.group import PROBE_EVERY_S
-    from harness.testing.kafka_local import LocalKafka
-
-    try:
-        broker = LocalKafka().start()
-    except Exception as exc:  # noqa: BLE001 - no Java / jars here: fail in CI, skip locally
-        if IN_CI:
-            pytest.fail(f"no Kafka broker could be started in CI: {exc}", pytrace=False)
-        pytest.skip(f"no local Kafka broker: {exc}")
+    broker = _own_broker()
     url = f"kafka://{broker.bootstrap}?topic_prefix=quiet&partitions=1"
     out_path = tmp_path / "worker.log"
     with out_path.open("w") as out:
