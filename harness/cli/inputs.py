@@ -207,7 +207,9 @@ async def _hint_when_untaken(
     if ahead is not None:  # a worker took the session: the input waits for the turn before it
         now = _now_ms()
         until = _our_turn_sleeps_until(state, ahead.input_id, now)
-        doing = f"which sleeps until {clock(until, now)}" if until is not None else "which is still running"
+        # (Whether a worker still runs that turn, the log cannot tell: a dead one's turn looks the same.)
+        doing = (f"which sleeps until {clock(until, now)}" if until is not None
+                 else "which has not ended (if no worker runs on this log, start one: the turn goes on from the log)")
         note = f"{input_id}: queued behind turn {ahead.turn} (input {ahead.input_id}), {doing}"
         if status.enabled:
             status.set(note)

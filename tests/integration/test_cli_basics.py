@@ -490,6 +490,40 @@ def test_send_behind_a_sleeping_turn_names_that_turn_not_a_missing_worker(
     assert hints[0].endswith("; it is taken once that turn ends; still waiting (--timeout SECONDS stops sooner)")
 
 
+
+def test_send_behind_a_turn_cut_mid_tool_does_not_claim_a_worker_still_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message queued behind a turn whose worker died mid-tool was said to wait for a turn
+    "which is still running": the log cannot tell a running turn from a dead worker's, so
+    the hint says how the turn goes on if no worker runs."""
+    import asyncio
+
+    from harness import HarnessHost, open_log
+    from harness.cli import inputs
+    from tests.apps.cli_app import assistant
+
+    url = f"sqlite:///{tmp_path / 'cut.db'}"
+    monkeypatch.setenv("HARNESS_TEST_GATE_DIR", str(tmp_path))
+
+    async def leave_a_turn_in_its_tool() -> None:
+        async with HarnessHost(log=open_log(url)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            sending = asyncio.ensure_future(session.send("hold", input_id="in-1"))
+            while not (tmp_path / "enter-s-1").exists():
+                await asyncio.sleep(0.05)
+            sending.cancel()
+
+    asyncio.run(leave_a_turn_in_its_tool())
+    monkeypatch.setattr(inputs, "UNTAKEN_HINT_S", 0.3)
+    with pytest.raises(TimeoutError):
+        asyncio.run(inputs.main_send(["s-1", "hi", "--input-id", "in-2", "--timeout", "3", "--log", url]))
+    hints = [line for line in capsys.readouterr().err.splitlines() if line.startswith("in-2: ")]
+    assert len(hints) == 1, hints
+    assert hints[0].startswith("in-2: queued behind turn 1 (input in-1), which has not ended (if no worker runs "
+                               "on this log, start one: the turn goes on from the log)"), hints
+    assert "still running" not in hints[0]
+
 def test_with_no_worker_an_answer_waiting_to_be_taken_is_not_answered_twice_and_the_harness_is_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
