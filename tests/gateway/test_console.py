@@ -213,3 +213,18 @@ def test_console_shows_what_a_session_holds_as_text_never_as_markup(served: Serv
     heading.wait_for(timeout=20_000)
     assert heading.inner_text().startswith('Approve approve <img src=x onerror="window.__xss=1">')
     assert page.evaluate("window.__xss") is None
+
+
+def test_console_keeps_a_token_for_the_tab_only(served: ServerThread, browser: Any) -> None:
+    """A bearer token given to the console was kept in localStorage: on the machine, for
+    whoever opens that browser next. It lives in sessionStorage now: for the tab's life."""
+    page = browser.new_page()
+    page.goto(served.url + "/")
+    page.locator("#sessions").wait_for(timeout=20_000)
+    page.evaluate("document.getElementById('token-form').hidden = false")
+    page.locator("#token").fill("tok-123")
+    page.locator('#token-form button[type="submit"]').click()
+    assert page.evaluate("sessionStorage.getItem('harness.token')") == "tok-123"
+    assert page.evaluate("localStorage.getItem('harness.token')") is None
+    page.reload(wait_until="load")
+    assert page.evaluate("sessionStorage.getItem('harness.token')") == "tok-123"  # a reload keeps it

@@ -8,7 +8,9 @@
 const main = document.getElementById("main");
 const where = document.getElementById("where");
 const tokenForm = document.getElementById("token-form");
-let token = localStorage.getItem("harness.token") || "";
+// The token lives as long as the tab (sessionStorage): it is gone when the tab closes, not kept
+// on the machine for whoever opens the browser next.
+let token = sessionStorage.getItem("harness.token") || "";
 let stopStream = null;
 
 function el(tag, attrs = {}, ...children) {
@@ -44,7 +46,7 @@ async function api(path, body) {
 tokenForm.addEventListener("submit", (e) => {
   e.preventDefault();
   token = document.getElementById("token").value.trim();
-  localStorage.setItem("harness.token", token);
+  sessionStorage.setItem("harness.token", token);
   tokenForm.hidden = true;
   route();
 });
