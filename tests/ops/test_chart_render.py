@@ -31,7 +31,7 @@ FULL: dict[str, Any] = {
     },
     "apps": ["myapp.agents:assistant", "myapp.agents:helpers"],
     "appSecrets": {"existingSecret": "app-secrets", "env": [{"name": "openai", "secretName": "model-keys", "key": "openai"}]},
-    "worker": {"kind": "Deployment", "replicas": 6, "maxSessions": 500, "syncThreads": 32,
+    "worker": {"kind": "Deployment", "staticMembership": False, "replicas": 6, "maxSessions": 500, "syncThreads": 32,
                # every form of a quantity the schema lets through, which Kubernetes accepts too
                "resources": {"requests": {"cpu": 1, "memory": "1.5Gi"},
                              "limits": {"cpu": "2", "memory": "2e9", "ephemeral-storage": "1G"}}},
@@ -135,7 +135,7 @@ def test_worker_pod_is_wired_for_the_worker_process(tmp_path: Path) -> None:
     worker = find(docs, "Deployment", "-worker")
     c = container(worker)
     env = {e["name"]: e for e in c["env"]}
-    assert env["HARNESS_INSTANCE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "HARNESS_INSTANCE_ID" not in env  # (a Deployment's pods are new names each restart: no static id)
     assert env["HARNESS_KAFKA_CONFIG_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka-creds", "key": "password"}
     assert env["HARNESS_SECRET_OPENAI"]["valueFrom"]["secretKeyRef"] == {"name": "model-keys", "key": "openai"}
     assert env["HARNESS_SECRETS_DIR"]["value"] == "/var/run/harness/secrets"
@@ -318,6 +318,20 @@ TEMPLATE_REFUSALS = [
     # (rendered no Ingress at all, silently: the operator found the hosts unreachable)
     ({"gateway": {"enabled": False, "ingress": {"enabled": True}}},
      "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to"),
+    # (each of these rendered, and broke or exposed something once installed)
+    ({"gateway": {"service": {"type": "LoadBalancer"}}}, "a LoadBalancer Service would expose it outside the cluster"),
+    ({"gateway": {"service": {"type": "NodePort"}}}, "a NodePort Service would expose it outside the cluster"),
+    ({"fullnameOverride": "My_Harness"}, 'fullnameOverride "My_Harness" is not a Kubernetes name'),
+    ({"fullnameOverride": "h" * 46}, "set fullnameOverride to at most 45 characters"),
+    ({"worker": {"kind": "Deployment"}}, "set worker.staticMembership=false, or keep worker.kind StatefulSet"),
+    ({"gateway": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}},
+     "gateway.autoscaling.minReplicas (5) is above gateway.autoscaling.maxReplicas (2)"),
+    ({"kafka": {"bootstrap": "kafka:99999"}}, 'kafka.bootstrap "kafka:99999": port 99999 is not a TCP port'),
+    ({"appSecrets": {"env": [{"name": "openai.key", "secretName": "s", "key": "k"}]}},
+     "appSecrets.env name \"openai.key\": a secret's name is letters, digits and '_'"),
+    ({"appSecrets": {"env": [{"name": "OPENAI", "secretName": "s", "key": "a"},
+                             {"name": "openai", "secretName": "s", "key": "b"}]}},
+     'appSecrets.env names "openai" twice'),
 ]
 
 
@@ -358,3 +372,11 @@ def test_chart_readme_documents_every_value() -> None:
     assert not missing, f"values not in helm/durable-harness/README.md: {missing}"
     unknown = sorted(documented - {p for p, _ in paths})
     assert not unknown, f"README documents values that do not exist: {unknown}"
+
+
+def test_a_long_release_name_is_refused_naming_the_fix() -> None:
+    """A 45-character release name rendered a 69-character gateway Service name (Kubernetes
+    takes 63) and a StatefulSet whose pods could never be created."""
+    code, _, err = template(release="r" * 45, check=False)
+    assert code != 0
+    assert "set fullnameOverride to at most 45 characters, or use a shorter release name" in err, err

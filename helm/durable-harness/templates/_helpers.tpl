@@ -137,6 +137,42 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- if not (or .Values.worker.enabled .Values.gateway.enabled) -}}
 {{- fail "worker.enabled and gateway.enabled are both false: nothing to deploy" -}}
 {{- end -}}
+{{- if and .Values.gateway.enabled (eq $auth.mode "open") (has .Values.gateway.service.type (list "LoadBalancer" "NodePort")) (not $auth.allowOpenIngress) -}}
+{{- fail (printf "the gateway has no authentication (gateway.auth.mode open) and a %s Service would expose it outside the cluster: set gateway.auth.mode, or gateway.auth.allowOpenIngress=true if you really mean it" .Values.gateway.service.type) -}}
+{{- end -}}
+{{- $full := include "harness.fullname" . -}}
+{{- if .Values.fullnameOverride -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Values.fullnameOverride) -}}
+{{- fail (printf "fullnameOverride %q is not a Kubernetes name: use lower-case letters, digits and '-', starting and ending with a letter or digit" .Values.fullnameOverride) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $full) 45 -}}
+{{- fail (printf "the names of this release start with %q (%d characters): with their suffixes (-gateway, -worker and a StatefulSet pod's 11-character revision hash) they pass Kubernetes' 63; set fullnameOverride to at most 45 characters, or use a shorter release name" $full (len $full)) -}}
+{{- end -}}
+{{- if and .Values.worker.enabled (eq .Values.worker.kind "Deployment") .Values.worker.staticMembership -}}
+{{- fail "worker.kind Deployment gives pods new names on every restart, so worker.staticMembership (the pod name as Kafka's group.instance.id) would leave each restarted pod's old id holding partitions until its session times out: set worker.staticMembership=false, or keep worker.kind StatefulSet" -}}
+{{- end -}}
+{{- $g := .Values.gateway -}}
+{{- if and $g.enabled $g.autoscaling.enabled (gt (int $g.autoscaling.minReplicas) (int $g.autoscaling.maxReplicas)) -}}
+{{- fail (printf "gateway.autoscaling.minReplicas (%d) is above gateway.autoscaling.maxReplicas (%d): the API server refuses such an autoscaler" (int $g.autoscaling.minReplicas) (int $g.autoscaling.maxReplicas)) -}}
+{{- end -}}
+{{- range (splitList "," .Values.kafka.bootstrap) -}}
+{{- $port := int (last (splitList ":" .)) -}}
+{{- if or (lt $port 1) (gt $port 65535) -}}
+{{- fail (printf "kafka.bootstrap %q: port %d is not a TCP port (1 to 65535)" . $port) -}}
+{{- end -}}
+{{- end -}}
+{{- $secretNames := dict -}}
+{{- range .Values.appSecrets.env -}}
+{{- if not (regexMatch "^[A-Za-z0-9_]+$" .name) -}}
+{{- fail (printf "appSecrets.env name %q: a secret's name is letters, digits and '_' (it becomes HARNESS_SECRET_<NAME>, and tools read it as ctx.secrets[%q])" .name (lower .name)) -}}
+{{- end -}}
+{{- $key := lower .name -}}
+{{- if hasKey $secretNames $key -}}
+{{- fail (printf "appSecrets.env names %q twice (names are not case-sensitive: tools read ctx.secrets[%q]): give each secret its own name" .name $key) -}}
+{{- end -}}
+{{- $_ := set $secretNames $key true -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Environment shared by workers and gateways: the Kafka credentials (the rest is in the ConfigMap).
