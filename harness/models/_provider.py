@@ -27,6 +27,14 @@ from harness.models.base import Pricing
 
 __all__ = ["ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` with its user info (``user:password@``) shown as ``***@``."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{4,}")
 """Tokens shaped like API keys (``sk-...``, ``sk-ant-...``, masked ``sk-abc***xyz``)."""
 _MASKED = re.compile(r"[A-Za-z0-9_\-]+\*{3,}[A-Za-z0-9_\-]*|\*{3,}[A-Za-z0-9_\-]+")
@@ -167,9 +175,15 @@ class ProviderModel:
         self._sdk: ModuleType | None = None
         _ = self.sdk  # a missing extra fails here, when the harness is defined, with the pip command
 
-    def __repr__(self) -> str:  # never the key
-        base = f", base_url={self.base_url!r}" if self.base_url else ""
+    def __repr__(self) -> str:  # never the key, nor a password in the base URL
+        base = f", base_url={self.shown_url!r}" if self.base_url else ""
         return f"{type(self).__name__}(model={self.model!r}{base})"
+
+    @property
+    def shown_url(self) -> str | None:
+        """``base_url`` as it may be shown (a repr, a message): without user info
+        (``http://bob:pass@host`` -> ``http://***@host``)."""
+        return None if self.base_url is None else _without_userinfo(self.base_url)
 
     # -- SDK and clients ------------------------------------------------------------------
 
@@ -200,7 +214,9 @@ class ProviderModel:
         raise NotImplementedError
 
     def client(self, secrets: Mapping[str, str] | None = None) -> tuple[Any, str | None]:
-        """The SDK client for the key in use (one per key and event loop), and that key."""
+        """The SDK client for the key in use (one per key and event loop), and that key (the
+        one the SDK found in its environment variable when the model names none: an error
+        that repeats it is scrubbed of it too)."""
         key = self._key(secrets)
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # an HTTP connection pool belongs to one event loop
@@ -212,6 +228,9 @@ class ProviderModel:
             if problem is not None:
                 raise ModelError(problem, transient=False, kind="config")
             self._clients[key] = client
+        if key is None:
+            found = getattr(client, "api_key", None)
+            key = found if isinstance(found, str) and found else None
         return client, key
 
     def _checked_client(self, key: str | None) -> tuple[Any, str | None]:
@@ -238,7 +257,7 @@ class ProviderModel:
         return self._checked_client(self._api_key)[1]
 
     def _no_key_message(self) -> str:
-        local = (f"; a server at {self.base_url} that needs no key takes any, e.g. api_key='none'"
+        local = (f"; a server at {self.shown_url} that needs no key takes any, e.g. api_key='none'"
                  if self.base_url else "")
         return (f"{self.provider}: no API key: give the model api_key= (or api_key_secret=, the name of a "
                 f"session secret), or set {self.key_variable} where the worker runs{local}")
@@ -274,15 +293,18 @@ class ProviderModel:
     # -- errors ---------------------------------------------------------------------------
 
     def scrub(self, text: str, key: str | None) -> str:
-        """``text`` without the key in use (nor anything shaped like an API key)."""
+        """``text`` without the key in use (nor anything shaped like an API key, nor the
+        base URL's user info)."""
         for secret in (key, self._api_key):
             if secret:
                 text = text.replace(secret, "[api key]")
+        if self.base_url is not None and self.shown_url != self.base_url:
+            text = text.replace(self.base_url, self.shown_url or "")
         return _MASKED.sub("[api key]", _KEY_LIKE.sub("[api key]", text))
 
     def not_the_api(self, body: Any, api: str) -> ModelError:
         """A 200 answer whose body is not the API's (a base_url that points at a web page)."""
-        at = f" at {self.base_url}" if self.base_url else ""
+        at = f" at {self.shown_url}" if self.base_url else ""
         return ModelError(
             f"{self.provider}: the server{at} answered with no {api} response (a wrong base_url?): {str(body)[:200]!r}",
             transient=False,

@@ -161,7 +161,10 @@ class AnthropicMessages(ProviderModel):
             finally:
                 await events.close()
         except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
-            raise self.model_error(exc, key) from None
+            error = self.model_error(exc, key)
+        # Raised here, not in the except: the SDK's exception (which may quote the key) is
+        # then not kept as its __context__ for whoever walks the chain.
+        raise error
 
     def _usage(self, usage: Any, model: str | None, output_tokens: int | None = None) -> Usage | None:
         if usage is None:

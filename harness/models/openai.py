@@ -154,7 +154,10 @@ class OpenAIChat(ProviderModel):
             finally:
                 await chunks.close()
         except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
-            raise self.model_error(exc, key) from None
+            error = self.model_error(exc, key)
+        # Raised here, not in the except: the SDK's exception (which may quote the key) is
+        # then not kept as its __context__ for whoever walks the chain.
+        raise error
 
     def _usage(self, usage: Any, model: str | None) -> Usage | None:
         if usage is None:

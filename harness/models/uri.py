@@ -25,6 +25,8 @@ def from_uri(uri: str, **options: Any) -> Model:
       OpenAI-compatible one: ``openai+http://127.0.0.1:11434/v1:llama3.2``. The base URL
       needs a path (``/v1``); the model is what follows the first ``:`` after that path
       (so model names with ``:`` work: ``openai+http://127.0.0.1:11434/v1:llama3.2:3b``).
+      Anthropic's SDK adds ``/v1`` to its base URL itself: give it the API root,
+      ``anthropic+http://127.0.0.1:8080/:claude-sonnet-4-5``.
 
     API keys come from ``options`` (``api_key=``, ``api_key_secret=``) or else the SDK's
     own default (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``); never from the URI.
@@ -50,9 +52,11 @@ def from_uri(uri: str, **options: Any) -> Model:
         slash = rest.find("/", 2)
         colon = rest.find(":", slash) if slash != -1 else -1
         if slash == -1 or colon == -1:
+            # (Anthropic's SDK adds /v1 to its base URL itself; OpenAI's does not.)
+            example = ("anthropic+http://127.0.0.1:8080/:claude-sonnet-4-5 (the API root: the SDK adds /v1)"
+                       if provider == "anthropic" else "openai+http://127.0.0.1:11434/v1:llama3.2")
             raise DefinitionError(
-                f"model URI {uri!r}: the base URL needs a path and a model after it, "
-                f"e.g. {provider}+http://127.0.0.1:11434/v1:llama3.2"
+                f"model URI {uri!r}: the base URL needs a path and a model after it, e.g. {example}"
             )
         base_url, model = f"{scheme}:{rest[:colon]}", rest[colon + 1:]
     if not model:

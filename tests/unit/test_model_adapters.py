@@ -304,7 +304,7 @@ async def test_the_key_never_appears_in_an_error(server, make):
         await make(server).complete([{"role": "user", "content": "go"}], [])
     text = str(info.value)
     assert KEY not in text and "sk-abc" not in text and "[api key]" in text
-    assert info.value.__cause__ is None and info.value.__suppress_context__  # no SDK exception chained
+    assert info.value.__cause__ is None and info.value.__context__ is None  # no SDK exception kept, hidden or not
 
 
 async def test_timeout_is_transient(server, make):
@@ -464,3 +464,15 @@ def test_the_sdks_are_imported_only_when_an_adapter_is_made():
         "assert 'openai' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+
+
+def test_from_uri_suggests_each_providers_own_base_url_form():
+    """The example for a URI with no path sent Anthropic users to .../v1, and their requests
+    to /v1/v1/messages (Anthropic's SDK adds /v1 itself)."""
+    with pytest.raises(DefinitionError) as anthropic:
+        from_uri("anthropic+http://127.0.0.1:9:c", api_key="k")
+    assert "anthropic+http://127.0.0.1:8080/:claude-sonnet-4-5 (the API root: the SDK adds /v1)" in str(anthropic.value)
+    assert "/v1:" not in str(anthropic.value)
+    with pytest.raises(DefinitionError) as openai:
+        from_uri("openai+http://127.0.0.1:9:m", api_key="k")
+    assert "openai+http://127.0.0.1:11434/v1:llama3.2" in str(openai.value)

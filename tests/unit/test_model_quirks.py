@@ -16,7 +16,7 @@ import pytest_asyncio
 from harness.errors import DefinitionError, ModelError
 from harness.models.anthropic import AnthropicMessages
 from harness.models.openai import OpenAIChat
-from harness.testing.model_server import ModelServer, Reply
+from harness.testing.model_server import Fail, ModelServer, Reply
 
 KEY = "gsk_0123456789abcdefWXYZ"  # not shaped like sk-...: only the adapter knows it is a key
 GO = [{"role": "user", "content": "go"}]
@@ -90,14 +90,40 @@ async def test_a_header_the_http_client_refuses_is_permanent_and_not_quoted(serv
 
 @PROVIDERS
 async def test_a_key_echoed_masked_is_removed_whatever_its_shape(server, provider):
-    from harness.testing.model_server import Fail
-
     server.script(Fail(401, "Incorrect API key provided: gsk_0123************WXYZ. Find your key at https://example.test/keys"))
     with pytest.raises(ModelError) as info:
         await make(server, provider, api_key=KEY).complete(GO, [])
     assert "gsk_0123" not in info.value.message and "WXYZ" not in info.value.message
     assert "Incorrect API key provided: [api key]" in info.value.message and "example.test/keys" in info.value.message
 
+
+
+@PROVIDERS
+async def test_a_key_from_the_environment_echoed_by_the_server_is_removed_and_kept_nowhere(
+    server, provider, monkeypatch
+):
+    """A key the SDK read from OPENAI_API_KEY / ANTHROPIC_API_KEY (not shaped like sk-...) came
+    back whole in the ModelError, so in the worker's log lines and the session's log, and the
+    SDK's exception quoting it stayed on as the error's __context__."""
+    monkeypatch.setenv("OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY", KEY)
+    server.script(Fail(401, f"Incorrect API key provided: {KEY}. Find your key at https://example.test/keys"))
+    with pytest.raises(ModelError) as info:
+        await make(server, provider).complete(GO, [])
+    assert KEY not in info.value.message and "Incorrect API key provided: [api key]" in info.value.message
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+@PROVIDERS
+async def test_a_password_in_the_base_url_is_shown_nowhere(server, provider):
+    host = server.openai_url if provider == "openai" else server.anthropic_url
+    url = host.replace("http://", "http://bob:tok_PASSWORD123456@")
+    model = made(OpenAIChat(model="gpt-test", base_url=url, api_key="none") if provider == "openai"
+                 else AnthropicMessages(model="claude-test", base_url=url, api_key="none"))
+    assert "tok_PASSWORD123456" not in repr(model) and "http://***@" in repr(model)
+    server.script(Fail(400, f"no route {url}"))
+    with pytest.raises(ModelError) as info:
+        await model.complete(GO, [])
+    assert "tok_PASSWORD123456" not in info.value.message
 
 # -- the raw wire of OpenAI-compatible servers ------------------------------------------------------
 
