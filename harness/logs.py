@@ -235,6 +235,10 @@ def configure(
     root.addHandler(handler)
     root.setLevel(number)
     logging.getLogger("harness.log.kafka.client").setLevel(client_level if client_level is not None else number)
+    # The model SDKs' HTTP client logs a line per request at INFO: on a worker, one a model
+    # call, saying nothing its own lines do not. Shown at DEBUG only.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
     _installed = handler
     return handler
 

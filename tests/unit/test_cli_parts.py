@@ -127,6 +127,21 @@ def test_json_lines_carry_the_context_of_the_current_task() -> None:
     assert data["ts"].endswith("Z")
 
 
+
+def test_the_http_clients_request_lines_show_at_debug_only() -> None:
+    """A worker printed an INFO line of the model SDK's HTTP client for every model call."""
+    for level, shown in (("info", False), ("debug", True)):
+        stream = io.StringIO()
+        handler = logs.configure(level=level, fmt="text", stream=stream)
+        try:
+            logging.getLogger("httpx").info('HTTP Request: POST http://127.0.0.1:9/v1/chat/completions "200 OK"')
+            logging.getLogger("httpx").warning("a retry")
+            logging.getLogger("harness.test").info("ours")
+        finally:
+            logging.getLogger().removeHandler(handler)
+        text = stream.getvalue()
+        assert ("HTTP Request" in text) is shown and "a retry" in text and "ours" in text, text
+
 def test_log_levels_and_formats_are_checked() -> None:
     assert logs.parse_level("DEBUG") == logging.DEBUG and logs.parse_level(" warning ") == logging.WARNING
     with pytest.raises(ValueError, match="unknown log level 'loud'"):
