@@ -30,9 +30,9 @@ from harness.cli.sessions import read_existing
 from harness.errors import ConfigError
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
-from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry, Record, record_data
+from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
 from harness.replay import SessionState, TurnState, fold
-from harness.replay.payload import input_payload
+from harness.replay.payload import record_payload
 from harness.runtime.answers import judge_answer, waiting_answers
 from harness.runtime.catalog import follow_session, scan_session
 from harness.views import classify, input_queued_behind_person, input_waits_for_person, open_asks, timeline
@@ -337,7 +337,7 @@ async def main_send(argv: list[str]) -> int:
             sent = await _submit(log, record, "send", watch)
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
-        elif _payload(first.record) != _payload(record):
+        elif record_payload(first.record) != record_payload(record):
             # As session.send does: refused here, nothing written (a resend with the same
             # text is the only reuse of an id that has no second effect).
             reason = f"input id {input_id!r} was already used with another payload; use a new --input-id"
@@ -363,10 +363,6 @@ async def main_send(argv: list[str]) -> int:
         status.clear()
         await log.close()
     return _report_send(args, state, input_id, settled)
-
-
-def _payload(record: Record) -> tuple[Any, ...]:
-    return input_payload(record.TYPE, record_data(record))
 
 
 def _report_send(args: Any, state: SessionState, input_id: str, settled: InputSettled | None) -> int:
@@ -454,7 +450,7 @@ async def main_answer(argv: list[str]) -> int:
         state = fold(args.session, entries)
         record = InputAnswer(args.session, _now_ms(), args.input_id or "", args.tool_call_id, args.ask_name, value)
         first = state.inputs.get(args.input_id) if args.input_id else None
-        if first is not None and _payload(first.record) != _payload(record):
+        if first is not None and record_payload(first.record) != record_payload(record):
             # As for send: refused here, nothing written (the owner would settle it input_conflict).
             print(f"harness answer: answer refused (input_conflict): input id {args.input_id!r} was already used "
                   "with another payload; use a new --input-id", file=sys.stderr)

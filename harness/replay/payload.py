@@ -13,7 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PAYLOAD_FIELDS", "input_payload"]
+from harness.records import Record, record_data
+
+__all__ = ["PAYLOAD_FIELDS", "input_payload", "record_payload"]
 
 PAYLOAD_FIELDS: dict[str, tuple[str, ...]] = {
     "harness.input.message": ("text",),
@@ -38,3 +40,8 @@ def input_payload(record_type: str, fields: Mapping[str, Any], *, json_as_text: 
             value = _canonical(json.loads(value) if json_as_text and isinstance(value, str) else value)
         out.append(value)
     return tuple(out)
+
+
+def record_payload(record: Record) -> tuple[Any, ...]:
+    """:func:`input_payload` of an input record as it is held (its JSON fields as values)."""
+    return input_payload(record.TYPE, record_data(record))

@@ -14,17 +14,11 @@ request of its own that its owner settles ``rejected`` / ``input_conflict``.
 
 from __future__ import annotations
 
-from typing import Any
-
-from harness.records import Record, record_data
-from harness.replay.payload import input_payload
+from harness.records import Record
+from harness.replay.payload import record_payload
 from harness.replay.state import SessionState
 
 __all__ = ["FirstInputs"]
-
-
-def _payload(record: Record) -> tuple[Any, ...]:
-    return input_payload(record.TYPE, record_data(record))
 
 
 class FirstInputs:
@@ -61,4 +55,4 @@ class FirstInputs:
         first_seq, first_record = first
         if first_seq >= seq:  # the first itself (also known from the state)
             return None
-        return first_seq if _payload(record) == _payload(first_record) else None
+        return first_seq if record_payload(record) == record_payload(first_record) else None

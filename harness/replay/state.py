@@ -37,9 +37,8 @@ from harness.records import (
     TurnFinished,
     TurnResumed,
     TurnStarted,
-    record_data,
 )
-from harness.replay.payload import input_payload
+from harness.replay.payload import record_payload
 
 __all__ = [
     "FINAL_OUTCOMES",
@@ -269,14 +268,10 @@ def fold(session_id: str, entries: Iterable[LogEntry]) -> SessionState:
 # -- handlers, one per record type -------------------------------------------------------
 
 
-def _payload(record: Any) -> tuple[Any, ...]:
-    return input_payload(record.TYPE, record_data(record))
-
-
 def _input(state: SessionState, seq: int, r: Any) -> None:
     first = state.inputs.get(r.input_id)
     if first is not None:
-        if _payload(first.record) == _payload(r):
+        if record_payload(first.record) == record_payload(r):
             state.anomalies += 1  # a resent input: the first one counts (SPEC 7.2)
         else:  # the same id with another payload: refused (settled by the owner)
             state.conflicts[seq] = InputState(input_id=r.input_id, seq=seq, record=r)

@@ -22,19 +22,13 @@ from harness.records import (
     InputMessage,
     InputRecords,
     LogEntry,
-    Record,
-    record_data,
 )
-from harness.replay.payload import input_payload
+from harness.replay.payload import record_payload
 from harness.runtime.answers import judge_answer
 from harness.runtime.core import SessionCore
 from harness.runtime.results import TurnResult
 
 __all__ = ["answer", "append_records", "cancel", "events", "put_input", "records", "recover", "send"]
-
-
-def _payload(record: Record) -> tuple[Any, ...]:
-    return input_payload(record.TYPE, record_data(record))
 
 
 def new_input_id(core: SessionCore, prefix: str) -> str:
@@ -65,7 +59,7 @@ async def put_input(core: SessionCore, record: InputMessage | InputAnswer | Inpu
     first = core.state.inputs.get(record.input_id)
     seq: int | None = None
     if first is not None:
-        if _payload(first.record) != _payload(redacted):
+        if record_payload(first.record) != record_payload(redacted):
             return TurnResult(
                 input_id=record.input_id,
                 outcome="rejected",

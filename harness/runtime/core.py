@@ -49,10 +49,8 @@ from harness.records import (
     LogEntry,
     Record,
     StepResult,
-    record_data,
 )
 from harness.replay import SessionState
-from harness.replay.payload import input_payload
 from harness.runtime.answers import secret_refusal, settle_conflict, settle_input
 from harness.runtime.driver import TurnDriver
 from harness.runtime.ownership import Ownership
@@ -103,10 +101,6 @@ def _weakly(core: SessionCore) -> Callable[[BaseException], None]:
             alive.fail(exc)
 
     return on_lost
-
-
-def _payload(record: Record) -> tuple[Any, ...]:
-    return input_payload(record.TYPE, record_data(record))
 
 
 STALLED_HOLDER_RETRY_S = 1.0
