@@ -226,36 +226,46 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-class HandedSteps:
+class HandedSteps(list):  # type: ignore[type-arg]
     """The step coroutines a tool call was handed (``step.do(...)``, ``step.sleep(...)``,
     ``step.ask(...)`` called), so that one it never awaited is an error of the call
     (:class:`~harness.errors.StepNotAwaited`) rather than a side effect that silently never
     happens, and Python's "coroutine was never awaited" warning on top.
 
-    Only the coroutines not started yet are kept (the others are dropped now and then, so a
-    long call keeps a few); awaited ones, gathered ones and tasks that started are fine.
-    Nothing is written here: a correct tool runs and replays exactly as before.
+    A list of the coroutines, so that handing one out is an append (a step is the hot
+    path: ``do`` appends in line, and calls :meth:`prune` once the list reaches
+    ``prune_at``; the list at most doubles between two prunes). Only the ones not started
+    yet are kept by a prune; awaited ones, gathered ones and tasks that started are fine.
+    The kind and name of one never started are read from it when needed (its code's name,
+    its ``name`` argument). Nothing is written here: a correct tool runs and replays
+    exactly as before.
     """
 
-    __slots__ = ("_coros", "_prune_at", "_scope")
+    __slots__ = ("prune_at", "_scope")
 
     def __init__(self, session_id: str | None, tool_call_id: str) -> None:
-        self._coros: list[tuple[Coroutine[Any, Any, Any], str, Any]] = []
-        self._prune_at = 32
+        super().__init__()
+        self.prune_at = 32
         self._scope = (session_id, tool_call_id)
 
-    def track(self, coro: Coroutine[Any, Any, T], kind: str, name: Any) -> Coroutine[Any, Any, T]:
-        coros = self._coros
-        if len(coros) >= self._prune_at:  # (amortized: the list at most doubles between two prunes)
-            coros[:] = [c for c in coros if _unstarted(c[0])]
-            self._prune_at = max(32, 2 * len(coros))
-        coros.append((coro, kind, name))
+    def keep(self, coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        self.append(coro)
+        if len(self) >= self.prune_at:
+            self.prune()
         return coro
 
+    def prune(self) -> None:
+        """Drop the coroutines that started."""
+        self[:] = [c for c in self if _unstarted(c)]
+        self.prune_at = max(32, 2 * len(self))
+
     def _take_unstarted(self) -> list[tuple[str, Any]]:
-        """The steps never started (closed here: they never will, and Python does not warn)."""
-        left = [(kind, name) for coro, kind, name in self._coros if _unstarted(coro) and not coro.close()]
-        self._coros.clear()
+        """The steps never started, (kind, name) (closed here: they never will, and Python
+        does not warn)."""
+        left = [_kind_and_name(coro) for coro in self if _unstarted(coro)]
+        for coro in self:
+            coro.close()
+        self.clear()
         return left
 
     def check(self, cause: BaseException | None = None) -> None:
@@ -278,6 +288,13 @@ class HandedSteps:
     def close(self) -> None:
         """The call is over (or parked, or cancelled): a step never started is dropped quietly."""
         self._take_unstarted()
+
+
+def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
+    """``("do", "charge")`` for the coroutine of ``step.do("charge", ...)`` not started yet
+    (its frame holds its arguments)."""
+    frame = coro.cr_frame  # type: ignore[attr-defined]
+    return coro.cr_code.co_name.lstrip("_"), frame.f_locals.get("name") if frame is not None else None  # type: ignore[attr-defined]
 
 
 def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
@@ -412,7 +429,12 @@ class DurableStep:
 
     def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
         """Run ``fn`` once per call and name; return the JSON copy of its value (await it)."""
-        return self._handed.track(self._do(name, fn), "do", name)
+        coro = self._do(name, fn)
+        handed = self._handed  # (HandedSteps.keep written out: a step's hot path)
+        handed.append(coro)
+        if len(handed) >= handed.prune_at:
+            handed.prune()
+        return coro
 
     async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
         """``do``'s body.
@@ -531,7 +553,7 @@ class DurableStep:
     ) -> Coroutine[Any, Any, None]:
         """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1);
         ``duration`` is a timedelta or a number of seconds (await it)."""
-        return self._handed.track(self._sleep(name, duration, until=until), "sleep", name)
+        return self._handed.keep(self._sleep(name, duration, until=until))
 
     async def _sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
@@ -563,7 +585,7 @@ class DurableStep:
         expires_at: datetime | None = None,
     ) -> Coroutine[Any, Any, M]:
         """Ask a person; return their answer, validated by ``schema`` (SPEC 3.2, 3.3) (await it)."""
-        return self._handed.track(self._ask(name, message=message, schema=schema, expires_at=expires_at), "ask", name)
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
 
     async def _ask(
         self,
@@ -646,7 +668,7 @@ class PlainStep:
         self._handed.check(cause)
 
     def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
-        return self._handed.track(self._do(name, fn), "do", name)
+        return self._handed.keep(self._do(name, fn))
 
     async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
         self._names.check_fn(name, fn)
@@ -669,7 +691,7 @@ class PlainStep:
     def sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> Coroutine[Any, Any, None]:
-        return self._handed.track(self._sleep(name, duration, until=until), "sleep", name)
+        return self._handed.keep(self._sleep(name, duration, until=until))
 
     async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         self._names.take(name, "sleep")
@@ -682,7 +704,7 @@ class PlainStep:
     def ask(
         self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None
     ) -> Coroutine[Any, Any, M]:
-        return self._handed.track(self._ask(name, message=message, schema=schema, expires_at=expires_at), "ask", name)
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
 
     async def _ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
         raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")

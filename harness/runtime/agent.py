@@ -63,7 +63,7 @@ class _PrefixedStep:
         return self._inner.clock
 
     def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
-        return self._handed.track(self._do(name, fn), "do", name)
+        return self._handed.keep(self._do(name, fn))
 
     async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
         return await self._inner._do(self._prefix + name, fn)
@@ -81,7 +81,7 @@ class _PrefixedStep:
     def sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> Coroutine[Any, Any, None]:
-        return self._handed.track(self._sleep(name, duration, until=until), "sleep", name)
+        return self._handed.keep(self._sleep(name, duration, until=until))
 
     async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         await self._inner._sleep(self._prefix + name, duration, until=until)
@@ -89,7 +89,7 @@ class _PrefixedStep:
     def ask(
         self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None
     ) -> Coroutine[Any, Any, M]:
-        return self._handed.track(self._ask(name, message=message, schema=schema, expires_at=expires_at), "ask", name)
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
 
     async def _ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
         result: M = await self._inner._ask(self._prefix + name, message=message, schema=schema, expires_at=expires_at)
