@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.definition import define_harness as define_harness
     from harness.errors import ContextTooLong as ContextTooLong
     from harness.errors import HarnessError as HarnessError
+    from harness.errors import StepNotAwaited as StepNotAwaited
     from harness.log import LogEntry as LogEntry
     from harness.log import SessionLog as SessionLog
     from harness.log import open_log as open_log
@@ -63,6 +64,7 @@ _EXPORTS = {
     "Session": "harness.runtime",
     "SessionLog": "harness.log",
     "StepInfo": "harness.step",
+    "StepNotAwaited": "harness.errors",
     "SystemClock": "harness.clock",
     "Tool": "harness.tools",
     "ToolCallEvent": "harness.definition",

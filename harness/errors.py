@@ -8,6 +8,7 @@
     │                              HarnessClient), before anything runs or is written
     ├── StepError                  a step was used wrongly or its value is refused
     │   ├── DuplicateStepName      the same step/sleep/ask name twice in one tool call
+    │   ├── StepNotAwaited         a step.do/sleep/ask a tool called but never awaited
     │   ├── StepValueError         (also a TypeError) a value that is not JSON
     │   ├── NaiveDatetime          (also a TypeError) a datetime without a timezone
     │   ├── StepValueTooLarge      a value over the configured size limit
@@ -77,6 +78,7 @@ __all__ = [
     "SessionClosed",
     "SessionNotFound",
     "StepError",
+    "StepNotAwaited",
     "StepValueError",
     "StepValueTooLarge",
     "TopicNotFound",
@@ -113,6 +115,17 @@ class StepError(HarnessError):
 
 class DuplicateStepName(StepError):
     """The same step name was used twice in one tool call (SPEC 2.6)."""
+
+
+class StepNotAwaited(StepError):
+    """A tool called ``step.do`` / ``step.sleep`` / ``step.ask`` and returned (or raised)
+    without awaiting it: the step never ran. ``kind`` is ``do``, ``sleep`` or ``ask``;
+    ``step_name`` the first such step (``names``: all of them, in call order)."""
+
+    def __init__(self, message: str, *, kind: str = "do", names: tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.kind = kind
+        self.names = names
 
 
 class StepValueError(StepError, TypeError):

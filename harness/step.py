@@ -18,7 +18,7 @@ import asyncio
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FunctionType, MethodType
@@ -36,6 +36,7 @@ from harness.errors import (
     NoToolCallError,
     SecretInStepValue,
     StepError,
+    StepNotAwaited,
     StepValueTooLarge,
 )
 from harness.jsonvalues import check_text, dumps, json_copy, loads
@@ -45,9 +46,10 @@ from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
 from harness.words import with_article
 
-__all__ = ["CallScope", "DurableStep", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
+__all__ = ["CallScope", "DurableStep", "HandedSteps", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,81 @@ async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
+class HandedSteps(list):  # type: ignore[type-arg]
+    """The step coroutines a tool call was handed (``step.do(...)``, ``step.sleep(...)``,
+    ``step.ask(...)`` called), so that one it never awaited is an error of the call
+    (:class:`~harness.errors.StepNotAwaited`) rather than a side effect that silently never
+    happens, and Python's "coroutine was never awaited" warning on top.
+
+    A list of the coroutines, so that handing one out is an append (a step is the hot
+    path: ``do`` appends in line, and calls :meth:`prune` once the list reaches
+    ``prune_at``; the list at most doubles between two prunes). Only the ones not started
+    yet are kept by a prune; awaited ones, gathered ones and tasks that started are fine.
+    The kind and name of one never started are read from it when needed (its code's name,
+    its ``name`` argument). Nothing is written here: a correct tool runs and replays
+    exactly as before.
+    """
+
+    __slots__ = ("prune_at", "_scope")
+
+    def __init__(self, session_id: str | None, tool_call_id: str) -> None:
+        super().__init__()
+        self.prune_at = 32
+        self._scope = (session_id, tool_call_id)
+
+    def keep(self, coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+        self.append(coro)
+        if len(self) >= self.prune_at:
+            self.prune()
+        return coro
+
+    def prune(self) -> None:
+        """Drop the coroutines that started."""
+        self[:] = [c for c in self if _unstarted(c)]
+        self.prune_at = max(32, 2 * len(self))
+
+    def _take_unstarted(self) -> list[tuple[str, Any]]:
+        """The steps never started, (kind, name) (closed here: they never will, and Python
+        does not warn)."""
+        left = [_kind_and_name(coro) for coro in self if _unstarted(coro)]
+        for coro in self:
+            coro.close()
+        self.clear()
+        return left
+
+    def check(self, cause: BaseException | None = None) -> None:
+        """The tool returned (or raised ``cause``): raise ``StepNotAwaited`` if one of its
+        steps never started."""
+        left = self._take_unstarted()
+        if not left:
+            return
+        kind, name = left[0]
+        more = f" ({len(left) - 1} more step{'s' if len(left) > 2 else ''} too)" if len(left) > 1 else ""
+        raise StepNotAwaited(
+            f"step.{kind}({name!r}) was never awaited: write `await step.{kind}(...)`; it did not run{more}",
+            session_id=self._scope[0],
+            tool_call_id=self._scope[1] or None,
+            step_name=name if isinstance(name, str) else None,
+            kind=kind,
+            names=tuple(n for _, n in left),
+        ) from cause
+
+    def close(self) -> None:
+        """The call is over (or parked, or cancelled): a step never started is dropped quietly."""
+        self._take_unstarted()
+
+
+def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
+    """``("do", "charge")`` for the coroutine of ``step.do("charge", ...)`` not started yet
+    (its frame holds its arguments)."""
+    frame = coro.cr_frame  # type: ignore[attr-defined]
+    return coro.cr_code.co_name.lstrip("_"), frame.f_locals.get("name") if frame is not None else None  # type: ignore[attr-defined]
+
+
+def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
+    return inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
 class _Names:
     """Step, sleep and ask names share one namespace per run of a call (SPEC 2.6, 3.4).
 
@@ -295,6 +372,7 @@ class DurableStep:
     def __init__(self, scope: CallScope) -> None:
         self._s = scope
         self._names = _Names(scope.session_id, scope.tool_call_id, scope.scrubber)
+        self._handed = HandedSteps(scope.session_id, scope.tool_call_id)
 
     @property
     def clock(self) -> Clock:
@@ -304,6 +382,11 @@ class DurableStep:
     def close(self) -> None:
         """The call is over: any later use raises NoToolCallError (SPEC 2.11)."""
         self._names.closed = True
+        self._handed.close()
+
+    def check_awaited(self, cause: BaseException | None = None) -> None:
+        """Raise ``StepNotAwaited`` if the tool left a ``step.*`` call never awaited."""
+        self._handed.check(cause)
 
     def _err(self, cls: type[StepError], msg: str, name: str, **kw: Any) -> StepError:
         return cls(msg, session_id=self._s.session_id, tool_call_id=self._s.tool_call_id, step_name=name, **kw)
@@ -344,8 +427,17 @@ class DurableStep:
             )
         return copy, text
 
-    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        """Run ``fn`` once per call and name; return the JSON copy of its value.
+    def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
+        """Run ``fn`` once per call and name; return the JSON copy of its value (await it)."""
+        coro = self._do(name, fn)
+        handed = self._handed  # (HandedSteps.keep written out: a step's hot path)
+        handed.append(coro)
+        if len(handed) >= handed.prune_at:
+            handed.prune()
+        return coro
+
+    async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
+        """``do``'s body.
 
         (``begin``, ``_call_fn`` and ``finish``, written out: a step is the hot path, and
         on a disk every Python call after a commit's fsync runs on cold caches.)
@@ -456,11 +548,16 @@ class DurableStep:
         # container parsed back from its JSON text (C speed, no second walk here).
         return loads(text) if isinstance(value, (dict, list)) else value
 
-    async def sleep(
+    def sleep(
+        self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1);
+        ``duration`` is a timedelta or a number of seconds (await it)."""
+        return self._handed.keep(self._sleep(name, duration, until=until))
+
+    async def _sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> None:
-        """Wait until a wake time recorded in the log before the wait starts (SPEC 3.1);
-        ``duration`` is a timedelta or a number of seconds."""
         self._names.take(name, "sleep")
         s = self._s
         wake_ms = s.call.sleeps.get(name)
@@ -479,7 +576,18 @@ class DurableStep:
         finally:
             s.on_wait(False)
 
-    async def ask(
+    def ask(
+        self,
+        name: str,
+        *,
+        message: str,
+        schema: type[M],
+        expires_at: datetime | None = None,
+    ) -> Coroutine[Any, Any, M]:
+        """Ask a person; return their answer, validated by ``schema`` (SPEC 3.2, 3.3) (await it)."""
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
+
+    async def _ask(
         self,
         name: str,
         *,
@@ -487,7 +595,6 @@ class DurableStep:
         schema: type[M],
         expires_at: datetime | None = None,
     ) -> M:
-        """Ask a person; return their answer, validated by ``schema`` (SPEC 3.2, 3.3)."""
         self._names.take(name, "ask")
         s = self._s
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
@@ -544,6 +651,7 @@ class PlainStep:
         self._call = tool_call_id
         self._chat_id = chat_id
         self._names = _Names(session_id, tool_call_id)
+        self._handed = HandedSteps(session_id, tool_call_id)
         self._clock = clock or SystemClock()
 
     @property
@@ -553,8 +661,16 @@ class PlainStep:
 
     def close(self) -> None:
         self._names.closed = True
+        self._handed.close()
 
-    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
+    def check_awaited(self, cause: BaseException | None = None) -> None:
+        """Raise ``StepNotAwaited`` if the tool left a ``step.*`` call never awaited."""
+        self._handed.check(cause)
+
+    def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
+        return self._handed.keep(self._do(name, fn))
+
+    async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
         self._names.check_fn(name, fn)
         _, info = self.begin(name)
         assert info is not None
@@ -567,12 +683,17 @@ class PlainStep:
 
     async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
         """A sub-agent's model call (plain mode: no usage record, nothing stored)."""
-        return await self.do(name, fn)
+        return await self._do(name, fn)
 
     async def finish(self, name: str, raw: Any, *, extra: Callable[[Any], list[Record]] | None = None) -> Any:
         return json_copy(raw)
 
-    async def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
+    def sleep(
+        self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
+    ) -> Coroutine[Any, Any, None]:
+        return self._handed.keep(self._sleep(name, duration, until=until))
+
+    async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
         self._names.take(name, "sleep")
         try:
             wake = _wake_time(self._clock.now(), duration, until, self._call)
@@ -580,7 +701,12 @@ class PlainStep:
             raise StepError(str(exc), tool_call_id=self._call, step_name=name) from None
         await self._clock.sleep_until(wake)
 
-    async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
+    def ask(
+        self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None
+    ) -> Coroutine[Any, Any, M]:
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
+
+    async def _ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
         raise NotDurableError("step.ask needs a durable session: a person's answer must be waited for in a log")
 
 
@@ -623,7 +749,7 @@ class SyncStep:
         return value
 
     def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        self._run(self._inner.sleep(name, duration, until=until))
+        self._run(self._inner._sleep(name, duration, until=until))
 
     def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
-        return self._run(self._inner.ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]
+        return self._run(self._inner._ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]

@@ -92,13 +92,16 @@ def age(ms: int | None, now_ms: int) -> str:
 
 def state_text(summary: SessionSummary, now_ms: int) -> str:
     """``running``, ``queued (1 input not taken yet)``, ``waiting for a person``, ``sleeping until
-    12:00:31``, ``idle``, ``failed (code)`` (the JSON keeps the state name: ``running``)."""
+    12:00:31``, ``idle``, ``failed (code)``, ``parked: a record cannot be read``
+    (the JSON keeps the state name: ``running``)."""
     if summary.state == "waiting":
         return "waiting for a person"
     if summary.state == "sleeping":
         return f"sleeping until {clock(summary.sleeping_until, now_ms)}"
     if summary.state == "failed":
         return f"failed ({summary.last_code})" if summary.last_code else "failed"
+    if summary.state == "unreadable":
+        return "parked: a record cannot be read"
     if summary.partial:
         return "idle (ended)"
     if summary.state == "running" and summary.active_input is None and summary.pending_inputs:
@@ -108,7 +111,7 @@ def state_text(summary: SessionSummary, now_ms: int) -> str:
 
 
 _STATE_COLOURS = {"running": ("cyan",), "waiting": ("yellow", "bold"), "sleeping": ("blue",), "idle": ("dim",),
-                  "failed": ("red", "bold")}
+                  "failed": ("red", "bold"), "unreadable": ("red", "bold")}
 
 
 TABLE_ID_WIDTH = 40

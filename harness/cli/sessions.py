@@ -145,6 +145,13 @@ def show_parser() -> CommandParser:
 
 async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
     """The session's readable records; ``SessionNotFound`` if it has none."""
+    entries, _ = await read_existing_counted(log, session_id)
+    return entries
+
+
+async def read_existing_counted(log: Any, session_id: str) -> tuple[list[LogEntry], int]:
+    """The session's readable records and how many could not be read (said on stderr);
+    ``SessionNotFound`` if it has no readable one."""
     entries, unreadable = await scan_session(log, session_id)
     if unreadable:
         print(f"({unreadable} records of session {session_id} could not be decoded and are left out)",
@@ -154,7 +161,7 @@ async def read_existing(log: Any, session_id: str) -> list[LogEntry]:
             f"no session {session_id!r} in this log: 'harness sessions' lists the sessions (check --log)",
             session_id=session_id,
         )
-    return entries
+    return entries, unreadable
 
 
 async def main_show(argv: list[str]) -> int:
@@ -162,12 +169,12 @@ async def main_show(argv: list[str]) -> int:
     check_id(args.session, "session id")
     log = await open_log_for(args.log, role="reader")
     try:
-        entries = await BrokerWatch(log).guard(read_existing(log, args.session))
+        entries, unreadable = await BrokerWatch(log).guard(read_existing_counted(log, args.session))
     finally:
         await log.close()
     now = _now_ms()
     state = fold(args.session, entries)
-    summary = summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts)
+    summary = summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts, unreadable=unreadable)
     items = timeline(entries)
     if args.json:
         print(json.dumps({"summary": summary.to_json(), "timeline": [i.to_json() for i in items]}, indent=2))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -42,7 +42,7 @@ from harness.runtime.arguments import SECRET_ARGUMENTS_CODE, refusal
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
 from harness.secrets import SecretScrubber
-from harness.step import DurableStep, PlainStep, SleepDuration
+from harness.step import DurableStep, HandedSteps, PlainStep, SleepDuration
 from harness.tools import Tool, ToolDefinition
 
 __all__ = ["agent_tool"]
@@ -53,16 +53,20 @@ M = TypeVar("M", bound=BaseModel)
 class _PrefixedStep:
     """The parent call's ``step`` with every name under a prefix (one child call's namespace)."""
 
-    def __init__(self, inner: Any, prefix: str) -> None:
+    def __init__(self, inner: Any, prefix: str, tool_call_id: str = "") -> None:
         self._inner = inner
         self._prefix = prefix
+        self._handed = HandedSteps(None, tool_call_id)  # the child call's own (a child tool may forget an await)
 
     @property
     def clock(self) -> Any:
         return self._inner.clock
 
-    async def do(self, name: str, fn: Callable[..., Any]) -> Any:
-        return await self._inner.do(self._prefix + name, fn)
+    def do(self, name: str, fn: Callable[..., Any]) -> Coroutine[Any, Any, Any]:
+        return self._handed.keep(self._do(name, fn))
+
+    async def _do(self, name: str, fn: Callable[..., Any]) -> Any:
+        return await self._inner._do(self._prefix + name, fn)
 
     def begin(self, name: str) -> tuple[Any, Any]:
         begun: tuple[Any, Any] = self._inner.begin(self._prefix + name)
@@ -74,15 +78,30 @@ class _PrefixedStep:
     async def _model_call(self, name: str, index: int, fn: Callable[..., Any]) -> Any:
         return await self._inner._model_call(self._prefix + name, index, fn)
 
-    async def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        await self._inner.sleep(self._prefix + name, duration, until=until)
+    def sleep(
+        self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
+    ) -> Coroutine[Any, Any, None]:
+        return self._handed.keep(self._sleep(name, duration, until=until))
 
-    async def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
-        result: M = await self._inner.ask(self._prefix + name, message=message, schema=schema, expires_at=expires_at)
+    async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
+        await self._inner._sleep(self._prefix + name, duration, until=until)
+
+    def ask(
+        self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None
+    ) -> Coroutine[Any, Any, M]:
+        return self._handed.keep(self._ask(name, message=message, schema=schema, expires_at=expires_at))
+
+    async def _ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
+        result: M = await self._inner._ask(self._prefix + name, message=message, schema=schema, expires_at=expires_at)
         return result
+
+    def check_awaited(self, cause: BaseException | None = None) -> None:
+        """Raise ``StepNotAwaited`` if the child tool left a ``step.*`` call never awaited."""
+        self._handed.check(cause)
 
     def close(self) -> None:
         """The parent's step stays open: the parent call is still running."""
+        self._handed.close()
 
 
 def _response_json(response: ModelResponse, scrubber: SecretScrubber, k: int) -> dict[str, Any]:
@@ -274,7 +293,7 @@ async def _run_child(
             tools=harness.tools,
             hooks=harness.hooks,
             event=ToolCallEvent(ctx.session_id, cid, call["name"], call["arguments"], 1),
-            make_step=lambda: _PrefixedStep(ctx.step, prefix),  # type: ignore[arg-type, return-value]
+            make_step=lambda: _PrefixedStep(ctx.step, prefix, cid),  # type: ignore[arg-type, return-value]
             secrets=ctx.secrets,
             scrubber=scrubber,
             log_id=ctx.log_id,

@@ -177,18 +177,27 @@ async def _run(
         durable=durable,
     )
     try:
-        if tool.is_async:
-            value = await (tool.execute(args, ctx) if tool.takes_ctx else tool.execute(args))
-        else:
-            ctx.step = SyncStep(step, asyncio.get_running_loop())
-            fn = tool.execute
-            run = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
-            call = functools.partial(on_thread, run)
-            if run_sync is not None:
-                value = await run_sync(call)
+        try:
+            if tool.is_async:
+                value = await (tool.execute(args, ctx) if tool.takes_ctx else tool.execute(args))
             else:
-                value = await asyncio.get_running_loop().run_in_executor(None, call)
-            value = await _maybe_await(value)
+                ctx.step = SyncStep(step, asyncio.get_running_loop())
+                fn = tool.execute
+                run = functools.partial(fn, args, ctx) if tool.takes_ctx else functools.partial(fn, args)
+                call = functools.partial(on_thread, run)
+                if run_sync is not None:
+                    value = await run_sync(call)
+                else:
+                    value = await asyncio.get_running_loop().run_in_executor(None, call)
+                value = await _maybe_await(value)
+        except LogError:
+            raise  # (below: the session's failure, whatever the tool left)
+        except Exception as exc:
+            # A step the tool never awaited explains the failure (e.g. "'coroutine' object is
+            # not subscriptable" on its value): it is the call's error, the tool's as its cause.
+            step.check_awaited(exc)
+            raise
+        step.check_awaited()  # a step.* the tool called and never awaited did not run
         content = _result_value(value)
     except RecordTooLarge as exc:  # a step's value (or an ask) the log refused: nothing of it was written
         _log_failure(event, exc, scrubber)

@@ -89,6 +89,7 @@ class SessionIndex:
         self._now = 0  # the time of the listing under way
         self.unreadable = 0
         """Records skipped so far because they could not be decoded."""
+        self._damaged: dict[str, set[int | None]] = {}  # session -> positions of its unreadable records
 
     async def summaries(self, *, now_ms: int | None = None) -> list[SessionSummary]:
         """One summary per session (no particular order), as of ``now_ms`` (default: now)."""
@@ -107,7 +108,8 @@ class SessionIndex:
                 log_.warning("%d records could not be decoded and were left out", self.unreadable - before)
             for sid in touched:
                 self._settle(sid, now)
-            busy = [summarize(state, now_ms=now, last_activity_ms=ts) for state, ts in self._busy.values()]
+            busy = [summarize(state, now_ms=now, last_activity_ms=ts, unreadable=self._unreadable_of(sid))
+                    for sid, (state, ts) in self._busy.items()]
             return [*self._quiet.values(), *busy]
 
     async def _catch_up(self) -> set[str]:
@@ -149,6 +151,7 @@ class SessionIndex:
         for item in items:
             if isinstance(item, CorruptRecord):
                 self.unreadable += 1
+                self._note_damaged(item)
             else:
                 await self._fold(item)
                 touched.add(item.session_id)
@@ -173,9 +176,28 @@ class SessionIndex:
         self._busy[sid] = (fold(sid, entries), max(e.record.ts for e in entries))
 
     def _readable(self, items: Iterable[Any]) -> list[LogEntry]:
+        items = list(items)
         good, unreadable = split_readable(items)
-        self.unreadable += unreadable
+        if unreadable:
+            self.unreadable += unreadable
+            for item in items:
+                if isinstance(item, CorruptRecord):
+                    self._note_damaged(item)
         return good
+
+    def _note_damaged(self, item: CorruptRecord) -> None:
+        """A session's unreadable record: its summary says ``unreadable`` (a record that names
+        no session cannot be told apart: counted in ``unreadable`` only)."""
+        if item.session_id is not None:
+            self._damaged.setdefault(item.session_id, set()).add(item.seq)
+            quiet = self._quiet.get(item.session_id)
+            if quiet is not None and quiet.state != "unreadable":  # summarized before: no longer true
+                self._quiet[item.session_id] = dataclasses.replace(
+                    quiet, state="unreadable", sleeping_until=None, open_asks=()
+                )
+
+    def _unreadable_of(self, sid: str) -> int:
+        return len(self._damaged.get(sid, ()))
 
     def _settle(self, sid: str, now_ms: int) -> None:
         """A session with no turn in progress keeps only its summary."""
@@ -184,7 +206,9 @@ class SessionIndex:
             return
         state, ts = known
         if state.active_turn is None:
-            self._quiet[sid] = _compact(summarize(state, now_ms=now_ms, last_activity_ms=ts))
+            self._quiet[sid] = _compact(
+                summarize(state, now_ms=now_ms, last_activity_ms=ts, unreadable=self._unreadable_of(sid))
+            )
             del self._busy[sid]
 
 

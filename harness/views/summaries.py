@@ -29,12 +29,13 @@ __all__ = [
     "usage_text",
 ]
 
-SessionStateName = Literal["running", "waiting", "sleeping", "idle", "failed"]
-SESSION_STATES: tuple[str, ...] = ("running", "waiting", "sleeping", "idle", "failed")
+SessionStateName = Literal["running", "waiting", "sleeping", "idle", "failed", "unreadable"]
+SESSION_STATES: tuple[str, ...] = ("running", "waiting", "sleeping", "idle", "failed", "unreadable")
 """``running``: a turn (or an input) is being worked on, or waits for its owner;
 ``waiting``: every open tool call waits for a person's answer; ``sleeping``: every
 open tool call sleeps (or waits for a person) until a wake time; ``idle``: nothing
-to do; ``failed``: nothing to do and the last message's turn failed (or was rejected)."""
+to do; ``failed``: nothing to do and the last message's turn failed (or was rejected);
+``unreadable``: a record of the session cannot be read (see :func:`summarize`)."""
 
 # --- open asks -------------------------------------------------------------------------
 
@@ -269,16 +270,31 @@ def last_record_ts(state: SessionState) -> int | None:
     return max(times) if times else None
 
 
-def summarize(state: SessionState, *, now_ms: int, last_activity_ms: int | None = None) -> SessionSummary:
+def summarize(
+    state: SessionState, *, now_ms: int, last_activity_ms: int | None = None, unreadable: int = 0
+) -> SessionSummary:
     """One session at a glance, as of ``now_ms``.
 
+    A session with an unreadable record (``unreadable`` > 0) is ``unreadable``, whatever its
+    readable records look like: the state folded without that record is a guess (its
+    ``turn.finished`` unread, a cancelled turn parked on an ask looks ``waiting``, a
+    completed one ``running``), and its owner parks it: nothing of it runs and an answer or
+    a message is refused (``session_unreadable``) until the record is repaired. So it lists
+    no open ask and no wake time (nobody can act on them); the rest (turns, the last
+    outcome, usage, the active input) is what its readable records say.
+
     Args:
-        state: the folded session (``harness.replay.fold``).
+        state: the folded session (``harness.replay.fold``) of its readable records.
         now_ms: the time to judge sleeps by (milliseconds since the epoch).
         last_activity_ms: the time of the session's last record, when the caller read
             it (the state alone does not keep every record's time).
+        unreadable: how many of the session's records could not be read (left out of
+            ``state``).
     """
     name, until = classify(state, now_ms=now_ms)
+    asks = open_asks(state, now_ms=now_ms)
+    if unreadable:
+        name, until, asks = "unreadable", None, ()
     outcome, code = _last_outcome(state)
     active = state.active_turn
     return SessionSummary(
@@ -287,7 +303,7 @@ def summarize(state: SessionState, *, now_ms: int, last_activity_ms: int | None 
         state=name,
         last_activity=last_activity_ms if last_activity_ms is not None else last_record_ts(state),
         sleeping_until=until,
-        open_asks=open_asks(state, now_ms=now_ms),
+        open_asks=asks,
         turns=len(state.turns),
         last_outcome=outcome,
         last_code=code,

@@ -44,6 +44,7 @@ PINNED_ALL = [
     "Session",
     "SessionLog",
     "StepInfo",
+    "StepNotAwaited",
     "SystemClock",
     "Tool",
     "ToolCallEvent",

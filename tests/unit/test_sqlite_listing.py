@@ -12,13 +12,14 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from harness import open_log
 from harness.codec import default_codec
+from harness.errors import CorruptRecord
 from harness.log import _encode_batch
 from harness.log.sqlite_schema import append_rows
 from harness.records import (
@@ -43,6 +44,7 @@ from harness.records import (
 )
 from harness.replay import fold
 from harness.runtime.catalog import SessionIndex, list_sessions, sort_summaries
+from harness.runtime.session_digest import SUMMARY_TYPES
 from harness.runtime.session_index import split_readable
 from harness.views import summarize
 
@@ -181,14 +183,25 @@ async def folded(path: Path, now_ms: int) -> tuple[list[dict[str, Any]], int]:
     read, folded per session; (its JSON, the records that did not check or decode)."""
     log = open_log(f"sqlite:///{path}")
     try:
-        good, unreadable = split_readable(await log.scan(None))
+        items = await log.scan(None)
     finally:
         await log.close()
+    good, unreadable = split_readable(items)
     by_session: dict[str, list[Any]] = defaultdict(list)
     for entry in good:
         by_session[entry.session_id].append(entry)
+    # The quick listing reads a few record types (and each session's last record): an
+    # unreadable record among those makes its session ``unreadable`` there (one of another
+    # type shows in ``harness show`` and the gateway's session view, which read them all).
+    bad = {i.seq for i in items if isinstance(i, CorruptRecord)}
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT seq, session_id, type FROM records").fetchall()
+    lasts = {sid: seq for seq, sid, _ in sorted(rows)}
+    damaged = Counter(sid for seq, sid, type_ in rows
+                      if seq in bad and (type_ in SUMMARY_TYPES or lasts[sid] == seq))
     summaries = [
-        summarize(fold(sid, entries), now_ms=now_ms, last_activity_ms=max(e.record.ts for e in entries))
+        summarize(fold(sid, entries), now_ms=now_ms, last_activity_ms=max(e.record.ts for e in entries),
+                  unreadable=damaged[sid])
         for sid, entries in by_session.items()
     ]
     return [s.to_json() for s in sort_summaries(summaries)], unreadable
@@ -230,10 +243,11 @@ def test_the_oracle_sees_every_kind_of_session(tmp_path: Path) -> None:
     build(path)
     listed, unreadable = every_record_folded(path, T0 + 10_000)
     by_id = {s["session_id"]: s for s in listed}
-    assert {s["state"] for s in listed} == {"running", "waiting", "sleeping", "idle", "failed"}
+    assert {s["state"] for s in listed} == {"running", "waiting", "sleeping", "idle", "failed", "unreadable"}
     assert by_id["waiting"]["open_asks"] and by_id["sleeping"]["sleeping_until"] == LATER
     assert by_id["done"]["usage"] == {"calls": 4, "input_tokens": 300, "output_tokens": 60, "cost": 0.5}
-    assert by_id["bad-end"]["state"] == "running" and by_id["bad-end"]["turns"] == 2  # its lost end
+    # its lost end: folded without it the turn would read as running; it is unreadable
+    assert by_id["bad-end"]["state"] == "unreadable" and by_id["bad-end"]["turns"] == 2
     assert by_id["lost-row"]["usage"]["calls"] == 1  # the usage after the lost row is refused
     assert by_id["cancelled"]["last_outcome"] == "aborted"
     assert by_id["other-harness"]["harness"] == "second"
@@ -256,7 +270,10 @@ async def test_a_listing_reads_a_few_types_and_lists_what_a_fold_of_every_record
         assert quick.unreadable == 3  # the step result's damage is in a record the listing does not read
 
         full = SessionIndex(FullRead(log))  # type: ignore[arg-type]
-        assert _json(await full.summaries(now_ms=now)) == expected
+        # reading every record, it also sees bad-step's damaged step result: unreadable there
+        whole = {**{s["session_id"]: s for s in expected}}
+        whole["bad-step"] = {**whole["bad-step"], "state": "unreadable"}
+        assert _json(await full.summaries(now_ms=now)) == [whole[s["session_id"]] for s in expected]
         assert full.unreadable == 4
         assert _json(await list_sessions(log, now_ms=now)) == expected
 

@@ -309,7 +309,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         view = await existing(who, session_id)
         state, entries = view.state, view.entries
         now = gw.now_ms()
-        summary = _public(summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts), session_id)
+        damaged = 1 if log_id(who, session_id) in gw.unreadable else 0  # (the view says so: never a made-up "waiting")
+        summary = _public(
+            summarize(state, now_ms=now, last_activity_ms=entries[-1].record.ts, unreadable=damaged), session_id
+        )
         sleeps = [sleep.to_json(now_ms=now) for sleep in open_sleeps(state)]
         items, messages = timeline(entries), conversation(state)
         keep = timeline_limit if timeline_limit is not None else max(len(items), len(messages))

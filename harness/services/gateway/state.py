@@ -18,7 +18,7 @@ from harness.live import LiveSource
 from harness.log.base import SessionLog
 from harness.log.follow import subscribe
 from harness.records import LogEntry
-from harness.runtime.catalog import KafkaSessionIndex, SessionIndex, read_session, sort_summaries
+from harness.runtime.catalog import KafkaSessionIndex, SessionIndex, scan_session, sort_summaries
 from harness.services.gateway.auth import Authenticator, Principal
 from harness.services.gateway.authlimit import AuthFailureLimit
 from harness.services.gateway.breaker import LogBreaker
@@ -70,8 +70,8 @@ class TenantSlots:
 class GatewayState:
     """What the routes share: the log, the live events, the auth, the harnesses known here.
 
-    Records are read with :func:`harness.runtime.catalog.read_session` (read-only: an
-    unreadable record is skipped, never dead-lettered) through :class:`Sessions` (the
+    Records are read with :func:`harness.runtime.catalog.scan_session` (read-only: an
+    unreadable record is skipped, never dead-lettered, and its session noted in ``unreadable``) through :class:`Sessions` (the
     sessions read lately, caught up per request) and followed with
     :func:`harness.log.follow.subscribe` (one shared reader per log, or per partition
     on Kafka); live text deltas come from ``live``. Reads go through ``breaker``: within
@@ -119,6 +119,10 @@ class GatewayState:
         # A listing reads only what was appended since the previous one (on Kafka: per
         # partition, the first time from its latest checkpoint).
         self._index = KafkaSessionIndex(log) if hasattr(log, "scan_partition") else SessionIndex(log)
+        self.unreadable: set[str] = set()
+        """Sessions a read found an unreadable record of: their view says so (``unreadable``),
+        never what the readable rest would seem to say (a record stays unreadable until it
+        is repaired; a repaired one is shown so after a restart)."""
         self.ready = False
         self.not_ready: str | None = "not started"
         self.warming: asyncio.Task[None] | None = None
@@ -127,7 +131,10 @@ class GatewayState:
 
     async def read(self, session_id: str, *, after: int | None = None) -> list[LogEntry]:
         """The session's committed records after ``after`` (all if None), read-only."""
-        return await self.breaker.call(lambda: read_session(self.log, session_id, after=after))
+        entries, unreadable = await self.breaker.call(lambda: scan_session(self.log, session_id, after=after))
+        if unreadable:
+            self.unreadable.add(session_id)
+        return entries
 
     def follow(self, session_id: str, *, after: int | None = None) -> AsyncGenerator[LogEntry, None]:
         """The session's committed records after ``after`` (all if None), live, read-only."""
