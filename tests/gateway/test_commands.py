@@ -108,6 +108,18 @@ def test_harness_serve_with_a_missing_secrets_folder_says_so_in_one_line(tmp_pat
     )
 
 
+def test_harness_serve_refuses_an_auth_flag_its_mode_ignores_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--app", APP, "--open-access",
+                                          "--tenant-claim", "org"),
+                          cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "harness serve: --tenant-claim does not apply to open access (--open-access, no auth file): only JWTs are "
+        "checked against it; give --jwt-secret-file or --jwks-file to accept JWTs, or drop --tenant-claim "
+        "(see 'harness serve --help')")
+    assert not (tmp_path / "h.db").exists()  # refused before anything is made
+
+
 def test_harness_serve_needs_an_app(tmp_path: Path) -> None:
     done = subprocess.run(harness_command("serve", "--log", "sqlite:///h.db", "--open-access"), cwd=tmp_path,
                           capture_output=True, text=True, env=child_env(), timeout=60)

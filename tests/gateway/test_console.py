@@ -228,3 +228,38 @@ def test_console_keeps_a_token_for_the_tab_only(served: ServerThread, browser: A
     assert page.evaluate("localStorage.getItem('harness.token')") is None
     page.reload(wait_until="load")
     assert page.evaluate("sessionStorage.getItem('harness.token')") == "tok-123"  # a reload keeps it
+
+
+def test_the_api_reference_renders_with_every_other_origin_blocked(served: ServerThread, http: httpx.Client,
+                                                                    browser: Any) -> None:
+    """``/docs`` loaded Swagger UI from a CDN: blank offline or behind a firewall. Every
+    request to another origin is refused here (as a machine without internet would), and
+    the page still shows the API's operations, its "Try it out" reaching the gateway."""
+    elsewhere: list[str] = []
+
+    def only_the_gateway(route: Any) -> None:
+        if route.request.url.startswith(served.url + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.route("**/*", only_the_gateway)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)  # (a CSP refusal too)
+    page.goto(served.url + "/docs")
+    operations = page.locator(".opblock")
+    page.locator(".opblock-summary-path", has_text="/v1/sessions/{session_id}/messages").wait_for(timeout=20_000)
+    paths = {operations.nth(i).locator(".opblock-summary-path").inner_text() for i in range(operations.count())}
+    assert set(http.get("/openapi.json").json()["paths"]) <= paths
+    # open one and call it from the page: the gateway answers (open access: no token)
+    healthz = page.locator(".opblock", has=page.locator(".opblock-summary-path", has_text="/healthz")).first
+    healthz.locator(".opblock-summary").click()
+    healthz.locator("button.try-out__btn").click()
+    healthz.locator("button.execute").click()
+    healthz.locator(".response .response-col_status", has_text="200").first.wait_for(timeout=20_000)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "api-reference.png"))
+    assert elsewhere == [] and errors == []

@@ -315,6 +315,11 @@ TEMPLATE_REFUSALS = [
     # (both on one container: the gateway could not bind its second listener and crash-looped)
     ({"gateway": {"port": 9464}}, "gateway.port (9464) is metrics.port too"),
     ({"gateway": {"rateLimitReads": True}}, "gateway.rateLimitReads needs gateway.rateLimit"),
+    # (the gateway refuses a JWT option in another auth mode: the pod would crash-loop on it)
+    ({"gateway": {"auth": {"mode": "apiKeys", "existingSecret": "keys", "secretKey": "keys", "tenantClaim": "org"}}},
+     "gateway.auth.jwtIssuer, jwtAudience and tenantClaim apply to JWTs only (gateway.auth.mode jwt or jwks), not "
+     "to mode apiKeys"),
+    ({"gateway": {"auth": {"jwtIssuer": "https://id.example.com"}}}, "not to mode open: the gateway refuses them"),
     # (rendered no Ingress at all, silently: the operator found the hosts unreachable)
     ({"gateway": {"enabled": False, "ingress": {"enabled": True}}},
      "gateway.ingress.enabled needs gateway.enabled: without the gateway there is nothing to route to"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi import HTTPException
@@ -166,12 +167,91 @@ def test_settings_need_auth_or_open_access(capsys: pytest.CaptureFixture[str]) -
     s = parse_settings(["--open-access"], {"HARNESS_LOG": "sqlite:///x.db", "HARNESS_APPS": "a:b,c:d",
                                            "HARNESS_GATEWAY_PORT": "9000"})
     assert (s.log, s.apps, s.port, s.open_access) == ("sqlite:///x.db", ("a:b", "c:d"), 9000, True)
-    s = parse_settings(["--log", "x", "--api-keys-file", "k", "--tenant-claim", "org"], {})
+    s = parse_settings(["--log", "x", "--jwt-secret-file", "k", "--tenant-claim", "org"], {})
     assert s.has_auth and s.tenant_claim == "org" and not s.open_access
     with pytest.raises(SystemExit):
         parse_settings(["--log", "x", "--jwt-secret-file", "a", "--jwks-file", "b"], {})
     with pytest.raises(SystemExit):
         parse_settings(["--log", "x", "--open-access", "--port", "70000"], {})
+
+
+@pytest.mark.parametrize(("mode", "flag", "said"), [
+    (["--open-access"], ["--tenant-claim", "org"], "--tenant-claim does not apply to open access (--open-access, "
+     "no auth file): only JWTs are checked against it; give --jwt-secret-file or --jwks-file to accept JWTs, or "
+     "drop --tenant-claim"),
+    (["--open-access"], ["--jwt-issuer=https://id.example.com"], "--jwt-issuer does not apply to open access"),
+    (["--api-keys-file", "k"], ["--jwt-audience", "harness"], "--jwt-audience does not apply to API-key "
+     "authentication (--api-keys-file): only JWTs"),
+    (["--api-keys-file", "k", "--open-access"], ["--tenant-claim", "tenant"], "--tenant-claim does not apply to "
+     "API-key authentication (--api-keys-file, --open-access)"),
+    (["--open-access"], ["--secrets-recheck", "2"], "--secrets-recheck does not apply to open access (--open-access, "
+     "no auth file): it is how often the auth files (and harness serve's --secrets-dir) are looked at"),
+])
+def test_an_auth_flag_the_chosen_mode_ignores_is_a_usage_error(
+    mode: list[str], flag: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Given with a mode that does nothing with it, an auth flag was silently ignored (an
+    issuer "checked" on API keys). One line names the flag and the mode; exit 2."""
+    with pytest.raises(SystemExit) as exc:
+        parse_settings(["--log", "x", *mode, *flag], {})
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"harness gateway: {said}") and err.rstrip().endswith("(see 'harness gateway --help')")
+
+
+def test_auth_flags_that_apply_to_the_mode_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    jwt = ["--log", "x", "--jwks-file", "j", "--api-keys-file", "k"]
+    s = parse_settings([*jwt, "--jwt-issuer", "i", "--jwt-audience", "a", "--tenant-claim", "org",
+                        "--secrets-recheck", "2"], {})
+    assert (s.jwt_issuer, s.jwt_audience, s.tenant_claim, s.secrets_recheck_s) == ("i", "a", "org", 2)
+    assert parse_settings(["--log", "x", "--api-keys-file", "k", "--secrets-recheck", "2"], {}).secrets_recheck_s == 2
+    serve = ["--log", "x", "--open-access", "--app", "a:b", "--secrets-dir", "d", "--secrets-recheck", "2"]
+    assert parse_settings(serve, {}, worker=True).secrets_recheck_s == 2  # (serve's worker looks at its folder)
+    assert capsys.readouterr().err == ""
+
+
+def test_an_auth_variable_the_chosen_mode_ignores_is_a_warning_and_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A variable may be set for a whole namespace (a ConfigMap shared by gateways of two
+    modes): it is not refused, but the start says it does nothing here."""
+    env = {"HARNESS_LOG": "x", "HARNESS_TENANT_CLAIM": "org", "HARNESS_JWT_ISSUER": "https://id.example.com"}
+    s = parse_settings(["--api-keys-file", "k"], env)
+    assert (s.tenant_claim, s.jwt_issuer) == ("tenant", None)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "harness gateway: warning: HARNESS_JWT_ISSUER does not apply to API-key authentication (--api-keys-file): "
+        "only JWTs are checked against it; give --jwt-secret-file or --jwks-file to accept JWTs, or drop "
+        "HARNESS_JWT_ISSUER (ignored)",
+        "harness gateway: warning: HARNESS_TENANT_CLAIM does not apply to API-key authentication (--api-keys-file): "
+        "only JWTs are checked against it; give --jwt-secret-file or --jwks-file to accept JWTs, or drop "
+        "HARNESS_TENANT_CLAIM (ignored)",
+    ]
+    assert parse_settings(["--jwt-secret-file", "k"], env).tenant_claim == "org"  # (where it applies: taken)
+    assert capsys.readouterr().err == ""
+
+
+def test_gateway_settings_with_an_auth_setting_the_mode_ignores_are_refused(tmp_path: Path) -> None:
+    """The library's entry point (``create_app`` -> ``Authenticator``) says so too: a typed error."""
+    from harness.log.memory import MemoryLog
+    from harness.services.gateway.app import create_app
+    from harness.services.gateway.auth import Authenticator, GatewayConfigError
+    from harness.services.gateway.settings import GatewaySettings
+
+    keys = tmp_path / "keys"
+    keys.write_text("acme key-1\n")
+    with pytest.raises(GatewayConfigError) as refused:
+        create_app(GatewaySettings(log="memory:", api_keys_file=str(keys), jwt_issuer="https://id.example.com"),
+                   log=MemoryLog())
+    assert str(refused.value) == (
+        "jwt_issuer does not apply to API-key authentication (api_keys_file): only JWTs are checked against it; "
+        "give jwt_secret_file or jwks_file to accept JWTs, or drop jwt_issuer")
+    with pytest.raises(GatewayConfigError, match=r"^tenant_claim does not apply to open access"):
+        Authenticator(GatewaySettings(log="memory:", open_access=True, tenant_claim="org"))
+    with pytest.raises(GatewayConfigError, match=r"^secrets_recheck_s does not apply to open access"):
+        Authenticator(GatewaySettings(log="memory:", open_access=True, secrets_recheck_s=1))
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    assert Authenticator(GatewaySettings(log="memory:", jwt_secret_file=str(secret), tenant_claim="org",
+                                         jwt_issuer="i")).tenant_claim == "org"
 
 
 def test_settings_take_kafka_client_config_from_the_environment() -> None:

@@ -6,7 +6,8 @@ it in the same process, as a separate component). Routes:
 
 * ``POST /v1/sessions/{id}/messages|answers|records|cancel`` -> a receipt;
 * ``GET /v1/sessions``, ``GET /v1/sessions/{id}``, ``GET /v1/sessions/{id}/events`` (SSE);
-* ``GET /v1/harnesses``; ``GET /healthz``, ``GET /readyz``; the web console at ``/``.
+* ``GET /v1/harnesses``; ``GET /healthz``, ``GET /readyz``; the web console at ``/``; the API
+  reference at ``/docs`` (Swagger UI served offline: :mod:`~harness.services.gateway.apidocs`).
 
 Every session id in a URL is the caller's; the log's id is
 ``harness.ids.tenant_session_id(tenant, id)``, so a tenant only ever reaches its own
@@ -34,7 +35,7 @@ from harness.log.base import SessionLog
 from harness.services.gateway.auth import Authenticator
 from harness.services.gateway.metrics import GatewayMetrics, gateway_metrics
 from harness.services.gateway.settings import GatewaySettings
-from harness.services.gateway.state import GatewayState
+from harness.services.gateway.state import GatewayState, console_dir
 
 __all__ = ["GatewayState", "create_app", "default_live", "new_sqlite_file", "open_gateway_log"]
 
@@ -43,6 +44,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise MissingExtra("the HTTP gateway", "gateway") from exc
 
+from harness.services.gateway.apidocs import install_docs
 from harness.services.gateway.problems import SafeJSONResponse
 from harness.services.gateway.routes import install_routes
 
@@ -162,8 +164,12 @@ def create_app(
         description="Sessions of durable agents over HTTP: send inputs, read state, stream events.",
         lifespan=lifespan,
         default_response_class=SafeJSONResponse,
+        docs_url=None,  # FastAPI's pages load Swagger UI / ReDoc from a CDN: ours serves it (apidocs)
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.gateway = state
     install_routes(app, state)
+    install_docs(app, console_dir())
     return app
 

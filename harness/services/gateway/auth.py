@@ -31,7 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, MissingExtra
-from harness.services.gateway.settings import GatewaySettings
+from harness.services.gateway.settings import (
+    GatewaySettings,
+    inapplicable_auth_settings,
+    inapplicable_message,
+)
 from harness.services.mounted import RECHECK_SECONDS, Recheck
 
 __all__ = ["AuthError", "Authenticator", "GatewayConfigError", "Principal"]
@@ -156,7 +160,9 @@ class Authenticator:
         clock: monotonic seconds (tests pass their own).
 
     Raises:
-        GatewayConfigError: a file is missing or unusable, or no authentication at all.
+        GatewayConfigError: a file is missing or unusable, no authentication at all, or a
+            setting the auth mode does nothing with (``jwt_issuer`` without a JWT key ...:
+            :func:`~harness.services.gateway.settings.inapplicable_auth_settings`).
     """
 
     def __init__(
@@ -166,6 +172,9 @@ class Authenticator:
         recheck: float = RECHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        ignored = inapplicable_auth_settings(settings)
+        if ignored:  # (a setting the mode does nothing with is a mistake to say, not to ignore)
+            raise GatewayConfigError(inapplicable_message(ignored[0], settings))
         self.open_access = settings.open_access
         self.tenant_claim = settings.tenant_claim
         self.issuer = settings.jwt_issuer

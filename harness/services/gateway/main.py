@@ -7,7 +7,10 @@
 drives a turn; run as many replicas as you like next to the workers. ``serve``
 runs the gateway and a worker in one process: one command, one machine, a working
 agent service. Either needs authentication (``--jwt-secret-file``, ``--jwks-file``
-or ``--api-keys-file``) or an explicit ``--open-access`` (dev only).
+or ``--api-keys-file``) or an explicit ``--open-access`` (dev only). ``--jwt-issuer``,
+``--jwt-audience`` and ``--tenant-claim`` apply to JWTs only, ``--secrets-recheck`` to auth
+files (and serve's ``--secrets-dir``): given to a mode that ignores it, a flag stops the start
+(exit 2), a variable is a warning line and ignored.
 
 Bound to a loopback address (the default) it answers only the Host names ``localhost``,
 ``127.0.0.1`` and ``[::1]``, so a web page cannot reach it through DNS rebinding; bound

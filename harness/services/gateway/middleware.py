@@ -190,8 +190,11 @@ value as text (``el()`` in ``app.js``); this makes an injected ``<script>`` or `
 should that ever change, and keeps the token in its localStorage from other origins' frames."""
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
 """JSON and event streams are data: a browser that opens one directly runs nothing from it."""
-DOCS_CSP = "frame-ancestors 'none'"
-"""FastAPI's ``/docs`` and ``/redoc`` load their scripts from a CDN: only never in a frame."""
+DOCS_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+            "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+"""The API reference page ``/docs`` (:mod:`harness.services.gateway.apidocs`): Swagger UI's files
+and its start script come from the gateway (no CDN, no inline script); its "Try it out" calls
+go to the gateway only; never in a frame."""
 
 
 class SecurityHeaders:
@@ -210,7 +213,7 @@ class SecurityHeaders:
         path = scope.get("path", "")
         if path == "/" or path.startswith("/console/"):
             csp = CONSOLE_CSP
-        elif path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        elif path == "/docs" or path.startswith("/docs/"):
             csp = DOCS_CSP
         else:
             csp = API_CSP

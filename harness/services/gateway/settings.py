@@ -8,7 +8,9 @@ same name (``--jwt-issuer`` -> ``HARNESS_JWT_ISSUER``), as the Helm chart sets t
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -20,7 +22,15 @@ from harness.services.gateway.hosts import parse_allowed_hosts
 from harness.services.gateway.proxies import DEFAULT_FORWARDED_ALLOW_IPS, parse_forwarded_allow_ips
 from harness.services.mounted import RECHECK_SECONDS
 
-__all__ = ["GatewaySettings", "add_gateway_arguments", "parse_settings", "settings_from_args"]
+__all__ = [
+    "GatewaySettings",
+    "add_gateway_arguments",
+    "auth_mode",
+    "inapplicable_auth_settings",
+    "inapplicable_message",
+    "parse_settings",
+    "settings_from_args",
+]
 
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -30,6 +40,7 @@ DEFAULT_MAX_WAITS_PER_TENANT = 1000
 DEFAULT_SESSION_CACHE_MB = 64
 """The records of recently read sessions kept in memory, in MB of their log size (a few
 times that in the process: fits the chart's 512Mi gateway limit)."""
+DEFAULT_TENANT_CLAIM = "tenant"
 DEFAULT_RATE_LIMIT = 0.0
 """Off: a tenant may be one person or a whole company's app, so no one rate fits every
 deployment, and a limit switched on by an upgrade would refuse working clients. The
@@ -97,7 +108,7 @@ class GatewaySettings:
     jwks_file: str | None = None
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
-    tenant_claim: str = "tenant"
+    tenant_claim: str = DEFAULT_TENANT_CLAIM
     api_keys_file: str | None = None
     secrets_recheck_s: float = RECHECK_SECONDS
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -120,6 +131,74 @@ class GatewaySettings:
     @property
     def has_auth(self) -> bool:
         return bool(self.jwt_secret_file or self.jwks_file or self.api_keys_file)
+
+    @property
+    def has_jwt(self) -> bool:
+        return bool(self.jwt_secret_file or self.jwks_file)
+
+
+OPTIONS = {"jwt_secret_file": "--jwt-secret-file", "jwks_file": "--jwks-file", "api_keys_file": "--api-keys-file",
+           "open_access": "--open-access", "jwt_issuer": "--jwt-issuer", "jwt_audience": "--jwt-audience",
+           "tenant_claim": "--tenant-claim", "secrets_recheck_s": "--secrets-recheck", "secrets_dir": "--secrets-dir"}
+"""The flag of each auth setting (and ``harness serve``'s ``secrets_dir``), as messages name them."""
+
+
+_DEFAULTS: dict[str, object] = {"jwt_issuer": None, "jwt_audience": None, "tenant_claim": DEFAULT_TENANT_CLAIM,
+                                "secrets_recheck_s": RECHECK_SECONDS}
+"""The auth settings a mode may ignore, at their defaults."""
+
+
+def _named(field: str, cli: bool) -> str:
+    return OPTIONS[field] if cli else field
+
+
+def auth_mode(settings: GatewaySettings, *, cli: bool = False) -> str:
+    """The auth mode ``settings`` choose, as a message names it: what it is and, in brackets,
+    the settings that choose it (their flags with ``cli``, else their field names)."""
+    if settings.has_jwt:
+        files = [_named(f, cli) for f in ("jwt_secret_file", "jwks_file") if getattr(settings, f)]
+        return f"JWT authentication ({', '.join(files)})"
+    if settings.api_keys_file:
+        chosen = [_named("api_keys_file", cli)] + ([_named("open_access", cli)] if settings.open_access else [])
+        return f"API-key authentication ({', '.join(chosen)})"
+    return f"open access ({_named('open_access', cli)}, no auth file)"
+
+
+def inapplicable_auth_settings(settings: GatewaySettings, given: Collection[str] = ()) -> list[str]:
+    """The fields of ``settings`` that have no effect in its auth mode (empty: all apply);
+    a field at its default value is named only if it is in ``given`` (the fields the user
+    set: ``--tenant-claim tenant`` is as ignored as ``--tenant-claim org``).
+
+    * ``jwt_issuer``, ``jwt_audience``, ``tenant_claim``: checked in JWTs only, so they need
+      ``jwt_secret_file`` or ``jwks_file`` (API keys and open access have no claims);
+    * ``secrets_recheck_s``: how often the auth files (and ``harness serve``'s
+      ``secrets_dir``) are looked at, so it needs one of them.
+
+    ``open_access`` with auth files is a mode of its own (a request without a token is the
+    anonymous caller; one with a token is checked), never named here.
+    """
+    def set_(name: str) -> bool:
+        return name in given or getattr(settings, name) != _DEFAULTS[name]
+
+    out: list[str] = []
+    if not settings.has_jwt:
+        out += [name for name in ("jwt_issuer", "jwt_audience", "tenant_claim") if set_(name)]
+    if set_("secrets_recheck_s") and not settings.has_auth and not settings.secrets_dir:
+        out.append("secrets_recheck_s")
+    return out
+
+
+def inapplicable_message(field: str, settings: GatewaySettings, *, cli: bool = False, shown: str | None = None) -> str:
+    """One line: setting ``field`` does not apply to the auth mode of ``settings``, and what
+    to do. Names are flags with ``cli``, else field names; ``shown`` names the setting
+    itself otherwise (an environment variable)."""
+    name = shown or _named(field, cli)
+    mode = auth_mode(settings, cli=cli)
+    if field == "secrets_recheck_s":
+        return (f"{name} does not apply to {mode}: it is how often the auth files (and harness serve's "
+                f"{_named('secrets_dir', cli)}) are looked at, and there is none; drop it")
+    return (f"{name} does not apply to {mode}: only JWTs are checked against it; give "
+            f"{_named('jwt_secret_file', cli)} or {_named('jwks_file', cli)} to accept JWTs, or drop {name}")
 
 
 T = TypeVar("T")
@@ -275,17 +354,17 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
     parser.add_argument("--jwks-file", default=get("HARNESS_JWKS_FILE"),
                         help="JWKS file with RS256 public keys; a private or symmetric key in it stops the start "
                         "(HARNESS_JWKS_FILE)")
-    parser.add_argument("--jwt-issuer", default=get("HARNESS_JWT_ISSUER"), help="required iss (HARNESS_JWT_ISSUER)")
+    parser.add_argument("--jwt-issuer", default=get("HARNESS_JWT_ISSUER"), help="required iss of a JWT (JWT auth only; HARNESS_JWT_ISSUER)")
     parser.add_argument("--jwt-audience", default=get("HARNESS_JWT_AUDIENCE"),
-                        help="required aud (HARNESS_JWT_AUDIENCE)")
+                        help="required aud of a JWT (JWT auth only; HARNESS_JWT_AUDIENCE)")
     parser.add_argument("--tenant-claim", default=get("HARNESS_TENANT_CLAIM", "tenant"),
-                        help="JWT claim naming the tenant (HARNESS_TENANT_CLAIM; default 'tenant')")
+                        help="JWT claim naming the tenant (JWT auth only; HARNESS_TENANT_CLAIM; default 'tenant')")
     parser.add_argument("--api-keys-file", default=get("HARNESS_API_KEYS_FILE"),
                         help="file of '<tenant> <key>' lines (HARNESS_API_KEYS_FILE)")
     parser.add_argument("--secrets-recheck", type=_positive_float,
                         default=_from_env(env, "HARNESS_SECRETS_RECHECK_SECONDS", _positive_float, RECHECK_SECONDS),
-                        help="least seconds between two looks at the auth files, read again when they change "
-                        f"(HARNESS_SECRETS_RECHECK_SECONDS; default {RECHECK_SECONDS:g})")
+                        help="least seconds between two looks at the auth files (and serve's --secrets-dir), read again "
+                        f"when they change (HARNESS_SECRETS_RECHECK_SECONDS; default {RECHECK_SECONDS:g})")
     parser.add_argument("--open-access", action="store_true",
                         default=get("HARNESS_OPEN_ACCESS", "").lower() in ("1", "true", "yes"),
                         help="serve WITHOUT authentication (dev only; HARNESS_OPEN_ACCESS=true)")
@@ -369,4 +448,30 @@ def parse_settings(argv: Sequence[str] | None, env: Mapping[str, str], *, prog: 
         parser.error("give --jwt-secret-file (HS256) or --jwks-file (RS256), not both")
     if settings.rate_limit_reads and not settings.rate_limit:
         parser.error("--rate-limit-reads needs --rate-limit N (requests per second)")
-    return settings
+    return _without_inapplicable(settings, argv if argv is not None else sys.argv[1:], parser, env)
+
+
+ENV_OF = {"jwt_issuer": "HARNESS_JWT_ISSUER", "jwt_audience": "HARNESS_JWT_AUDIENCE",
+          "tenant_claim": "HARNESS_TENANT_CLAIM", "secrets_recheck_s": "HARNESS_SECRETS_RECHECK_SECONDS"}
+
+
+def _without_inapplicable(settings: GatewaySettings, argv: Sequence[str], parser: CommandParser,
+                          env: Mapping[str, str]) -> GatewaySettings:
+    """``settings`` once no auth setting is left that its auth mode ignores
+    (:func:`inapplicable_auth_settings`).
+
+    One given as a flag is a usage error (exit 2), one line naming the flag and the mode: the
+    user asked for something the gateway would silently not do. One that comes from the
+    environment is a warning line and is dropped: a variable may be set for a whole
+    namespace or shell (a shared ConfigMap) that also runs gateways of another mode.
+    """
+    flags = {token.partition("=")[0] for token in argv if token.startswith("--")}  # (allow_abbrev is off)
+    given = [name for name in ENV_OF if OPTIONS[name] in flags]
+    dropped: dict[str, object] = {}
+    for name in inapplicable_auth_settings(settings, given):
+        if name in given:
+            parser.error(inapplicable_message(name, settings, cli=True))
+        print(f"{parser.prog}: warning: {inapplicable_message(name, settings, cli=True, shown=ENV_OF[name])} "
+              "(ignored)", file=sys.stderr)
+        dropped[name] = _DEFAULTS[name]
+    return dataclasses.replace(settings, **dropped) if dropped else settings  # type: ignore[arg-type]

@@ -128,6 +128,9 @@ unable to reach the broker). Comma-separated, sorted, no duplicates. */}}
 {{- if and .Values.gateway.enabled (ne $auth.mode "open") (or (not $auth.existingSecret) (not $auth.secretKey)) -}}
 {{- fail (printf "gateway.auth.mode %s needs gateway.auth.existingSecret and gateway.auth.secretKey (the file in that Secret)" $auth.mode) -}}
 {{- end -}}
+{{- if and .Values.gateway.enabled (not (has $auth.mode (list "jwt" "jwks"))) (or $auth.jwtIssuer $auth.jwtAudience $auth.tenantClaim) -}}
+{{- fail (printf "gateway.auth.jwtIssuer, jwtAudience and tenantClaim apply to JWTs only (gateway.auth.mode jwt or jwks), not to mode %s: the gateway refuses them there; leave them empty" $auth.mode) -}}
+{{- end -}}
 {{- if and .Values.gateway.enabled .Values.gateway.ingress.enabled (eq $auth.mode "open") (not $auth.allowOpenIngress) -}}
 {{- fail "the gateway has no authentication (gateway.auth.mode open) and an Ingress would expose it: set gateway.auth.mode, or gateway.auth.allowOpenIngress=true if you really mean it" -}}
 {{- end -}}
