@@ -241,7 +241,7 @@ class HandedSteps(list):  # type: ignore[type-arg]
     exactly as before.
     """
 
-    __slots__ = ("prune_at", "_scope")
+    __slots__ = ("_scope", "prune_at")
 
     def __init__(self, session_id: str | None, tool_call_id: str) -> None:
         super().__init__()
