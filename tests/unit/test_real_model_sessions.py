@@ -303,6 +303,48 @@ async def test_chat_gives_a_truncated_call_the_durability_s_error(server, models
     assert (charges, out[-1]["content"]) == ([], "Shorter now.")
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_chat_does_not_retry_a_stream_callback_that_raises_and_names_it(server, models, provider):
+    """The app's callback raising TimeoutError is not the provider timing out: one request,
+    StreamCallbackError with its type and message, the session's secret and the key removed."""
+    from harness import chat
+    from harness.errors import ModelError, StreamCallbackError
+
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Reply(text="Hello there."), Reply(text="Hello again."))
+
+    def show(text: str) -> None:
+        raise TimeoutError(f"screen busy; token=tok-secret-77 key={KEY}")
+
+    with pytest.raises(StreamCallbackError) as info:
+        await chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=show,
+                   secrets={"token": "tok-secret-77"}, durability={"model_retries": 2, "model_backoff": 0.01})
+    assert not isinstance(info.value, ModelError)
+    assert info.value.error_type == "TimeoutError"
+    assert "stream= callback raised TimeoutError: screen busy" in str(info.value)
+    assert "tok-secret-77" not in str(info.value) and KEY not in str(info.value)
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_chat_names_a_failing_stream_callback_whatever_model_calls_it():
+    from harness import chat
+    from harness.errors import StreamCallbackError
+    from harness.models import ModelResponse
+
+    class Streaming:
+        async def complete(self, messages: list[dict[str, Any]], tools: Any, *, stream: Any = None) -> ModelResponse:
+            if stream is not None:
+                stream("Hel")
+            return ModelResponse(text="Hello")
+
+    def show(text: str) -> None:
+        raise ValueError("bad widget")
+
+    with pytest.raises(StreamCallbackError, match=r"^the stream= callback raised ValueError: bad widget"):
+        await chat(model=Streaming(), messages=[{"role": "user", "content": "hi"}], stream=show)
+
+
 # -- Anthropic extended thinking with tools ---------------------------------------------------------
 
 THINKING = (
