@@ -182,6 +182,7 @@ class _Deltas:
         publish: Publish | None,
         scrubber: SecretScrubber,
         secrets: Mapping[str, str],
+        state: SessionState | None = None,
     ) -> None:
         self._session_id = session_id
         self._action = action
@@ -190,7 +191,30 @@ class _Deltas:
         self._scrubber = scrubber
         self._secrets = [v for v in secrets.values() if v]
         self._pending = ""
+        self._state = state
+        self._held: list[str] | None = None
         self.position = 0
+
+    def hold_until(self, started: asyncio.Future[None]) -> None:
+        """Publish nothing until ``started`` (the turn's ``harness.turn.started`` append)
+        settles: then what came meanwhile, in order (dropped if the start failed). Live
+        text of a turn never comes before its start is in the log, whichever model
+        answers how fast (a quick answer riding with the start: :meth:`drop_held`)."""
+        self._held = []
+
+        def landed(done: asyncio.Future[None]) -> None:
+            held, self._held = self._held or [], None
+            if not done.cancelled() and done.exception() is None:
+                for text in held:
+                    self._emit(text)
+
+        started.add_done_callback(landed)
+
+    def drop_held(self) -> None:
+        """The answer rides with the turn's start: its text is logged with it whole, so
+        the held deltas are dropped (else they would come after the response that holds them)."""
+        if self._held is not None:
+            self._held.clear()
 
     def __call__(self, text: str) -> None:
         if not isinstance(text, str) or not text:
@@ -211,6 +235,9 @@ class _Deltas:
     def _emit(self, text: str) -> None:
         if not text:
             return
+        if self._held is not None:
+            self._held.append(text)
+            return
         position, self.position = self.position, self.position + len(text)
         if self._publish is None:
             return
@@ -222,6 +249,8 @@ class _Deltas:
             position=position,
             text=text,
             ts=round(self._clock.now() * 1000),
+            # (what the log holds now, the turn's start at least: readers show this after it)
+            after=self._state.last_seq if self._state is not None and self._state.last_seq >= 0 else None,
         )
         try:
             self._publish(event)
@@ -324,7 +353,9 @@ async def call_model(
         await clock.sleep_until(action.not_before / 1000)  # the logged backoff, even after a crash
     messages = model_messages(harness, state, starting=starting)
     specs = [t.definition.spec() for t in harness.tools.values()]
-    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
+    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets, state)
+    if start is not None:
+        sink.hold_until(start.done)
     began = time.perf_counter()
     answer = call_complete(
         harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
@@ -356,6 +387,7 @@ async def call_model(
     if along is not None:
         records.extend(along(records))
     if start is not None and not start.issued:
+        sink.drop_held()
         await start.with_answer(records)  # [turn.started, the answer's records] in one append
     else:
         await commit(records)

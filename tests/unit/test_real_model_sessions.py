@@ -142,6 +142,39 @@ async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_subscriber_sees_turn_started_before_any_live_text_of_the_turn(host, log, server, models, provider):
+    """On either SDK: the turn's start is appended while the answer streams, and read back
+    by the subscriber later than deltas are pushed to it; each delta says the position it
+    follows (the deterministic twin, a model that streams at once: test_model_calls)."""
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    answer = "The quick brown fox jumps."
+    server.script(Reply(text=answer, chunk=5, pause_after=3))
+    seen: list[Any] = []
+
+    async def watch() -> None:
+        async for item in session.events(live=True):
+            seen.append(item)
+            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+                return
+
+    watcher = asyncio.create_task(watch())
+    await until(lambda: session._core.live.subscribers == 1)
+    send = asyncio.create_task(session.send("tell me", input_id="in-1"))
+    assert await asyncio.to_thread(server.paused.wait, 30)
+    await until(lambda: any(isinstance(i, LiveEvent) for i in seen))
+    server.release()
+    assert (await send).text == answer
+    await watcher
+    kinds = ["live" if isinstance(i, LiveEvent) else i.type for i in seen]
+    assert kinds.index("harness.turn.started") < kinds.index("live"), kinds
+    assert "".join(i.text for i in seen if isinstance(i, LiveEvent)) == answer
+    started = next(i for i in seen if isinstance(i, LogEntry) and i.type == "harness.turn.started")
+    assert all(i.after is not None and i.after >= started.seq for i in seen if isinstance(i, LiveEvent))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_429_retry_after_then_success_on_the_fake_clock(host, log, clock, server, models, provider):
     model = from_uri(provider_uri(server, provider), api_key=KEY)
     models.append(model)
