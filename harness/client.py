@@ -267,7 +267,7 @@ class HarnessClient:
             since_ms=self._now(),  # taken now: deltas of an answer to a message sent next are all seen
             client_config=settings.client_config,
         )
-        return merge_live(committed, deltas)
+        return merge_live(committed, deltas, after=after)
 
     async def _committed_events(
         self, session_id: str, after: int | None = None, types: frozenset[str] | None = None

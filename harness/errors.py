@@ -35,6 +35,7 @@
     ├── ModelError                 a model call failed: ``transient`` (retried) or not
     │   └── ContextTooLong         the provider refused the request as longer than its context window
     │       └── RequestTooLarge    the provider refused the request's body as over its size limit (HTTP 413)
+    ├── StreamCallbackError        the app's ``stream=`` callback raised (never retried, not a ModelError)
     ├── SessionNotFound            a log holds no record of the session asked for
     ├── ConfigError                a setting given to a command or a service is wrong
     └── MissingExtra               an optional dependency is not installed
@@ -81,6 +82,7 @@ __all__ = [
     "StepNotAwaited",
     "StepValueError",
     "StepValueTooLarge",
+    "StreamCallbackError",
     "TopicNotFound",
     "UnknownHarness",
 ]
@@ -476,6 +478,28 @@ class RequestTooLarge(ContextTooLong):
         "(agent_tool(..., max_model_calls=...)), or let its harness drop old rounds with "
         "history=History(max_chars=..., trim_current_turn=True)"
     )
+
+
+class StreamCallbackError(HarnessError):
+    """The ``stream=`` callback (the app's, given to ``chat()`` or a model's ``complete``)
+    raised while a model answer streamed.
+
+    The app's bug, not the provider's: not a :class:`ModelError`, never retried; the
+    model call stops there. One line names the callback and carries the type and message
+    of what it raised (API keys and session secrets removed: the callback's own
+    exception is not kept as the cause, as its text may quote them).
+    """
+
+    def __init__(self, error_type: str, detail: str) -> None:
+        self.error_type = error_type
+        """The class name of what the callback raised (``ValueError`` ...)."""
+        self.detail = " ".join(detail.split())
+        """Its message, on one line, credentials removed."""
+        said = f"{error_type}: {self.detail}" if self.detail else error_type
+        super().__init__(
+            f"the stream= callback raised {said} (a bug in the callback, not in the model or its provider; "
+            "the model call was stopped and is not retried)"
+        )
 
 
 class ConfigError(HarnessError):

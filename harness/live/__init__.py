@@ -14,12 +14,21 @@ text. Nothing here does I/O but the Kafka module (imported lazily).
 """
 
 from harness.live.events import LIVE_TEXT_DELTA, LiveEvent
-from harness.live.hub import LiveHub, LivePublisher, LiveRouter, LiveSource, LiveSubscription, merge_live
+from harness.live.hub import (
+    LiveHub,
+    LiveOrder,
+    LivePublisher,
+    LiveRouter,
+    LiveSource,
+    LiveSubscription,
+    merge_live,
+)
 
 __all__ = [
     "LIVE_TEXT_DELTA",
     "LiveEvent",
     "LiveHub",
+    "LiveOrder",
     "LivePublisher",
     "LiveRouter",
     "LiveSource",

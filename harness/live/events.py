@@ -19,6 +19,12 @@ class LiveEvent:
     ``retry`` counts its transient failures before this try: a new ``retry`` starts the
     text over. ``position`` is where ``text`` starts in the answer's text (characters),
     so a subscriber can tell a gap or a repeat.
+
+    ``after``: the session's log position when it was published (its last record then,
+    at least the turn's ``harness.turn.started``); a reader that merges live events with
+    records (``merge_live``, the gateway's SSE) holds it until it has given out the
+    record at that position, so no live text comes before the records that precede it.
+    None from publishers that do not say (older ones): shown as it comes.
     """
 
     session_id: str
@@ -29,6 +35,7 @@ class LiveEvent:
     text: str
     ts: int
     type: str = LIVE_TEXT_DELTA
+    after: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,6 +55,7 @@ class LiveEvent:
             text=str(data["text"]),
             ts=int(data.get("ts", 0)),
             type=str(data.get("type", LIVE_TEXT_DELTA)),
+            after=int(data["after"]) if data.get("after") is not None else None,
         )
 
     @classmethod

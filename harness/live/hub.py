@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.live.events import LiveEvent
 
-__all__ = ["LiveHub", "LivePublisher", "LiveRouter", "LiveSource", "LiveSubscription", "merge_live"]
+__all__ = ["LiveHub", "LiveOrder", "LivePublisher", "LiveRouter", "LiveSource", "LiveSubscription", "merge_live"]
 
 QUEUE_SIZE = 1024
 """Items a subscriber may be behind before its live events are dropped (committed
@@ -179,35 +179,72 @@ class LiveRouter:
                 sub.close()
 
 
+class LiveOrder:
+    """Live events held back until the records that precede them were given out.
+
+    Records and live events reach a reader by two paths (the log, read back; live events,
+    pushed at once), so a delta can overtake the record committed just before it (its
+    turn's ``harness.turn.started``). A publisher stamps each event with the log position
+    it follows (``LiveEvent.after``); this gives the event out only once a record at or
+    past that position was (or the reader began past it, ``after``). Pure: no I/O.
+    """
+
+    def __init__(self, after: int | None = None) -> None:
+        self._seen = -1 if after is None else after
+        self._held: collections.deque[LiveEvent] = collections.deque()
+
+    def live(self, event: LiveEvent) -> list[LiveEvent]:
+        """What to give out now that ``event`` came (it, or nothing: held)."""
+        after = getattr(event, "after", None)
+        if not self._held and (after is None or after <= self._seen):
+            return [event]
+        if len(self._held) < QUEUE_SIZE:  # (a reader that far behind misses deltas, never records)
+            self._held.append(event)
+        return []
+
+    def record(self, seq: int | None) -> list[LiveEvent]:
+        """What held events to give out after the record at ``seq`` (in their order)."""
+        if seq is not None and seq > self._seen:
+            self._seen = seq
+        out: list[LiveEvent] = []
+        while self._held and ((after := getattr(self._held[0], "after", None)) is None or after <= self._seen):
+            out.append(self._held.popleft())
+        return out
+
+
 class _End:
     def __init__(self, error: BaseException | None = None) -> None:
         self.error = error
 
 
 async def merge_live(
-    committed: AsyncIterator[T], live: LiveHub | AsyncIterator[LiveEvent]
+    committed: AsyncIterator[T], live: LiveHub | AsyncIterator[LiveEvent], *, after: int | None = None
 ) -> AsyncIterator[T | LiveEvent]:
     """Committed items from ``committed`` interleaved with live events as they come.
 
     ``live`` is an in-process hub (subscribed before the first item is read, so no
     event published after that is missed unless the consumer falls ``QUEUE_SIZE``
-    behind) or another process' events (e.g. the Kafka live topic). Ends when
-    ``committed`` ends; its error (or the live source's) is raised here.
+    behind) or another process' events (e.g. the Kafka live topic). A live event comes
+    after the records it follows (:class:`LiveOrder`; ``after``: the position
+    ``committed`` starts after). Ends when ``committed`` ends; its error (or the live
+    source's) is raised here.
     """
     queue: asyncio.Queue[object] = asyncio.Queue(QUEUE_SIZE)
+    order = LiveOrder(after)
     if isinstance(live, LiveHub):
         with live.subscribe(queue):
-            async with contextlib.aclosing(_merged(committed, queue, None)) as merged:
+            async with contextlib.aclosing(_merged(committed, queue, None, order)) as merged:
                 async for item in merged:
                     yield item
     else:
-        async with contextlib.aclosing(_merged(committed, queue, live)) as merged:
+        async with contextlib.aclosing(_merged(committed, queue, live, order)) as merged:
             async for item in merged:
                 yield item
 
 
 async def _merged(
-    committed: AsyncIterator[T], queue: asyncio.Queue[object], live: AsyncIterator[LiveEvent] | None
+    committed: AsyncIterator[T], queue: asyncio.Queue[object], live: AsyncIterator[LiveEvent] | None,
+    order: LiveOrder,
 ) -> AsyncGenerator[T | LiveEvent, None]:
 
     async def pump() -> None:
@@ -241,7 +278,13 @@ async def _merged(
                 if item.error is not None:
                     raise item.error
                 return
+            if isinstance(item, LiveEvent):
+                for event in order.live(item):
+                    yield event
+                continue
             yield item  # type: ignore[misc]
+            for event in order.record(getattr(item, "seq", None)):
+                yield event
     finally:
         for task in tasks:
             task.cancel()

@@ -40,9 +40,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from harness.errors import ModelError
+from harness.errors import ModelError, StreamCallbackError
 from harness.models._provider import ProviderModel, parse_arguments
-from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage
+from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage, guarded_sink
 
 __all__ = ["AnthropicMessages", "to_anthropic_messages", "to_anthropic_tools"]
 
@@ -151,6 +151,8 @@ class AnthropicMessages(ProviderModel):
         secrets: Mapping[str, str] | None = None,
     ) -> ModelResponse:
         client, key = self.client(secrets)
+        stream = guarded_sink(stream, lambda text: self.scrub(text, key))
+        error: Exception
         body = self.split_options(client.messages.create, self.request_body(messages, tools))
         try:
             if not self.streaming:
@@ -160,6 +162,8 @@ class AnthropicMessages(ProviderModel):
                 return await self._read_stream(events, stream)
             finally:
                 await events.close()
+        except StreamCallbackError as exc:  # the app's callback failed, not the provider
+            error = exc
         except Exception as exc:  # noqa: BLE001 - classified: transient (retried) or permanent
             error = self.model_error(exc, key)
         # Raised here, not in the except: the SDK's exception (which may quote the key) is

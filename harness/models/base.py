@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from harness.errors import StreamCallbackError
+
 __all__ = [
     "FINISH_REASONS",
     "Model",
@@ -31,12 +33,40 @@ __all__ = [
     "Usage",
     "THINKING_FIELDS",
     "call_complete",
+    "guarded_sink",
     "model_keywords",
     "thinking_copy",
 ]
 
 StreamSink = Callable[[str], None]
 """Takes one text delta of a streamed answer. Called on the event loop; must not block."""
+
+
+def guarded_sink(sink: StreamSink | None, scrub: Callable[[str], str] | None = None) -> StreamSink | None:
+    """``sink``, raising :class:`~harness.errors.StreamCallbackError` for whatever it raises.
+
+    So a model tells the app's failing callback from its provider's failures (which it
+    classifies, and may retry). ``scrub`` removes credentials from the message; a sink
+    guarded twice (``chat()`` around an adapter's) keeps one error, scrubbed by both.
+    """
+    if sink is None:
+        return None
+    clean = scrub or (lambda text: text)
+
+    def guarded(text: str) -> None:
+        error: StreamCallbackError | None = None
+        try:
+            sink(text)
+        except StreamCallbackError as exc:
+            error = StreamCallbackError(exc.error_type, clean(exc.detail))
+        except Exception as exc:  # noqa: BLE001 - the app's bug, named as such
+            error = StreamCallbackError(type(exc).__name__, clean(str(exc)))
+        if error is not None:
+            # Raised here, not in the except: the callback's exception (whose text may quote
+            # a key) is not kept as its __context__.
+            raise error
+
+    return guarded
 
 FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 """Normalised finish reasons (a provider's other reasons pass through as they are).

@@ -27,7 +27,7 @@ from harness.definition import (
 from harness.errors import DefinitionError, HarnessError
 from harness.ids import model_call_id
 from harness.jsonvalues import dumps, json_copy
-from harness.models.base import Model, StreamSink, call_complete, model_keywords, thinking_copy
+from harness.models.base import Model, StreamSink, call_complete, guarded_sink, model_keywords, thinking_copy
 from harness.replay import trim_history
 from harness.runtime.execute import error_outcome, run_tool_call
 from harness.runtime.model_call import ModelRetrier
@@ -112,7 +112,8 @@ async def chat(
     it starts again with each ``chat()``. A permanent error, or the last transient one,
     is raised (``ContextTooLong`` when the provider refuses the request as longer than
     the model's context window; its subclass ``RequestTooLarge`` when the request's body
-    is over the provider's size limit).
+    is over the provider's size limit). A ``stream`` callback that raises stops the call
+    with ``StreamCallbackError`` (its exception's type and message), never retried.
 
     ``hooks``, ``durability`` and ``history`` are a ``Hooks`` / ``Durability`` /
     ``History`` or a dict of their fields, as for ``define_harness``. ``history`` bounds
@@ -147,6 +148,9 @@ async def chat(
     keywords = model_keywords(model)
     chat_id = uuid.uuid4().hex  # a part of every idempotency key of this call (SPEC 2.4)
     retrying = ModelRetrier(durability, clock, scrubber)
+    # A callback that raises is the app's bug: StreamCallbackError, never retried (whatever
+    # model calls it), its message without the session's secrets.
+    sink = guarded_sink(stream, scrubber.redact_text)
     seen: set[str] = set()  # the call ids of this chat(): the ids in its steps' idempotency keys
     for _ in range(max_model_calls):
         sent = out if policy is None else trim_history(  # (the model's request; ``out`` stays whole)
@@ -154,7 +158,7 @@ async def chat(
             trim_current_turn=policy.trim_current_turn,
         )
         response = await retrying.call(
-            functools.partial(call_complete, model, sent, specs, keywords=keywords, stream=stream, secrets=plain_secrets)
+            functools.partial(call_complete, model, sent, specs, keywords=keywords, stream=sink, secrets=plain_secrets)
         )
         calls = []
         for c in response.tool_calls:  # ids as in a session: unusable or repeated ones renamed

@@ -48,6 +48,7 @@ from harness.records import (
     AppRecord,
     InputSettled,
     ModelResponseRecord,
+    ModelUsage,
     Record,
     ToolResult,
     ToolStarted,
@@ -352,13 +353,17 @@ class TurnDriver:
             input_id = starting[0]
         batch: list[CallDecision] = []
         final: list[bool] = []
+        used: list[Record] = []
 
-        async def fail(code: str, error: str) -> None:
-            await self._finish(action.turn, input_id, "failed", code=code, error=error)
+        async def fail(code: str, error: str, first: list[Record] | None = None) -> None:
+            # ``first``: the usage of an answer that cannot be logged, before the turn's end
+            await core.commit([*(first or ()), *self._end_records(action.turn, input_id, "failed", None, code, error)])
+            self._ended(action.turn, input_id, "failed", code, error)
 
         def along(records: list[Record]) -> list[Record]:
             response = records[0]
             assert isinstance(response, ModelResponseRecord)
+            used.extend(r for r in records if isinstance(r, ModelUsage))
             if not response.tool_calls:  # the final answer wins whatever comes (SPEC 7.5): end the turn
                 final.append(True)
                 return self._end_records(action.turn, input_id, "completed", response.text)
@@ -383,12 +388,13 @@ class TurnDriver:
         except RecordTooLarge as exc:
             # The answer's append wrote nothing, and asking again would get as much: the
             # turn fails (its calls never started: their tool.started was in that append).
+            # The answer's usage is logged with the failure: the provider was paid for it.
             final.clear()
             batch.clear()
             log.warning("session %s: %s", core.session_id, exc)
             await fail("record_too_large", exc.explained(
                 "the model's answer", "ask for shorter answers (the model's output token limit)"
-            ))
+            ), used)
             return
         if final:
             self._ended(action.turn, input_id, "completed")

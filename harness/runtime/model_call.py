@@ -19,7 +19,9 @@ planner again. So a first run and a run after a crash take the same path:
   provider's message (session secrets removed; adapters remove their credentials); a
   request refused as longer than the context window (``ContextTooLong``) fails it at once
   with code ``context_too_long``, one over the provider's size limit (``RequestTooLarge``,
-  HTTP 413) with ``request_too_large``, the message saying how to fix it.
+  HTTP 413) with ``request_too_large``, the message saying how to fix it. An answer that
+  came back but cannot be logged (a text the log cannot hold; or, in the driver, an append
+  over the log's record limit) still has its usage logged, with the turn's end.
 
 What the model is sent is the log's conversation, bounded by the harness's ``history``
 policy when it has one (:mod:`harness.replay.history`); the log itself keeps everything.
@@ -65,7 +67,9 @@ T = TypeVar("T")
 log = logging.getLogger("harness.model")
 
 Commit = Callable[[list[Record]], Awaitable[None]]
-Fail = Callable[[str, str], Awaitable[None]]
+Fail = Callable[[str, str, list[Record]], Awaitable[None]]
+"""Fail the turn: code, message, and records for the same append (the usage of an answer
+that came back but cannot be logged)."""
 Publish = Callable[[LiveEvent], None]
 CheckName = Callable[[str, str], None]
 Along = Callable[[list[Record]], list[Record]]
@@ -178,6 +182,7 @@ class _Deltas:
         publish: Publish | None,
         scrubber: SecretScrubber,
         secrets: Mapping[str, str],
+        state: SessionState | None = None,
     ) -> None:
         self._session_id = session_id
         self._action = action
@@ -186,7 +191,30 @@ class _Deltas:
         self._scrubber = scrubber
         self._secrets = [v for v in secrets.values() if v]
         self._pending = ""
+        self._state = state
+        self._held: list[str] | None = None
         self.position = 0
+
+    def hold_until(self, started: asyncio.Future[None]) -> None:
+        """Publish nothing until ``started`` (the turn's ``harness.turn.started`` append)
+        settles: then what came meanwhile, in order (dropped if the start failed). Live
+        text of a turn never comes before its start is in the log, whichever model
+        answers how fast (a quick answer riding with the start: :meth:`drop_held`)."""
+        self._held = []
+
+        def landed(done: asyncio.Future[None]) -> None:
+            held, self._held = self._held or [], None
+            if not done.cancelled() and done.exception() is None:
+                for text in held:
+                    self._emit(text)
+
+        started.add_done_callback(landed)
+
+    def drop_held(self) -> None:
+        """The answer rides with the turn's start: its text is logged with it whole, so
+        the held deltas are dropped (else they would come after the response that holds them)."""
+        if self._held is not None:
+            self._held.clear()
 
     def __call__(self, text: str) -> None:
         if not isinstance(text, str) or not text:
@@ -207,6 +235,9 @@ class _Deltas:
     def _emit(self, text: str) -> None:
         if not text:
             return
+        if self._held is not None:
+            self._held.append(text)
+            return
         position, self.position = self.position, self.position + len(text)
         if self._publish is None:
             return
@@ -218,6 +249,8 @@ class _Deltas:
             position=position,
             text=text,
             ts=round(self._clock.now() * 1000),
+            # (what the log holds now, the turn's start at least: readers show this after it)
+            after=self._state.last_seq if self._state is not None and self._state.last_seq >= 0 else None,
         )
         try:
             self._publish(event)
@@ -263,18 +296,27 @@ def _response_records(
     # refusal, in the same append. (A truncated response's calls never run anyway.)
     if finish != "length":
         records.extend(refuse_secret_arguments(session_id, now, calls, scrubber))
-    usage = response.usage
-    if usage is not None:
-        records.append(
-            ModelUsage(
-                session_id, now, action.turn, action.index,
-                model=str(usage.model) if usage.model is not None else None,
-                input_tokens=max(0, int(usage.input_tokens)),
-                output_tokens=max(0, int(usage.output_tokens)),
-                cost=float(usage.cost) if usage.cost is not None else None,
-            )
-        )
+    records.extend(_usage_records(session_id, action, response, now))
     return records
+
+
+def _usage_records(session_id: str, action: CallModel, response: ModelResponse, now: int) -> list[ModelUsage]:
+    """The ``harness.model.usage`` record of an answer that reports its usage (else none).
+
+    Logged with the answer; and also when the answer itself is refused (too large for the
+    log, a text it cannot hold): the provider was paid for those tokens all the same."""
+    usage = response.usage
+    if usage is None:
+        return []
+    return [
+        ModelUsage(
+            session_id, now, action.turn, action.index,
+            model=str(usage.model) if usage.model is not None else None,
+            input_tokens=max(0, int(usage.input_tokens)),
+            output_tokens=max(0, int(usage.output_tokens)),
+            cost=float(usage.cost) if usage.cost is not None else None,
+        )
+    ]
 
 
 async def call_model(
@@ -311,11 +353,14 @@ async def call_model(
         await clock.sleep_until(action.not_before / 1000)  # the logged backoff, even after a crash
     messages = model_messages(harness, state, starting=starting)
     specs = [t.definition.spec() for t in harness.tools.values()]
-    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets)
+    sink = _Deltas(session_id, action, clock, publish, scrubber, secrets, state)
+    if start is not None:
+        sink.hold_until(start.done)
     began = time.perf_counter()
     answer = call_complete(
         harness.model, messages, specs, keywords=harness.model_keywords, stream=sink, secrets=secrets
     )
+    response: ModelResponse | None = None
     try:
         if start is not None:
             response = (await _beside(answer, start)).result()
@@ -332,21 +377,27 @@ async def call_model(
                 await asyncio.wait([started])
             if started.cancelled() or started.exception() is not None:
                 raise  # the turn's start failed: the log's error, not the model's
-        metrics.model_call(harness.name, time.perf_counter() - began)
-        await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng)
+        # An answer that came back but cannot be logged was paid for: its usage is logged
+        # with the failure (what _response_records refuses is permanent: no retry).
+        used = _usage_records(session_id, action, response, round(clock.now() * 1000)) if response is not None else []
+        _metered(harness.name, began, used)
+        await _failed(action, exc, harness.durability, session_id, scrubber, clock, commit, fail, rng, used)
         return
-    usage = response.usage
-    metrics.model_call(
-        harness.name, time.perf_counter() - began,
-        input_tokens=max(0, int(usage.input_tokens)) if usage is not None else 0,
-        output_tokens=max(0, int(usage.output_tokens)) if usage is not None else 0,
-    )
+    _metered(harness.name, began, [r for r in records if isinstance(r, ModelUsage)])
     if along is not None:
         records.extend(along(records))
     if start is not None and not start.issued:
+        sink.drop_held()
         await start.with_answer(records)  # [turn.started, the answer's records] in one append
     else:
         await commit(records)
+
+
+def _metered(harness: str, began: float, used: list[ModelUsage]) -> None:
+    metrics.model_call(
+        harness, time.perf_counter() - began,
+        input_tokens=sum(u.input_tokens for u in used), output_tokens=sum(u.output_tokens for u in used),
+    )
 
 
 async def _failed(
@@ -359,6 +410,7 @@ async def _failed(
     commit: Commit,
     fail: Fail,
     rng: random.Random | None,
+    used: list[ModelUsage] | None = None,
 ) -> None:
     verdict = classify_error(exc)
     message = scrubber.redact_text(verdict.message)
@@ -372,6 +424,7 @@ async def _failed(
         )
         await commit(
             [
+                *(used or ()),
                 ModelRetry(
                     session_id, round(clock.now() * 1000), action.turn, action.index, retry, wait_until,
                     message, verdict.status, verdict.kind,
@@ -382,7 +435,7 @@ async def _failed(
     if verdict.transient:
         message = f"the model call failed {action.retries + 1} times (durability.model_retries={durability.model_retries}); last: {message}"
     log.warning("session %s: model call %s.%s failed: %s", session_id, action.turn, action.index, message)
-    await fail(verdict.code, message)
+    await fail(verdict.code, message, list(used or ()))
 
 
 class ModelRetrier:

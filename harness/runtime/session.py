@@ -150,7 +150,7 @@ class Session:
         if self._closed:
             raise SessionClosed(self.session_id)
         if live:
-            return merge_live(self._committed_events(after), self._core.live)
+            return merge_live(self._committed_events(after), self._core.live, after=after)
         return self._committed_events(after)
 
     async def _committed_events(self, after: int | None) -> AsyncIterator[LogEntry]:

@@ -5,6 +5,8 @@ best effort for a reader that falls behind."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from types import SimpleNamespace
 
 from harness.live import LiveEvent, LivePublisher, LiveRouter, LiveSource
 from harness.live.hub import QUEUE_SIZE
@@ -49,3 +51,31 @@ async def test_a_reader_far_behind_misses_the_newest_deltas_never_blocks_the_pub
     assert got == list(range(QUEUE_SIZE))
     sub.close()
     assert [e async for e in sub] == []
+
+
+async def test_merge_live_gives_a_live_event_after_the_record_it_follows():
+    """Records are read back later than live events are pushed: an event stamped with the
+    position it follows waits for that record (an unstamped one comes as it comes), and a
+    reader that starts past the position gets it at once."""
+    from harness.live import LiveHub, LiveOrder, merge_live
+
+    hub = LiveHub()
+    gate = asyncio.Event()
+
+    async def committed():
+        yield SimpleNamespace(seq=4, type="harness.input.message")
+        await gate.wait()
+        yield SimpleNamespace(seq=5, type="harness.turn.started")
+
+    got: list[str] = []
+    async for item in merge_live(committed(), hub):
+        got.append(item.text if isinstance(item, LiveEvent) else item.type)
+        if got == ["harness.input.message"]:
+            hub.publish(dataclasses.replace(delta("s-1", 0), after=5))
+            await asyncio.sleep(0)
+            gate.set()
+    assert got == ["harness.input.message", "harness.turn.started", "d0"]
+
+    order = LiveOrder(after=7)
+    assert order.live(dataclasses.replace(delta("s-1", 1), after=5)) == [dataclasses.replace(delta("s-1", 1), after=5)]
+    assert LiveOrder().live(delta("s-1", 2)) == [delta("s-1", 2)]  # no stamp (an older publisher): as it comes

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from pydantic import BaseModel, SecretStr
 
-from harness.errors import DefinitionError, MissingExtra, ModelError
+from harness.errors import DefinitionError, MissingExtra, ModelError, StreamCallbackError
 from harness.models import ModelResponse, Pricing, ToolCall, ToolSpec, Usage, from_uri
 from harness.models.anthropic import AnthropicMessages
 from harness.models.openai import OpenAIChat
@@ -339,6 +339,26 @@ async def test_an_error_event_in_the_stream_is_transient(server, make):
     with pytest.raises(ModelError) as info:
         await make(server).complete([{"role": "user", "content": "go"}], [])
     assert info.value.transient and "failed during the stream" in info.value.message
+
+
+async def test_a_stream_callback_that_raises_is_the_apps_error_not_the_providers(server, make):
+    """The app's stream= callback raising (here ConnectionError, which a provider's failure
+    would be retried for) is no ModelError: one line names the callback and what it raised,
+    with no key in it."""
+    server.script(Reply(text="a streamed answer"))
+
+    def callback(text: str) -> None:
+        raise ConnectionError(f"my socket closed\n(key {KEY})")
+
+    with pytest.raises(StreamCallbackError) as info:
+        await make(server).complete([{"role": "user", "content": "go"}], [], stream=callback)
+    error = info.value
+    assert not isinstance(error, ModelError)
+    assert (error.error_type, error.detail) == ("ConnectionError", "my socket closed (key [api key])")
+    assert str(error).startswith("the stream= callback raised ConnectionError: my socket closed (key [api key])")
+    assert "\n" not in str(error) and KEY not in str(error)
+    assert error.__cause__ is None and error.__context__ is None  # the callback's exception (with the key) kept nowhere
+    assert len(server.requests) == 1
 
 
 async def test_a_refused_connection_is_transient(make):

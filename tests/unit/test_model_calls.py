@@ -386,6 +386,35 @@ async def test_streamed_deltas_reach_live_subscribers_without_a_record_each(host
     assert log_types.count("harness.model.response") == 1 and len(log_types) == len([k for k in kinds if k != "delta"])
 
 
+@pytest.mark.parametrize("quick", [False, True])
+async def test_live_text_never_comes_before_its_turns_start_nor_after_its_response(host, log, quick):
+    """A model streams its first deltas at once, before the turn's start is in the log
+    (as a real SDK may, the start being held RIDE_S and then committed, then read back):
+    a subscriber still sees harness.turn.started first. A quick answer rides with the start
+    (one append): its deltas would come after the response holding them, so none are sent."""
+    gate = asyncio.Event()
+    model = Streaming(["Hel", "lo, ", "wor", "ld"], None if quick else gate)
+    session = await host.open(define_harness(name="t/models", model=model), session_id=SID)
+    seen: list[Any] = []
+
+    async def watch() -> None:
+        async for item in session.events(live=True):
+            seen.append(item)
+            if isinstance(item, LiveEvent) and item.text == "wor":
+                gate.set()
+            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+                return
+
+    watcher = asyncio.create_task(watch())
+    await eventually(lambda: session._core.live.subscribers == 1)
+    assert (await session.send("hi", input_id="in-1")).text == "Hello, world"
+    await watcher
+    kinds = [i.type if isinstance(i, LogEntry) else "delta" for i in seen]
+    deltas = [i for i, k in enumerate(kinds) if k == "delta"]
+    assert all(kinds.index("harness.turn.started") < i < kinds.index("harness.model.response") for i in deltas), kinds
+    assert len(deltas) == (0 if quick else 4), kinds
+
+
 async def test_events_without_live_yield_only_committed_records(host):
     model = Streaming(["a", "b"])
     session = await host.open(define_harness(name="t/models", model=model), session_id=SID)
@@ -475,7 +504,8 @@ async def test_agent_tool_sub_agent_truncated_calls_never_run(host, log):
 
 async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host, log):
     secret = "sk-SECRET-123"
-    model = Streaming(["my key is sk-SEC", "RET-123", " and s", "k-S is not it"])
+    gate = asyncio.Event()  # the answer waits for its turn's start (a quick one rides with it: no deltas)
+    model = Streaming(["my key is sk-SEC", "RET-123", " and s", "k-S is not it"], gate)
     session = await host.open(define_harness(name="t/models", model=model), session_id=SID, secrets={"openai": secret})
     seen: list[LiveEvent] = []
 
@@ -483,6 +513,8 @@ async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host,
         async for item in session.events(live=True):
             if isinstance(item, LiveEvent):
                 seen.append(item)
+            elif item.type == "harness.turn.started":
+                gate.set()
             elif item.type == "harness.input.settled":
                 return
 

@@ -142,6 +142,39 @@ async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_subscriber_sees_turn_started_before_any_live_text_of_the_turn(host, log, server, models, provider):
+    """On either SDK: the turn's start is appended while the answer streams, and read back
+    by the subscriber later than deltas are pushed to it; each delta says the position it
+    follows (the deterministic twin, a model that streams at once: test_model_calls)."""
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    answer = "The quick brown fox jumps."
+    server.script(Reply(text=answer, chunk=5, pause_after=3))
+    seen: list[Any] = []
+
+    async def watch() -> None:
+        async for item in session.events(live=True):
+            seen.append(item)
+            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+                return
+
+    watcher = asyncio.create_task(watch())
+    await until(lambda: session._core.live.subscribers == 1)
+    send = asyncio.create_task(session.send("tell me", input_id="in-1"))
+    assert await asyncio.to_thread(server.paused.wait, 30)
+    await until(lambda: any(isinstance(i, LiveEvent) for i in seen))
+    server.release()
+    assert (await send).text == answer
+    await watcher
+    kinds = ["live" if isinstance(i, LiveEvent) else i.type for i in seen]
+    assert kinds.index("harness.turn.started") < kinds.index("live"), kinds
+    assert "".join(i.text for i in seen if isinstance(i, LiveEvent)) == answer
+    started = next(i for i in seen if isinstance(i, LogEntry) and i.type == "harness.turn.started")
+    assert all(i.after is not None and i.after >= started.seq for i in seen if isinstance(i, LiveEvent))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_429_retry_after_then_success_on_the_fake_clock(host, log, clock, server, models, provider):
     model = from_uri(provider_uri(server, provider), api_key=KEY)
     models.append(model)
@@ -301,6 +334,48 @@ async def test_chat_gives_a_truncated_call_the_durability_s_error(server, models
     tool_message = next(m for m in out if m["role"] == "tool")
     assert json.loads(tool_message["content"])["message"] == "Your call was cut: send fewer items per call."
     assert (charges, out[-1]["content"]) == ([], "Shorter now.")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_chat_does_not_retry_a_stream_callback_that_raises_and_names_it(server, models, provider):
+    """The app's callback raising TimeoutError is not the provider timing out: one request,
+    StreamCallbackError with its type and message, the session's secret and the key removed."""
+    from harness import chat
+    from harness.errors import ModelError, StreamCallbackError
+
+    model = from_uri(provider_uri(server, provider), api_key=KEY)
+    models.append(model)
+    server.script(Reply(text="Hello there."), Reply(text="Hello again."))
+
+    def show(text: str) -> None:
+        raise TimeoutError(f"screen busy; token=tok-secret-77 key={KEY}")
+
+    with pytest.raises(StreamCallbackError) as info:
+        await chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=show,
+                   secrets={"token": "tok-secret-77"}, durability={"model_retries": 2, "model_backoff": 0.01})
+    assert not isinstance(info.value, ModelError)
+    assert info.value.error_type == "TimeoutError"
+    assert "stream= callback raised TimeoutError: screen busy" in str(info.value)
+    assert "tok-secret-77" not in str(info.value) and KEY not in str(info.value)
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_chat_names_a_failing_stream_callback_whatever_model_calls_it():
+    from harness import chat
+    from harness.errors import StreamCallbackError
+    from harness.models import ModelResponse
+
+    class Streaming:
+        async def complete(self, messages: list[dict[str, Any]], tools: Any, *, stream: Any = None) -> ModelResponse:
+            if stream is not None:
+                stream("Hel")
+            return ModelResponse(text="Hello")
+
+    def show(text: str) -> None:
+        raise ValueError("bad widget")
+
+    with pytest.raises(StreamCallbackError, match=r"^the stream= callback raised ValueError: bad widget"):
+        await chat(model=Streaming(), messages=[{"role": "user", "content": "hi"}], stream=show)
 
 
 # -- Anthropic extended thinking with tools ---------------------------------------------------------

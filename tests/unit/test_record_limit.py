@@ -20,7 +20,7 @@ from harness.errors import RecordTooLarge
 from harness.log import DEFAULT_MAX_RECORD_BYTES, open_client_log, open_log, parse_sqlite_url, sqlite_path
 from harness.log.memory import MemoryLog
 from harness.log.sqlite import SqliteLog
-from harness.models import ModelResponse, ScriptedModel, ToolCall
+from harness.models import ModelResponse, ScriptedModel, ToolCall, Usage
 from harness.records import StepResult
 
 LIMIT = 20_000
@@ -307,3 +307,26 @@ def test_harness_send_with_a_bad_limit_in_the_url_is_a_usage_error(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "max_record_bytes must be a whole number of bytes above 0" in err and "'lots'" in err
+
+
+async def test_an_answer_too_large_for_the_log_still_logs_its_usage(tmp_path: Path) -> None:
+    """The provider was paid for an answer the log refuses: its usage is logged with the
+    failed turn's end (session.usage, harness show), and the turn fails as before."""
+    model = ScriptedModel(lambda messages: ModelResponse(text=BIG, usage=Usage(1200, 50_000, "big-model", 0.75)))
+    log = open_log(f"sqlite:///{tmp_path}/h.db?max_record_bytes={LIMIT}")
+    try:
+        async with HarnessHost(log=log) as host:
+            session = await host.open(define_harness(name="big", model=model), session_id="s-usage")
+            result = await asyncio.wait_for(session.send("answer", input_id="in-1"), 60)
+            assert (result.outcome, result.code) == ("failed", "record_too_large"), result
+            assert (session.usage.calls, session.usage.input_tokens, session.usage.output_tokens) == (1, 1200, 50_000)
+            assert session.usage.cost == 0.75
+        records = [e.record for e in await log.read("s-usage")]
+        assert [r.TYPE for r in records] == [
+            "harness.input.message", "harness.turn.started", "harness.model.usage",
+            "harness.turn.finished", "harness.input.settled",
+        ]
+        usage = records[2]
+        assert (usage.turn, usage.index, usage.model, usage.input_tokens, usage.output_tokens) == (1, 0, "big-model", 1200, 50_000)
+    finally:
+        await log.close()

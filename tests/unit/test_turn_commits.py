@@ -18,7 +18,7 @@ import pytest
 from harness import define_harness, durable_tool, tool_definition
 from harness.errors import LogUnavailable, RecordTooLarge
 from harness.log.base import SessionLog
-from harness.models import ModelResponse
+from harness.models import ModelResponse, Usage
 from harness.records import LogEntry, Record
 
 from .conftest import LEASE, Args, call, crash, entries, eventually, script
@@ -221,6 +221,23 @@ async def test_a_quick_answer_the_log_cannot_hold_fails_a_turn_that_is_in_the_lo
     assert types.count("harness.turn.started") == 1
     assert "harness.model.response" not in types  # the refused answer is not logged
     assert result.outcome == "failed" and result.code == "model_error"
+
+
+async def test_an_answer_the_log_cannot_hold_still_logs_its_usage(hosts, log):
+    """An answer refused before it is logged (a text with no UTF-8 form) was paid for: its
+    usage lands with the failed turn's end."""
+
+    class Model:
+        async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelResponse:
+            return ModelResponse(text="bad \ud800 text", usage=Usage(30, 9, "m-1"))
+
+    session = await hosts().open(define_harness(name="test/commits", model=Model()), session_id=SID)
+    result = await session.send("go", input_id="in-1")
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert [(u["input_tokens"], u["output_tokens"], u["model"]) for u in await entries(log, SID, "harness.model.usage")] == [
+        (30, 9, "m-1")
+    ]
+    assert session.usage.calls == 1
 
 
 async def test_a_failed_turn_start_cancels_the_model_call_and_logs_nothing_more(hosts, log):

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from harness.live import LiveSource
+from harness.live import LiveEvent, LiveOrder, LiveSource
 from harness.log.follow import subscribe
 from harness.records import LogEntry
 from harness.replay import SessionState
@@ -105,6 +105,12 @@ def record_frame(entry: LogEntry, public_session_id: str, resent_of: int | None 
     return frame
 
 
+def live_frame(event: LiveEvent, public_session_id: str) -> bytes:
+    data = event.to_json() if hasattr(event, "to_json") else dict(event)  # type: ignore[call-overload]
+    data["session_id"] = public_session_id
+    return event_frame(str(data.get("type", "live")), data)
+
+
 async def session_stream(
     log: Any,
     live: LiveSource,
@@ -123,6 +129,7 @@ async def session_stream(
     ``after`` (its inputs tell a resend after ``after`` from a first copy).
     """
     firsts = FirstInputs(known)
+    order = LiveOrder(after)
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=1024)
 
     async def pump(items: AsyncIterator[Any], kind: str, ends_stream: bool) -> None:
@@ -162,10 +169,10 @@ async def session_stream(
             for kind, item in batch:
                 if kind == "entry":
                     frames.append(record_frame(item, public_session_id, firsts.see(item.seq, item.record)))
+                    frames.extend(live_frame(e, public_session_id) for e in order.record(item.seq))
                 elif kind == "live":
-                    data = item.to_json() if hasattr(item, "to_json") else dict(item)
-                    data["session_id"] = public_session_id
-                    frames.append(event_frame(str(data.get("type", "live")), data))
+                    # (held until the records it follows went out: its turn's turn.started first)
+                    frames.extend(live_frame(e, public_session_id) for e in order.live(item))
                 else:  # an error, the end, or the server is closing: what came before it goes first
                     if kind == "error":
                         frames.append(event_frame("error", {"error": type(item).__name__, "message": str(item),
