@@ -96,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader gone by now is a BrokenPipeError we catch
     except BrokenPipeError:  # `harness show s-1 | head -1`: quiet, as other Unix tools are
         return output_closed()
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load (before run_command): no traceback
+        print(file=sys.stderr)
+        return 130
     return code
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import re
@@ -265,7 +266,23 @@ async def telling_if_slow(work: Coroutine[Any, Any, T], *, after: float, note: s
         return await task
     finally:
         if not task.done():
+            close_unstarted(work)
             task.cancel()
+
+
+def close_unstarted(coro: Any) -> None:
+    """Close ``coro`` if it never ran, and the coroutines it was given as arguments.
+
+    A task stopped (Ctrl-C) before its first step drops its coroutine's arguments, and a
+    coroutine among them (``guard(telling_if_slow(list_sessions(...)))``) made Python
+    print "RuntimeWarning: coroutine ... was never awaited" under the command's one line.
+    """
+    if not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED:
+        return
+    frame = coro.cr_frame
+    for value in list(frame.f_locals.values()) if frame is not None else []:
+        close_unstarted(value)
+    coro.close()
 
 
 def _open_sqlite(url: str, role: str) -> SessionLog:
@@ -377,9 +394,9 @@ class BrokerWatch:
     async def guard(self, work: Coroutine[Any, Any, T], *, note: str = "") -> T:
         """``await work``, unless the cluster stops answering meanwhile: then ``work`` is
         cancelled and ``LogUnavailable`` (one line: the servers, the fix, and ``note``) raised."""
-        task = asyncio.ensure_future(work)
         if self._check is None:
-            return await task
+            return await work  # (no task: a Ctrl-C before it starts cannot drop its coroutine unawaited)
+        task = asyncio.ensure_future(work)
         check: asyncio.Future[None] | None = None
         try:
             while True:
@@ -407,6 +424,7 @@ class BrokerWatch:
                     self._last_ok = time.monotonic()
                 check = None
         finally:
+            close_unstarted(work)
             for pending in (check, task):
                 if pending is not None and not pending.done():
                     pending.cancel()

@@ -27,7 +27,7 @@ from harness.cli.common import (
 )
 from harness.cli.render import ask_lines, clock, style_for
 from harness.cli.sessions import read_existing
-from harness.errors import ConfigError
+from harness.errors import ConfigError, StepValueError
 from harness.ids import check_id, check_sent_input_id
 from harness.jsonvalues import json_copy
 from harness.records import InputAnswer, InputMessage, InputSettled, LogEntry
@@ -439,6 +439,8 @@ async def main_answer(argv: list[str]) -> int:
     utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")
+    except StepValueError as exc:  # JSON that the log cannot hold (NaN, 1e999, a lone surrogate, 2**64 ...)
+        parser.error(f"{exc}; nothing was sent: change that value (a string can carry it)")
     except ValueError as exc:
         parser.error(f"the answer {args.value!r} is not valid JSON ({exc}); quote it for the shell, "
                      "e.g. '{\"approved\": true}'")

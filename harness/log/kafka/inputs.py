@@ -61,6 +61,11 @@ class InputProducer:
     ) -> concurrent.futures.Future[int]:
         """Produce one message; the future holds its offset (or the ``KafkaException``)."""
         future: concurrent.futures.Future[int] = concurrent.futures.Future()
+        # Running from the start, so it cannot be cancelled: a caller that stops waiting
+        # (Ctrl-C, a timeout: asyncio.wrap_future cancels what it wraps) would otherwise make
+        # the delivery report's set_result raise InvalidStateError, out of poll() (killing
+        # the thread that serves every later report) or out of close()'s flush.
+        future.set_running_or_notify_cancel()
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None:
