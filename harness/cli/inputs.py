@@ -279,16 +279,38 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
 # --- harness send -----------------------------------------------------------------------------------
 
 
+def stdin_text() -> str:
+    """The message given as ``-``: standard input to its end, UTF-8, one final line break
+    dropped (``echo hi |`` sends ``hi``). A command line holds at most ~128 KB an argument."""
+    if sys.stdin is None:
+        raise ConfigError("TEXT is - but there is no standard input to read the message from: pipe the "
+                          "message in (harness send s-1 - < prompt.txt) or give it as TEXT", setting="TEXT")
+    if sys.stdin.isatty():
+        print("reading the message from standard input: end it with Ctrl-D", file=sys.stderr)
+    data = sys.stdin.buffer.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the message on standard input is not UTF-8 (byte 0x{data[exc.start]:02x} at "
+                          f"byte {exc.start}): give it as UTF-8 (e.g. iconv -t UTF-8)", setting="TEXT") from None
+    if text.endswith("\r\n"):
+        return text[:-2]
+    return text[:-1] if text.endswith("\n") else text
+
+
 def send_parser() -> CommandParser:
     parser = CommandParser(
         prog="harness send",
         description="Send a user message to a session and wait for the worker that owns it to settle it; "
         "prints the answer. Exit 0 completed, 1 failed or rejected, 3 waiting for a person, its turn or the "
         "turn it is queued behind (the open asks are printed). It never runs the turn itself.",
-        example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db",
+        example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db\n"
+        "  git diff | harness send s-1 - --harness acme/reviewer",
     )
     parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
-    parser.add_argument("text", metavar="TEXT", help="the message")
+    parser.add_argument("text", metavar="TEXT",
+                        help="the message; - reads it from standard input (a long or multi-line message: "
+                        "harness send s-1 - < prompt.txt)")
     parser.add_argument("--harness", metavar="NAME",
                         help="the harness to run it (needed for a new session; default: the session's own)")
     parser.add_argument("--input-id", metavar="ID", help="the input's id (resending it with the same text has no second effect; with "
@@ -304,6 +326,8 @@ def send_parser() -> CommandParser:
 async def main_send(argv: list[str]) -> int:
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
+    if args.text == "-":
+        args.text = stdin_text()
     utf8_argument(args.text, "the message text")
     if not args.text:  # as the gateway's body model (MessageIn) refuses it; the log takes any text
         raise ConfigError(f"the message text is empty: give the message to send, e.g. harness send "

@@ -1,0 +1,57 @@
+"""`harness send SESSION -` reads the message from standard input (a command line caps an
+argument at ~128 KB), as the real command run with a pipe."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import open_log
+
+
+def _send(tmp_path: Path, stdin: bytes, *extra: str) -> subprocess.CompletedProcess[bytes]:
+    log = f"sqlite:///{tmp_path / 'h.db'}"
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", "send", "s-1", "-", "--harness", "acme/x", "--no-wait",
+         "--input-id", "in-1", "--log", log, *extra],
+        input=stdin, capture_output=True, timeout=60, check=False,
+    )
+
+
+def _messages(tmp_path: Path) -> list[str]:
+    async def read() -> list[str]:
+        log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+        try:
+            return [e.data["text"] for e in await log.read("s-1") if e.type == "harness.input.message"]
+        finally:
+            await log.close()
+
+    return asyncio.run(read())
+
+
+def _create_log(tmp_path: Path) -> None:  # (a worker makes the file; send only writes to one)
+    asyncio.run(open_log(f"sqlite:///{tmp_path / 'h.db'}").close())
+
+
+def test_a_dash_sends_standard_input_whole_past_an_argument_s_limit(tmp_path: Path) -> None:
+    _create_log(tmp_path)
+    text = "line one\n" + "é" * 200_000 + "\nlast line"  # 400 KB: over the 128 KB of one argument
+    done = _send(tmp_path, (text + "\n").encode())
+    assert done.returncode == 0, done.stderr.decode()
+    assert _messages(tmp_path) == [text]  # the final line break of a pipe dropped, nothing else
+
+
+def test_standard_input_that_is_not_utf8_is_one_line_and_nothing_is_sent(tmp_path: Path) -> None:
+    done = _send(tmp_path, b"caf\xe9\n")
+    err = done.stderr.decode()
+    assert done.returncode == 2
+    assert err.count("\n") == 1 and "not UTF-8 (byte 0xe9 at byte 3)" in err
+    assert not (tmp_path / "h.db").exists()
+
+
+def test_empty_standard_input_is_refused_like_an_empty_text(tmp_path: Path) -> None:
+    done = _send(tmp_path, b"\n")
+    assert done.returncode == 2
+    assert "the message text is empty" in done.stderr.decode()
