@@ -503,3 +503,17 @@ def test_agent_tool_checks_its_options(options, says):
     definition = tool_definition(name="helper", description="d", input_schema=Args)
     with pytest.raises(DefinitionError, match=re.escape(says)):
         agent_tool(definition, _harness(), **options)
+
+
+@pytest.mark.parametrize("bad", ["3", 2.0, True], ids=["str", "float", "bool"])
+async def test_session_events_after_is_a_position_or_none(host, bad):
+    """As HarnessClient.events: a wrong cursor is refused at the call, not a TypeError from the log's read
+    ('>' not supported between int and str) when the loop first asks, nor True taken as position 1."""
+    session = await host.open(_harness(), session_id="s-1")
+    says = f"events(after=) takes a position (the seq of the last entry seen) or None, not {bad!r}"
+    for live in (False, True):
+        with pytest.raises(DefinitionError, match=re.escape(says)):
+            session.events(after=bad, live=live)  # type: ignore[arg-type]
+    await session.append_records([{"type": "app.memory", "n": 1}], input_id="r-1")
+    first = await anext(aiter(session.events(after=0)))
+    assert first.seq == 1
