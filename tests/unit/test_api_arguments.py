@@ -385,6 +385,21 @@ async def test_chat_clock_and_stream_are_checked_at_the_call():
         "role": "assistant", "content": "done"}
 
 
+async def test_chat_refuses_an_async_stream_callback():
+    """Its coroutines were never awaited: deltas lost, a RuntimeWarning per delta."""
+    async def deltas(text: str) -> None:
+        pass
+
+    class Sink:
+        async def __call__(self, text: str) -> None:
+            pass
+
+    for sink in (deltas, Sink()):
+        with pytest.raises(DefinitionError, match=re.escape("chat() takes stream= as a plain function (def, not "
+                                                            "async def)")):
+            await chat(model=script("done"), messages=HI, stream=sink)
+
+
 # --- Worker, HarnessHost, HarnessClient, tool_definition, agent_tool ---------------------------
 
 
