@@ -532,3 +532,42 @@ async def test_session_events_after_is_a_position_or_none(host, bad):
     await session.append_records([{"type": "app.memory", "n": 1}], input_id="r-1")
     first = await anext(aiter(session.events(after=0)))
     assert first.seq == 1
+
+
+# --- FakeClock ----------------------------------------------------------------------------------
+
+
+async def test_fake_clock_takes_timedeltas_and_aware_datetimes_and_refuses_the_rest():
+    """advance(timedelta(days=2)) was a bare TypeError (float + timedelta); set(datetime) or
+    advance(nan) were stored as they were and broke every sleep and lease reading the clock later."""
+    from datetime import UTC, datetime
+
+    from harness.errors import NaiveDatetime
+
+    clock = FakeClock(start=datetime(2030, 1, 1, tzinfo=UTC))
+    assert clock.now() == datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+    woke = asyncio.ensure_future(clock.sleep_until(clock.now() + 2 * 86400))
+    await asyncio.sleep(0)
+    clock.advance(timedelta(days=1))
+    await asyncio.sleep(0)
+    assert not woke.done()
+    clock.advance(86400)
+    await asyncio.wait_for(woke, 1)
+    clock.set(datetime(2031, 1, 1, tzinfo=UTC))
+    assert clock.now() == datetime(2031, 1, 1, tzinfo=UTC).timestamp()
+    before = clock.now()
+    for bad, says in (("5", "FakeClock.advance() takes a timedelta or a number of seconds as its duration, not str"),
+                      (float("nan"), "FakeClock.advance() of nan seconds: give a finite duration"),
+                      (-5, "FakeClock.advance() moves the clock forward, not by -5: use set()"),
+                      (timedelta(seconds=-1), "moves the clock forward")):
+        with pytest.raises(DefinitionError, match=re.escape(says)):
+            clock.advance(bad)
+    for bad in ("x", float("inf"), None):
+        with pytest.raises(DefinitionError, match=re.escape("FakeClock.set() takes seconds since the epoch")):
+            clock.set(bad)  # type: ignore[arg-type]
+    with pytest.raises(NaiveDatetime, match=re.escape("FakeClock.set() was given 2030-01-01T00:00:00, which has "
+                                                      "no timezone")):
+        clock.set(datetime(2030, 1, 1))
+    with pytest.raises(DefinitionError, match=re.escape("FakeClock(start=) takes")):
+        FakeClock(start="now")  # type: ignore[arg-type]
+    assert clock.now() == before  # nothing refused moved it
