@@ -39,7 +39,8 @@ __all__ = [
 ]
 
 StreamSink = Callable[[str], None]
-"""Takes one text delta of a streamed answer. Called on the event loop; must not block."""
+"""Takes one text delta of a streamed answer. Called on the event loop; must not block.
+A plain function (``def``): an ``async def`` one is refused (``StreamCallbackError``)."""
 
 
 def guarded_sink(sink: StreamSink | None, scrub: Callable[[str], str] | None = None) -> StreamSink | None:
@@ -56,7 +57,12 @@ def guarded_sink(sink: StreamSink | None, scrub: Callable[[str], str] | None = N
     def guarded(text: str) -> None:
         error: StreamCallbackError | None = None
         try:
-            sink(text)
+            returned = sink(text)
+            if inspect.isawaitable(returned):  # an async def: its deltas would be lost, unawaited
+                if inspect.iscoroutine(returned):
+                    returned.close()
+                raise TypeError("it returned an awaitable; stream= must be a plain function (def, not async "
+                                "def) that returns at once: put the delta on an asyncio.Queue for async work")
         except StreamCallbackError as exc:
             error = StreamCallbackError(exc.error_type, clean(exc.detail))
         except Exception as exc:  # noqa: BLE001 - the app's bug, named as such

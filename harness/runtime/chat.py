@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import inspect
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -66,7 +67,7 @@ def _check_options(max_model_calls: object, clock: object, stream: object) -> No
 
     Raises:
         DefinitionError: ``max_model_calls`` not a whole number of at least 1, ``clock``
-            not a ``Clock``, ``stream`` not a function.
+            not a ``Clock``, ``stream`` not a function or an ``async def`` one.
     """
     if isinstance(max_model_calls, bool) or not isinstance(max_model_calls, int) or max_model_calls < 1:
         raise DefinitionError(
@@ -80,6 +81,12 @@ def _check_options(max_model_calls: object, clock: object, stream: object) -> No
     if stream is not None and not callable(stream):
         raise DefinitionError(
             f"chat() takes stream= as a function called with each text delta, not {type(stream).__name__}"
+        )
+    if stream is not None and (inspect.iscoroutinefunction(stream)
+                               or inspect.iscoroutinefunction(type(stream).__call__)):
+        raise DefinitionError(
+            "chat() takes stream= as a plain function (def, not async def): it is called with each text delta "
+            "and must return at once; for async work, put the delta on an asyncio.Queue and await it elsewhere"
         )
 
 
@@ -128,7 +135,7 @@ async def chat(
             that is not a mapping of names to str or SecretStr values, a ``system_prompt``
             that is not a string, ``hooks``, ``durability`` or ``history`` that is neither,
             ``max_model_calls`` that is not a whole number of at least 1, a ``clock`` that
-            is not a ``Clock`` or a ``stream`` that is not a function.
+            is not a ``Clock`` or a ``stream`` that is not a plain function (``async def`` too).
     """
     check_model(model, "chat()")
     by_name = tools_by_name(tools, "chat()")

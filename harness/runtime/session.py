@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from typing import Any, TypeVar
 
 from harness.definition import Harness
-from harness.errors import SessionClosed
+from harness.errors import DefinitionError, SessionClosed
 from harness.live import LiveEvent, merge_live
 from harness.records import LogEntry
 from harness.replay import SessionState, UsageTotals
@@ -146,9 +146,16 @@ class Session:
         With ``live=True`` the text deltas of model answers this host streams come too,
         as ``LiveEvent`` objects between the records, as they arrive (never in the log;
         best effort: see ``harness.live``).
+
+        Raises:
+            DefinitionError: ``after`` is neither a position (an int) nor None.
         """
         if self._closed:
             raise SessionClosed(self.session_id)
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise DefinitionError(
+                f"events(after=) takes a position (the seq of the last entry seen) or None, not {after!r}"
+            )
         if live:
             return merge_live(self._committed_events(after), self._core.live, after=after)
         return self._committed_events(after)

@@ -385,6 +385,21 @@ async def test_chat_clock_and_stream_are_checked_at_the_call():
         "role": "assistant", "content": "done"}
 
 
+async def test_chat_refuses_an_async_stream_callback():
+    """Its coroutines were never awaited: deltas lost, a RuntimeWarning per delta."""
+    async def deltas(text: str) -> None:
+        pass
+
+    class Sink:
+        async def __call__(self, text: str) -> None:
+            pass
+
+    for sink in (deltas, Sink()):
+        with pytest.raises(DefinitionError, match=re.escape("chat() takes stream= as a plain function (def, not "
+                                                            "async def)")):
+            await chat(model=script("done"), messages=HI, stream=sink)
+
+
 # --- Worker, HarnessHost, HarnessClient, tool_definition, agent_tool ---------------------------
 
 
@@ -503,3 +518,56 @@ def test_agent_tool_checks_its_options(options, says):
     definition = tool_definition(name="helper", description="d", input_schema=Args)
     with pytest.raises(DefinitionError, match=re.escape(says)):
         agent_tool(definition, _harness(), **options)
+
+
+@pytest.mark.parametrize("bad", ["3", 2.0, True], ids=["str", "float", "bool"])
+async def test_session_events_after_is_a_position_or_none(host, bad):
+    """As HarnessClient.events: a wrong cursor is refused at the call, not a TypeError from the log's read
+    ('>' not supported between int and str) when the loop first asks, nor True taken as position 1."""
+    session = await host.open(_harness(), session_id="s-1")
+    says = f"events(after=) takes a position (the seq of the last entry seen) or None, not {bad!r}"
+    for live in (False, True):
+        with pytest.raises(DefinitionError, match=re.escape(says)):
+            session.events(after=bad, live=live)  # type: ignore[arg-type]
+    await session.append_records([{"type": "app.memory", "n": 1}], input_id="r-1")
+    first = await anext(aiter(session.events(after=0)))
+    assert first.seq == 1
+
+
+# --- FakeClock ----------------------------------------------------------------------------------
+
+
+async def test_fake_clock_takes_timedeltas_and_aware_datetimes_and_refuses_the_rest():
+    """advance(timedelta(days=2)) was a bare TypeError (float + timedelta); set(datetime) or
+    advance(nan) were stored as they were and broke every sleep and lease reading the clock later."""
+    from datetime import UTC, datetime
+
+    from harness.errors import NaiveDatetime
+
+    clock = FakeClock(start=datetime(2030, 1, 1, tzinfo=UTC))
+    assert clock.now() == datetime(2030, 1, 1, tzinfo=UTC).timestamp()
+    woke = asyncio.ensure_future(clock.sleep_until(clock.now() + 2 * 86400))
+    await asyncio.sleep(0)
+    clock.advance(timedelta(days=1))
+    await asyncio.sleep(0)
+    assert not woke.done()
+    clock.advance(86400)
+    await asyncio.wait_for(woke, 1)
+    clock.set(datetime(2031, 1, 1, tzinfo=UTC))
+    assert clock.now() == datetime(2031, 1, 1, tzinfo=UTC).timestamp()
+    before = clock.now()
+    for bad, says in (("5", "FakeClock.advance() takes a timedelta or a number of seconds as its duration, not str"),
+                      (float("nan"), "FakeClock.advance() of nan seconds: give a finite duration"),
+                      (-5, "FakeClock.advance() moves the clock forward, not by -5: use set()"),
+                      (timedelta(seconds=-1), "moves the clock forward")):
+        with pytest.raises(DefinitionError, match=re.escape(says)):
+            clock.advance(bad)
+    for bad in ("x", float("inf"), None):
+        with pytest.raises(DefinitionError, match=re.escape("FakeClock.set() takes seconds since the epoch")):
+            clock.set(bad)  # type: ignore[arg-type]
+    with pytest.raises(NaiveDatetime, match=re.escape("FakeClock.set() was given 2030-01-01T00:00:00, which has "
+                                                      "no timezone")):
+        clock.set(datetime(2030, 1, 1))
+    with pytest.raises(DefinitionError, match=re.escape("FakeClock(start=) takes")):
+        FakeClock(start="now")  # type: ignore[arg-type]
+    assert clock.now() == before  # nothing refused moved it

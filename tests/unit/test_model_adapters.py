@@ -3,9 +3,11 @@ exact request bodies, parsed answers, streaming, errors and their classification
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -359,6 +361,25 @@ async def test_a_stream_callback_that_raises_is_the_apps_error_not_the_providers
     assert "\n" not in str(error) and KEY not in str(error)
     assert error.__cause__ is None and error.__context__ is None  # the callback's exception (with the key) kept nowhere
     assert len(server.requests) == 1
+
+
+async def test_an_async_stream_callback_is_refused_not_left_unawaited(server, make):
+    """An ``async def`` callback returned a coroutine per delta that nobody awaited: the
+    deltas were lost and Python warned "coroutine ... was never awaited" once per delta.
+    It is the app's error, said on one line at the first delta."""
+    server.script(Reply(text="a streamed answer"))
+    got: list[str] = []
+
+    async def callback(text: str) -> None:
+        got.append(text)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "never awaited" RuntimeWarning either
+        with pytest.raises(StreamCallbackError) as info:
+            await make(server).complete([{"role": "user", "content": "go"}], [], stream=callback)
+        gc.collect()
+    assert info.value.error_type == "TypeError" and "not async def" in str(info.value)
+    assert "\n" not in str(info.value) and got == []
 
 
 async def test_a_refused_connection_is_transient(make):
