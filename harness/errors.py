@@ -59,6 +59,7 @@ __all__ = [
     "DuplicateStepName",
     "FencedError",
     "HarnessError",
+    "HostClosed",
     "InvalidAnswer",
     "InvalidId",
     "InvalidRecord",
@@ -352,6 +353,17 @@ class SessionClosed(HarnessError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"the handle of session {session_id!r} is closed; open it again with host.open()")
         self.session_id = session_id
+
+
+class HostClosed(HarnessError):
+    """``host.open()`` on a ``HarnessHost`` that was closed (``close()``, or its ``async
+    with`` ended): make a new host to go on."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this HarnessHost is closed (host.close() or the end of its 'async with'): make a new "
+            "HarnessHost(log=...) to open sessions"
+        )
 
 
 class InvalidId(HarnessError, ValueError):

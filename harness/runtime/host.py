@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from harness.clock import Clock, SystemClock, duration_seconds
 from harness.definition import Harness
-from harness.errors import DefinitionError
+from harness.errors import DefinitionError, HostClosed
 from harness.ids import check_id
 from harness.live import LivePublisher
 from harness.log import check_log, open_log
@@ -115,6 +115,7 @@ class HarnessHost:
         self._sync_calls: set[concurrent.futures.Future[Any]] = set()  # submitted to the pool, not done
         self._cores: dict[str, SessionCore] = {}
         self._handles: dict[str, set[Session]] = {}
+        self._closed = False
 
     async def open(
         self,
@@ -135,7 +136,10 @@ class HarnessHost:
                 names to str or SecretStr values, the session's log says it runs another
                 harness (the name its first message gave), or the session is open here
                 with another harness or secrets.
+            HostClosed: this host was closed.
         """
+        if self._closed:
+            raise HostClosed()
         if not isinstance(harness, Harness):
             raise DefinitionError(
                 f"host.open() takes a Harness made by define_harness(), not {type(harness).__name__}"
@@ -248,6 +252,7 @@ class HarnessHost:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def close(self) -> None:
+        self._closed = True
         for handles in list(self._handles.values()):
             for handle in list(handles):
                 await handle.close()

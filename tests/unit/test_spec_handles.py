@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import define_harness, durable_tool, tool_definition
-from harness.errors import DefinitionError, FencedError, SessionClosed
+from harness.errors import DefinitionError, FencedError, HostClosed, SessionClosed
 from harness.models import ModelResponse, ScriptedModel
 
 from .conftest import LEASE, Args, call, entries, eventually, script
@@ -61,6 +61,15 @@ async def test_every_call_on_a_closed_handle_raises_session_closed_and_writes_no
     writer = await other_log().claim(SID, owner="b", lease=LEASE)  # free at once
     await writer.release()
     assert host.open_sessions == 0  # the host forgot it
+
+
+async def test_open_on_a_closed_host_says_the_host_is_closed_and_writes_nothing(hosts, log):
+    host = hosts(owner_id="a")  # (given a log object it does not own: the log stays open)
+    await host.close()
+    with pytest.raises(HostClosed, match="this HarnessHost is closed .*make a new HarnessHost"):
+        await host.open(echo(), session_id=SID)
+    assert await log.read(SID) == []
+    assert host.open_sessions == 0
 
 
 async def test_close_ends_calls_in_flight_with_session_closed(hosts, log):
