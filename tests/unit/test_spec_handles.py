@@ -66,7 +66,7 @@ async def test_every_call_on_a_closed_handle_raises_session_closed_and_writes_no
 async def test_open_on_a_closed_host_says_the_host_is_closed_and_writes_nothing(hosts, log):
     host = hosts(owner_id="a")  # (given a log object it does not own: the log stays open)
     await host.close()
-    with pytest.raises(HostClosed, match="this HarnessHost is closed .*make a new HarnessHost"):
+    with pytest.raises(HostClosed, match=r"this HarnessHost is closed .*make a new HarnessHost"):
         await host.open(echo(), session_id=SID)
     assert await log.read(SID) == []
     assert host.open_sessions == 0
