@@ -64,6 +64,7 @@ __all__ = [
     "InvalidId",
     "InvalidRecord",
     "LogClosed",
+    "LogConfigError",
     "LogError",
     "LogUnavailable",
     "MissingExtra",
@@ -521,6 +522,12 @@ class ConfigError(HarnessError):
     def __init__(self, message: str, *, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+class LogConfigError(ConfigError, ValueError):
+    """A session log's URL or option is wrong (``open_log``, ``KafkaSettings``: an
+    unsupported scheme, a missing port, an unknown option ...); the message says how to
+    fix it. A ``ValueError`` too, as it always was."""
 
 
 class SessionNotFound(HarnessError):

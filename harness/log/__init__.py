@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.errors import CodecError, CorruptRecord, MissingExtra, RecordTooLarge
+from harness.errors import CodecError, CorruptRecord, LogConfigError, MissingExtra, RecordTooLarge
 from harness.log.base import LeaseInfo, LogEntry, SessionLog, SessionWriter
 from harness.records import Record
 
@@ -138,7 +138,7 @@ def open_log(url: str, **options: Any) -> SessionLog:
             raise
         log: SessionLog = open_kafka_log(url, **options)
         return log
-    raise ValueError(unsupported_url(url))
+    raise LogConfigError(unsupported_url(url))
 
 
 def unsupported_url(url: str) -> str:
@@ -195,10 +195,10 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
     """
     path, _, query = url[len("sqlite:///"):].partition("?")
     if not path:
-        raise ValueError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
+        raise LogConfigError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")
     options = _log_url_options(url, query)
     if Path(path).is_dir():
-        raise ValueError(
+        raise LogConfigError(
             f"{url!r} names the folder {Path(path).resolve()}, not a file: name the log's file in it, "
             f"e.g. {url.partition('?')[0].rstrip('/')}/harness.db"
         )
@@ -212,21 +212,21 @@ def _log_url_options(url: str, query: str) -> dict[str, Any]:
         return out
     for name, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
         if name not in _LOG_URL_OPTIONS:
-            raise ValueError(
+            raise LogConfigError(
                 f"{url!r}: unknown option {name!r}; the URL takes {', '.join(_LOG_URL_OPTIONS)}, other "
                 "settings are keywords of open_log()"
             )
         if len(values) != 1:
-            raise ValueError(f"{url!r}: option {name!r} is given {len(values)} times; give it once")
+            raise LogConfigError(f"{url!r}: option {name!r} is given {len(values)} times; give it once")
         value = values[0]
         if not (value.isascii() and value.isdigit()) or int(value) <= 0:
-            raise ValueError(
+            raise LogConfigError(
                 f"{url!r}: {name} must be a whole number of bytes above 0 (e.g. {name}=4000000 for 4 MB), "
                 f"not {values[0]!r}"
             )
         out[name] = int(value)
     if not out:  # only separators: '?&'
-        raise ValueError(f"{url!r}: an empty option list; known options: {', '.join(_LOG_URL_OPTIONS)}")
+        raise LogConfigError(f"{url!r}: an empty option list; known options: {', '.join(_LOG_URL_OPTIONS)}")
     return out
 
 
@@ -254,7 +254,7 @@ def _default_codec() -> _Codec:
 def _lease_seconds(lease: timedelta | float) -> float:
     seconds = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
     if seconds <= 0:
-        raise ValueError(f"lease must be positive, got {lease!r}")
+        raise LogConfigError(f"lease must be positive, got {lease!r}")
     return seconds
 
 
@@ -266,9 +266,9 @@ def _max_record_bytes(value: object, *, ceiling: int | None = None, why: str = "
         ValueError: it is not (a bool, a float, 0, over ``ceiling`` ...).
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"max_record_bytes must be a whole number of bytes above 0, not {value!r}")
+        raise LogConfigError(f"max_record_bytes must be a whole number of bytes above 0, not {value!r}")
     if ceiling is not None and value > ceiling:
-        raise ValueError(f"max_record_bytes is at most {ceiling}{why}, not {value}")
+        raise LogConfigError(f"max_record_bytes is at most {ceiling}{why}, not {value}")
     return value
 
 

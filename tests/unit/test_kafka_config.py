@@ -84,3 +84,27 @@ def test_settings_validate_names_and_counts() -> None:
     settings = KafkaSettings(bootstrap="h:1", topic_prefix="acme")
     assert (settings.sessions_topic, settings.dead_letter_topic) == ("acme.sessions", "acme.dead-letter")
     assert settings.reader_config()["isolation.level"] == "read_committed"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://x.db",  # two slashes
+        "postgres://db/harness",  # no such log
+        "kafka://broker",  # no port
+        "kafka://broker:9092?bogus=1",  # no such option
+        "kafka://broker:9092?partitions=0",  # a count out of range (KafkaSettings)
+        "sqlite:///x.db?max_record_bytes=-1",
+    ],
+)
+def test_a_wrong_log_url_is_a_harness_error_and_still_a_value_error(url: str, tmp_path: object) -> None:
+    # An app that catches the library's one root (HarnessError) catches a wrong URL too
+    # (it came from the environment: HARNESS_LOG); ValueError as before.
+    from harness import open_log
+    from harness.errors import ConfigError, HarnessError, LogConfigError
+
+    with pytest.raises(LogConfigError) as caught:
+        open_log(url)
+    assert isinstance(caught.value, HarnessError) and isinstance(caught.value, ConfigError)
+    assert isinstance(caught.value, ValueError)
+    assert "\n" not in str(caught.value)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from harness.errors import LogConfigError
 from harness.ids import dead_letter_topic, owner_transactional_id, sessions_topic
 from harness.log.kafka.client_log import client_log
 
@@ -139,27 +140,27 @@ class KafkaSettings:
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
-            raise ValueError("bootstrap is required (host:port[,host:port])")
+            raise LogConfigError("bootstrap is required (host:port[,host:port])")
         if not self.topic_prefix or any(c not in _TOPIC_CHARS for c in self.topic_prefix):
-            raise ValueError(f"topic_prefix {self.topic_prefix!r} must use only [a-zA-Z0-9._-]")
+            raise LogConfigError(f"topic_prefix {self.topic_prefix!r} must use only [a-zA-Z0-9._-]")
         if self.partitions < 1 or self.replication_factor < 1:
-            raise ValueError("partitions and replication_factor must be >= 1")
+            raise LogConfigError("partitions and replication_factor must be >= 1")
         # librdkafka's limits: a larger count failed inside the client when the topics were
         # created ("OverflowError: signed integer is greater than maximum", "out of expected range").
         if self.partitions > MAX_PARTITIONS:
-            raise ValueError(f"partitions must be from 1 to {MAX_PARTITIONS}, not {self.partitions}")
+            raise LogConfigError(f"partitions must be from 1 to {MAX_PARTITIONS}, not {self.partitions}")
         if self.replication_factor > MAX_REPLICATION_FACTOR:
-            raise ValueError(
+            raise LogConfigError(
                 f"replication_factor must be from 1 to {MAX_REPLICATION_FACTOR}, not {self.replication_factor}"
             )
         if (
             self.min_insync_replicas is not None
             and not 1 <= self.min_insync_replicas <= self.replication_factor
         ):
-            raise ValueError("min_insync_replicas must be between 1 and replication_factor")
+            raise LogConfigError("min_insync_replicas must be between 1 and replication_factor")
         reserved = sorted(_RESERVED & set(self.client_config))
         if reserved:
-            raise ValueError(
+            raise LogConfigError(
                 f"client_config may not set {', '.join(reserved)}: the session log's guarantees rest on them"
             )
         object.__setattr__(self, "client_config", MappingProxyType(dict(self.client_config)))
@@ -252,32 +253,32 @@ def parse_kafka_url(url: str) -> dict[str, Any]:
     """
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "kafka":
-        raise ValueError(f"not a kafka:// URL: {url!r}")
+        raise LogConfigError(f"not a kafka:// URL: {url!r}")
     if not parts.netloc or parts.path not in ("", "/") or parts.fragment:
-        raise ValueError(f"{url!r}: expected kafka://host:port[,host:port][?options]")
+        raise LogConfigError(f"{url!r}: expected kafka://host:port[,host:port][?options]")
     if "@" in parts.netloc:  # (not echoed: it may hold a password)
-        raise ValueError("a kafka:// URL holds no user or password: give them as HARNESS_KAFKA_CONFIG_SASL_USERNAME "
+        raise LogConfigError("a kafka:// URL holds no user or password: give them as HARNESS_KAFKA_CONFIG_SASL_USERNAME "
                          "and HARNESS_KAFKA_CONFIG_SASL_PASSWORD (the chart: kafka.sasl.existingSecret)")
     for server in parts.netloc.split(","):
         host, colon, port = server.rpartition(":")
         if not colon or not host:
-            raise ValueError(f"{url!r}: {server!r} needs a port: kafka://{server or 'host'}:9092 (Kafka's usual one)")
+            raise LogConfigError(f"{url!r}: {server!r} needs a port: kafka://{server or 'host'}:9092 (Kafka's usual one)")
         if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{url!r}: {port!r} is not a port (1-65535) in {server!r}")
+            raise LogConfigError(f"{url!r}: {port!r} is not a port (1-65535) in {server!r}")
     out: dict[str, Any] = {"bootstrap": parts.netloc}
     for name, values in urllib.parse.parse_qs(
         parts.query, keep_blank_values=True, strict_parsing=False
     ).items():
         if name not in _URL_OPTIONS:
-            raise ValueError(f"{url!r}: unknown option {name!r}; known: {', '.join(_URL_OPTIONS)}")
+            raise LogConfigError(f"{url!r}: unknown option {name!r}; known: {', '.join(_URL_OPTIONS)}")
         if len(values) != 1 or not values[0]:
-            raise ValueError(f"{url!r}: option {name!r} needs exactly one non-empty value")
+            raise LogConfigError(f"{url!r}: option {name!r} needs exactly one non-empty value")
         value: Any = values[0]
         if name in _URL_INT_OPTIONS:
             try:
                 value = int(value)
             except ValueError:
-                raise ValueError(f"{url!r}: option {name!r} must be an integer, not {value!r}") from None
+                raise LogConfigError(f"{url!r}: option {name!r} must be an integer, not {value!r}") from None
         out[name] = value
     return out
 
