@@ -112,8 +112,9 @@ def open_log(url: str, **options: Any) -> SessionLog:
 
     Raises:
         TypeError: ``url`` is not a string.
-        ValueError: the URL names no supported backend, a SQLite URL names a folder,
-            or an option is unknown or malformed.
+        LogConfigError: (a ``ConfigError``, a ``HarnessError`` and a ``ValueError``) the
+            URL names no supported backend, a SQLite URL names a folder, or an option
+            is unknown or malformed.
         MissingExtra: a Kafka URL without ``confluent_kafka`` installed.
     """
     _check_url(url)
