@@ -231,8 +231,10 @@ def stream_deltas(http: httpx.Client, server: ModelServer, sid: str, *, pause: b
             server.release()
 
         def done(evs: list[Event]) -> bool:
+            # (through Kafka's two topics the records can all come before the first delta:
+            # the settlement is then in ``before``)
             text = "".join(e.data["text"] for e in [*before, *evs] if e.event == "model.text.delta")
-            return settled(evs, "m2") and text == ANSWER
+            return settled([*before, *evs], "m2") and text == ANSWER
 
         rest = read_events_from(lines, until=done)
     events = before + rest
