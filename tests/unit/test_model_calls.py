@@ -338,6 +338,17 @@ class Streaming:
         return ModelResponse(text="".join(self.pieces), finish_reason="stop")
 
 
+async def watch_until_settled(session: Any, seen: list[Any], *, at_wor: Any) -> None:
+    """Every live event and record of ``session`` into ``seen``, up to its first settlement;
+    ``at_wor()`` when the delta "wor" comes."""
+    async for item in session.events(live=True):
+        seen.append(item)
+        if isinstance(item, LiveEvent) and item.text == "wor":
+            at_wor()
+        if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+            return
+
+
 def test_model_keywords_are_read_once_at_definition_time():
     class Both:
         async def complete(self, messages: Any, tools: Any, *, stream: Any = None, secrets: Any = None) -> Any: ...
@@ -358,15 +369,7 @@ async def test_streamed_deltas_reach_live_subscribers_without_a_record_each(host
     seen: list[Any] = []
     half = asyncio.Event()
 
-    async def watch() -> None:
-        async for item in session.events(live=True):
-            seen.append(item)
-            if isinstance(item, LiveEvent) and item.text == "wor":
-                half.set()
-            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
-                return
-
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_until_settled(session, seen, at_wor=half.set))
     await eventually(lambda: session._core.live.subscribers == 1)
     send = asyncio.create_task(session.send("hi", input_id="in-1"))
     await half.wait()
@@ -397,15 +400,7 @@ async def test_live_text_never_comes_before_its_turns_start_nor_after_its_respon
     session = await host.open(define_harness(name="t/models", model=model), session_id=SID)
     seen: list[Any] = []
 
-    async def watch() -> None:
-        async for item in session.events(live=True):
-            seen.append(item)
-            if isinstance(item, LiveEvent) and item.text == "wor":
-                gate.set()
-            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
-                return
-
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_until_settled(session, seen, at_wor=gate.set))
     await eventually(lambda: session._core.live.subscribers == 1)
     assert (await session.send("hi", input_id="in-1")).text == "Hello, world"
     await watcher

@@ -109,6 +109,14 @@ async def test_a_turn_end_to_end_on_a_real_sdk(host, log, server, models, provid
     assert [r["finish_reason"] for r in responses] == ["tool_calls", "stop"]
 
 
+async def watch_until_settled(session: Any, seen: list[Any]) -> None:
+    """Every live event and record of ``session`` into ``seen``, up to its first settlement."""
+    async for item in session.events(live=True):
+        seen.append(item)
+        if isinstance(item, LogEntry) and item.type == "harness.input.settled":
+            return
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(host, log, server, models, provider):
     model = from_uri(provider_uri(server, provider), api_key=KEY)
@@ -116,14 +124,7 @@ async def test_streamed_text_reaches_live_subscribers_and_the_log_holds_it_once(
     server.script(Reply(text="The quick brown fox jumps.", chunk=5, pause_after=3))
     session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
     seen: list[Any] = []
-
-    async def watch() -> None:
-        async for item in session.events(live=True):
-            seen.append(item)
-            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
-                return
-
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_until_settled(session, seen))
     await until(lambda: session._core.live.subscribers == 1)
     send = asyncio.create_task(session.send("tell me", input_id="in-1"))
     await until(lambda: any(isinstance(i, LiveEvent) for i in seen))
@@ -152,14 +153,7 @@ async def test_a_subscriber_sees_turn_started_before_any_live_text_of_the_turn(h
     answer = "The quick brown fox jumps."
     server.script(Reply(text=answer, chunk=5, pause_after=3))
     seen: list[Any] = []
-
-    async def watch() -> None:
-        async for item in session.events(live=True):
-            seen.append(item)
-            if isinstance(item, LogEntry) and item.type == "harness.input.settled":
-                return
-
-    watcher = asyncio.create_task(watch())
+    watcher = asyncio.create_task(watch_until_settled(session, seen))
     await until(lambda: session._core.live.subscribers == 1)
     send = asyncio.create_task(session.send("tell me", input_id="in-1"))
     assert await asyncio.to_thread(server.paused.wait, 30)
