@@ -34,9 +34,11 @@ from harness.errors import (
     NaiveDatetime,
     NotDurableError,
     NoToolCallError,
+    RecordTooLarge,
     SecretInStepValue,
     StepError,
     StepNotAwaited,
+    StepValueError,
     StepValueTooLarge,
 )
 from harness.jsonvalues import check_text, dumps, json_copy, loads
@@ -517,8 +519,17 @@ class DurableStep:
 
         started = time.perf_counter()
         try:
+            raw = await _call_fn(fn, info, s.run_sync)
             try:
-                value = await self.finish(name, await _call_fn(fn, info, s.run_sync), extra=usage_of)
+                try:
+                    value = await self.finish(name, raw, extra=usage_of)
+                except (StepValueTooLarge, StepValueError, RecordTooLarge):
+                    # The provider was paid for this answer though the log cannot keep it: its
+                    # usage is logged on its own (as a turn's refused answer's is); the call fails.
+                    usage = usage_of(raw)
+                    if usage:
+                        await s.commit(usage)
+                    raise
             except StepValueTooLarge as exc:  # ("store the data elsewhere" does not fit a model's answer)
                 raise self._err(
                     StepValueTooLarge,

@@ -254,6 +254,31 @@ async def test_a_sub_agents_answer_over_the_step_value_limit_says_so(host, log) 
     assert "store the data elsewhere" not in message
 
 
+
+async def test_a_sub_agents_answer_too_large_to_keep_still_logs_its_usage(host, log) -> None:
+    """The provider was paid for an answer the log refuses (over the step value limit): its
+    usage is logged with the tool call all the same, and the session's totals count it."""
+    from harness.models import Usage
+    from harness.records import ModelUsage
+
+    child = define_harness(
+        name="talker",
+        model=ScriptedModel([ModelResponse(text="x" * 5000, usage=Usage(input_tokens=700, output_tokens=1250,
+                                                                        model="child-m", cost=0.25))]),
+        tools=[], durability={"step_value_limit": 1000},
+    )
+    talk = agent_tool(tool_definition(name="talk", description="talk", input_schema=Topic), child)
+    parent_model = ScriptedModel(
+        [ModelResponse(tool_calls=[ToolCall(id="p1", name="talk", arguments={"topic": "t"})]), ModelResponse(text="ok")]
+    )
+    parent = define_harness(name="boss", model=parent_model, tools=[talk], durability={"step_value_limit": 1000})
+    session = await host.open(parent, session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "completed"
+    assert tool_result(parent_model, "p1")["is_error"]
+    [used] = [r for r in (e.record for e in await log.read(SID)) if isinstance(r, ModelUsage) and r.tool_call_id == "p1"]
+    assert (used.input_tokens, used.output_tokens, used.model, used.cost) == (700, 1250, "child-m", 0.25)
+    assert session.usage.input_tokens == 700 and session.usage.cost == 0.25
+
 # -- the sub-agent's history policy and its overflow -------------------------------------------------------
 
 
