@@ -7,7 +7,8 @@ import logging
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from fastapi.security import APIKeyHeader
+from fastapi.security import HTTPBearer
+from starlette.requests import HTTPConnection
 
 from harness.services.gateway.auth import AuthError, Principal
 from harness.services.gateway.state import GatewayState
@@ -17,10 +18,18 @@ log = logging.getLogger("harness.gateway")
 __all__ = ["WRITE_METHODS", "Caller"]
 
 
-_bearer = APIKeyHeader(
-    name="Authorization",
+class _RawBearer(HTTPBearer):
+    """The ``Authorization`` header as sent (the auth checks its scheme and says what is wrong),
+    declared in the OpenAPI document as HTTP bearer: Swagger UI's "Authorize" then takes the
+    token alone and sends ``Bearer <token>`` (an ``apiKey`` scheme wanted the word typed too)."""
+
+    async def __call__(self, request: HTTPConnection) -> str | None:  # type: ignore[override]
+        return request.headers.get("Authorization")
+
+
+_bearer = _RawBearer(
     scheme_name="bearer",
-    description="'Bearer <token>': a JWT or an API key (none needed under --open-access)",
+    description="A JWT or an API key (none needed under --open-access)",
     auto_error=False,
 )
 

@@ -36,9 +36,19 @@ function headers(json) {
 async function api(path, body) {
   const init = body === undefined ? { headers: headers(false) }
                                   : { method: "POST", headers: headers(true), body: JSON.stringify(body) };
-  const res = await fetch(path, init);
-  if (res.status === 401) { tokenForm.hidden = false; throw new Error("sign in: paste a bearer token above"); }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch (err) {  // no answer at all: the gateway is stopped, or the network is down
+    throw new Error("the gateway cannot be reached (" + (err.message || err) + "): try again once it is back");
+  }
   const data = await res.json().catch(() => ({}));
+  if (res.status === 401) {
+    tokenForm.hidden = false;
+    // a token typed wrong says so (the gateway's words), not the same prompt as no token at all
+    throw new Error(token ? "the token was refused (" + (typeof data.detail === "string" ? data.detail : "401") +
+                            "): paste another above" : "sign in: paste a bearer token above");
+  }
   if (!res.ok) throw new Error(typeof data.detail === "string" ? data.detail : res.status + " " + JSON.stringify(data.detail));
   return data;
 }
@@ -125,6 +135,15 @@ async function showList() {
 function resolve(schema, root) {
   if (schema && schema.$ref && schema.$ref.startsWith("#/$defs/")) return (root.$defs || {})[schema.$ref.slice(8)] || {};
   if (schema && schema.allOf && schema.allOf.length === 1) return resolve(schema.allOf[0], root);
+  if (schema && schema.anyOf) {  // `X | None`: a field of X, left out (null) when empty
+    const some = schema.anyOf.filter((s) => !(s && s.type === "null"));
+    if (some.length === 1 && some.length < schema.anyOf.length) {
+      const { anyOf, ...rest } = schema;
+      const s = { ...resolve(some[0], root), ...rest };
+      if (s.default === null) delete s.default;
+      return s;
+    }
+  }
   return schema || {};
 }
 
@@ -139,7 +158,8 @@ function fieldFor(name, schema, root, required) {
     input = el("input", { type: "checkbox", name, checked: s.default === true });
     read = () => input.checked;
   } else if (s.type === "integer" || s.type === "number") {
-    input = el("input", { type: "number", name, step: s.type === "integer" ? "1" : "any", required, value: s.default });
+    input = el("input", { type: "number", name, step: s.type === "integer" ? "1" : "any", required, value: s.default,
+      min: s.minimum, max: s.maximum });
     read = () => (input.value === "" ? undefined : Number(input.value));
   } else if (s.type === "string") {
     input = el("input", { type: "text", name, required, value: s.default });
@@ -296,11 +316,33 @@ async function showSession(sessionId) {
     pending = setTimeout(() => { pending = null; refresh().catch((e) => main.prepend(problem(e))); }, 60);
   }
 
+  // The model's answer: its text as it streams (each delta says where in the answer it
+  // starts), then the whole text the log holds, so it stays readable once the turn is over.
+  // A page opened (or reloaded) half-way through an answer marks the part it missed with "…".
+  let liveText = "", liveEnd = 0, liveWhole = false;
+  function showAnswer(text) {
+    liveText = typeof text === "string" ? text : "";
+    liveEnd = liveText.length;
+    liveWhole = true;
+    live.textContent = liveText;
+  }
+  function onDelta(d) {
+    const piece = d.text || "";
+    const at = Number.isInteger(d.position) ? d.position : liveEnd;
+    if (liveWhole || at === 0) { liveText = ""; liveEnd = 0; liveWhole = false; }  // a new answer
+    if (at > liveEnd) liveText += "… ";  // its start came before this page listened
+    liveText += at < liveEnd ? piece.slice(liveEnd - at) : piece;  // (never the same text twice)
+    liveEnd = Math.max(liveEnd, at + piece.length);
+    live.textContent = liveText;
+  }
+
   const first = await refresh();
+  const said = (first.transcript || []).filter((m) => m.role === "assistant");
+  if (said.length) showAnswer(said[said.length - 1].content);
   stopStream = follow(sessionId, first.last_position, (event, data) => {
     if (event === "hello") { streamState.textContent = "live"; return; }
-    if (event === "model.text.delta") { live.textContent += data.text || ""; return; }
-    if (event === "harness.model.response") live.textContent = "";
+    if (event === "model.text.delta") { onDelta(data); return; }
+    if (event === "harness.model.response") showAnswer((data.data || {}).text);
     refreshSoon();
   }, (state) => { streamState.textContent = state; });
 }
