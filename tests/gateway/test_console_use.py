@@ -215,6 +215,27 @@ def test_a_gateway_out_of_reach_is_said_in_words(keyed: ServerThread, browser: A
     assert "try again once it is back" in receipt.inner_text()
 
 
+def test_an_event_stream_refused_its_token_stops_and_says_so(keyed: ServerThread, api: httpx.Client,
+                                                             browser: Any) -> None:  # noqa: F811
+    """A token revoked while a session's page is open: its event stream was refused (401)
+    and the page retried every second for good, "reconnecting…", never saying why."""
+    assert api.post("/v1/sessions/r-1/messages", json={"text": "hello", "harness": NAME}).status_code == 200
+    page = signed_in(browser)
+    requests: list[str] = []
+
+    def refuse(route: Any) -> None:
+        requests.append(route.request.url)
+        route.fulfill(status=401, content_type="application/json", body='{"detail": "unknown API key"}')
+
+    page.route("**/v1/sessions/r-1/events", refuse)
+    page.goto(keyed.url + "/#/s/r-1")
+    state = page.locator("#stream-state")
+    state.filter(has_text="the token was refused").wait_for(timeout=20_000)
+    assert page.locator("#token-form").is_visible()
+    page.wait_for_timeout(2500)  # (it retried every second before)
+    assert len(requests) == 1 and "the token was refused" in state.inner_text()
+
+
 def test_a_long_word_wraps_on_a_phone_sized_screen(keyed: ServerThread, api: httpx.Client,
                                                    browser: Any) -> None:  # noqa: F811
     """A long word (a URL, a token, JSON) in a message or an answer made the session page

@@ -359,6 +359,11 @@ function follow(sessionId, after, onEvent, onState) {
         const h = headers(false);
         if (lastId !== null && lastId !== undefined) h["Last-Event-ID"] = String(lastId);
         const res = await fetch("/v1/sessions/" + encodeURIComponent(sessionId) + "/events", { headers: h, signal: controller.signal });
+        if (res.status === 401) {  // the token was revoked or changed meanwhile: retrying cannot help
+          tokenForm.hidden = false;
+          onState("stopped: the token was refused; paste another above");
+          return;
+        }
         if (!res.ok) throw new Error("events: " + res.status);
         const reader = res.body.getReader();
         const decoder = new TextDecoder();
