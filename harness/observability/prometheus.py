@@ -123,6 +123,7 @@ class PrometheusSink:
             buckets=BATCH_BUCKETS, registry=r,
         )
         self.dead = Counter("harness_dead_letters_total", "Undecodable records sent to the dead-letter topic", registry=r)
+        self.last_drain_cut: float | None = None  # time.monotonic() of the last drain_cut
         self.drain_cuts = Counter(
             "harness_drain_cut_sessions_total",
             "Sessions still running when a hand-over's drain timed out (cut; recovered by the next owner)",
@@ -215,6 +216,9 @@ class PrometheusSink:
 
     def drain_cut(self, sessions: int) -> None:
         self.drain_cuts.inc(sessions)
+        # (a SIGTERM's cut is counted moments before the process exits: the worker waits
+        # for one more scrape after this, see MetricsServer.wait_for_scrape)
+        self.last_drain_cut = time.monotonic()
 
     def rebuild(self, seconds: float, records: int) -> None:
         self.rebuild_duration.observe(seconds)

@@ -12,6 +12,7 @@ import errno
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -76,6 +77,23 @@ class MetricsServer:
             raise ConfigError(f"metrics port {host}:{port} {why}: give another --metrics-port",
                               setting="--metrics-port") from None
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="harness-metrics", daemon=True)
+        self._scraped = threading.Condition()
+        self._scrapes: list[float] = []  # time.monotonic() of the last two /metrics answers
+
+    def wait_for_scrape(self, after: float, *, at_most: float = 30.0) -> bool:
+        """Wait until ``/metrics`` was answered after ``after`` (a ``time.monotonic()``), for
+        at most one and a half of the interval seen between the last two scrapes (plus 1 s)
+        and never above ``at_most``; True if it was. Not scraped twice yet: no wait (False).
+
+        A process that counts something just before it exits (a SIGTERM's drain cut) is
+        gone before the next scrape: without this, Prometheus never sees that count and
+        the alert on it never fires."""
+        with self._scraped:
+            if len(self._scrapes) < 2:
+                return bool(self._scrapes) and self._scrapes[-1] > after
+            interval = self._scrapes[-1] - self._scrapes[-2]
+            return self._scraped.wait_for(lambda: self._scrapes[-1] > after,
+                                          timeout=min(at_most, 1.5 * interval + 1.0))
 
     @property
     def port(self) -> int:
@@ -100,6 +118,9 @@ class MetricsServer:
                     from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
                     self._reply(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
+                    with server._scraped:
+                        server._scrapes = [*server._scrapes[-1:], time.monotonic()]
+                        server._scraped.notify_all()
                 elif path in ("/healthz", "/livez"):
                     self._check(server._alive)
                 elif path == "/readyz":

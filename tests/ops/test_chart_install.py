@@ -92,3 +92,17 @@ def test_invalid_values_are_refused_at_install(kube: KubeCluster, tmp_path: Path
         assert says in proc.stderr, proc.stderr
         assert kube.helm("status", f"bad-{name}", "-n", ns, check=False).returncode != 0, "a refused release exists"
     assert not kube.pods(ns, "app.kubernetes.io/name=durable-harness")
+
+
+def test_notes_say_how_to_reach_a_gateway_whose_hosts_leave_out_localhost(kube: KubeCluster, tmp_path: Path) -> None:
+    """The NOTES' `kubectl port-forward svc/...-gateway` sends Host: localhost:8080, which a
+    gateway with gateway.allowedHosts answers 400: the NOTES say so and give a request that works."""
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    values = write_values(tmp_path / "hosts.yaml", {"gateway": {"allowedHosts": ["harness.acme.com"]}})
+    out = kube.helm("install", "notes", str(CHART), "-n", ns, "--create-namespace", "-f", str(values),
+                    "--dry-run=server").stdout
+    assert "port-forward svc/notes-durable-harness-gateway 8080:80" in out, out
+    assert "curl -H 'Host: harness.acme.com' http://localhost:8080/readyz" in out, out
+    values = write_values(tmp_path / "local.yaml", {"gateway": {"allowedHosts": ["harness.acme.com", "localhost"]}})
+    out = kube.helm("install", "notes", str(CHART), "-n", ns, "-f", str(values), "--dry-run=server").stdout
+    assert "does not name localhost" not in out, out

@@ -263,6 +263,15 @@ def test_prometheus_scrapes_the_gateway(kafka_bootstrap: str, unique_prefix: str
         panels = dashboard_exprs()
         prometheus.wait_data(panels["HTTP requests per second"][0], timeout=60)
         assert _returns_data(prometheus, panels["SSE subscribers"])
+        # The gateway's /metrics has the worker gauges too (one registry, at 0): a panel of
+        # workers per instance ("Partitions owned per worker") must not list gateway pods
+        # as workers owning nothing (with an HPA of gateways, up to 10 such lines).
+        gateway_instance = f"127.0.0.1:{metrics_port}"
+        for_every_process = GATEWAY_PANELS | {"SSE subscribers", "Event loop stalls"}
+        shown = {title: [r["metric"] for e in exprs for r in prometheus.query(e)]
+                 for title, exprs in panels.items() if title not in for_every_process}
+        as_worker = [t for t, series in shown.items() if any(m.get("instance") == gateway_instance for m in series)]
+        assert not as_worker, f"worker panels show the gateway as a worker: {as_worker}"
     finally:
         prometheus.stop()
         gateway.stop()

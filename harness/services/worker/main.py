@@ -180,6 +180,8 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None, 
     ``hard_exit`` (the command line): exit the process at once if sync code the stop
     cut still runs on threads (``harness.services.lingering``)."""
     worker = None
+    server: Any = None
+    sink: Any = None
     env = os.environ if env is None else env
     secrets = WorkerSecrets(args.secrets_dir, env, recheck=args.secrets_recheck)
     harnesses = load_harnesses(args.app)
@@ -196,7 +198,6 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None, 
             sync_threads=args.sync_threads,
             drain_timeout=timedelta(seconds=args.drain_timeout),
         )
-        server = None
         if args.metrics_port is not None:
             from harness.observability import MetricsServer, enable_metrics
 
@@ -230,14 +231,27 @@ async def serve(args: argparse.Namespace, env: Mapping[str, str] | None = None, 
             await task
         finally:
             announcer.cancel()
-            if server is not None:
-                server.close()
         log.info("worker stopped")
     finally:
         await worker_log.close()
+        if server is not None:
+            await _last_scrape(server, None if sink is None else sink.last_drain_cut)
+            server.close()
     if hard_exit and worker is not None:
         exit_if_sync_calls_linger(worker.host, 0)
     return 0
+
+
+async def _last_scrape(server: Any, cut_at: float | None) -> None:
+    """Sessions cut by this stop's drain were counted moments ago: serve /metrics until
+    Prometheus read that count (about one scrape interval, at most 30 s; after the log is
+    closed, so the group is not kept waiting), or HarnessHandOverCutCalls never fires for
+    a SIGTERM's cuts."""
+    if cut_at is None:
+        return
+    log.info("waiting for a last scrape of /metrics (it counts the sessions the drain cut)")
+    if not await asyncio.to_thread(server.wait_for_scrape, cut_at):
+        log.info("no scrape of /metrics came: the sessions the drain cut are not counted in Prometheus")
 
 
 def run(argv: list[str]) -> Any:
