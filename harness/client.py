@@ -257,17 +257,29 @@ class HarnessClient:
         settings = getattr(self.log, "settings", None)
         if not live or settings is None or not hasattr(self.log, "partition_for"):
             return committed
+        deltas = self._live_events(session_id, self._now())  # taken now: an answer to a message sent next is seen whole
+        return merge_live(committed, deltas, after=after)
+
+    async def _live_events(self, session_id: str, since_ms: int) -> AsyncGenerator[LiveEvent, None]:
+        """The session's deltas on the live topic from ``since_ms``. The log is started first:
+        a client's first call may be ``events(live=True)`` (its partition count is read from
+        the broker then), which raised RuntimeError ('await start() first') at the call."""
         from harness.live.kafka import kafka_live_events
 
-        deltas = kafka_live_events(
+        log: Any = self.log  # (a Kafka log: it has settings and partition_for)
+        await log.start()
+        settings = log.settings
+        deltas: Any = kafka_live_events(
             bootstrap=settings.bootstrap,
             topic_prefix=settings.topic_prefix,
-            partition=self.log.partition_for(session_id),
+            partition=log.partition_for(session_id),
             session_id=session_id,
-            since_ms=self._now(),  # taken now: deltas of an answer to a message sent next are all seen
+            since_ms=since_ms,
             client_config=settings.client_config,
         )
-        return merge_live(committed, deltas, after=after)
+        async with contextlib.aclosing(deltas):
+            async for event in deltas:
+                yield event
 
     async def _committed_events(
         self, session_id: str, after: int | None = None, types: frozenset[str] | None = None

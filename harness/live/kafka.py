@@ -211,16 +211,6 @@ async def kafka_live_events(
         }
     )
 
-    def start_offset() -> int:
-        try:
-            [found] = consumer.offsets_for_times([TopicPartition(topic, partition, since_ms)], timeout=ADMIN_TIMEOUT_S)
-            if found.error is None and found.offset >= 0:
-                return int(found.offset)
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=ADMIN_TIMEOUT_S)
-            return int(high)  # nothing that recent yet: from the end
-        except KafkaException:
-            return OFFSET_BEGINNING  # no topic yet: everything it will hold is new
-
     def put(item: LiveEvent | BaseException) -> None:
         with contextlib.suppress(asyncio.QueueFull):
             queue.put_nowait(item)  # a reader far behind misses deltas
@@ -249,7 +239,7 @@ async def kafka_live_events(
         finally:
             consumer.close()
 
-    offset = await asyncio.to_thread(start_offset)
+    offset = await asyncio.to_thread(_tail_start_offset, consumer, topic, partition, since_ms)
     consumer.assign([TopicPartition(topic, partition, offset)])
     thread = threading.Thread(target=run, name=f"live:{session_id}", daemon=True)
     thread.start()
@@ -268,13 +258,19 @@ async def kafka_live_events(
 
 
 def _tail_start_offset(consumer: Any, topic: str, partition: int, since_ms: int) -> int:
-    """The first offset with a timestamp >= ``since_ms`` (the end if none). Blocking."""
+    """The first offset with a timestamp >= ``since_ms`` (the end if none). Blocking.
+
+    The end is read *before* the time lookup: read after it, a message published between
+    the two (the first delta of an answer to a message sent just after the call) was
+    counted in the end and never read, though its timestamp is >= ``since_ms``. Read
+    before, a message published between the two is read whatever its timestamp.
+    """
     try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=ADMIN_TIMEOUT_S)
         [found] = consumer.offsets_for_times([TopicPartition(topic, partition, since_ms)], timeout=ADMIN_TIMEOUT_S)
         if found.error is None and found.offset >= 0:
             return int(found.offset)
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=ADMIN_TIMEOUT_S)
-        return int(high)  # nothing that recent yet: from the end
+        return int(high)  # nothing that recent yet: from the end as it was before the lookup
     except KafkaException:
         return OFFSET_BEGINNING  # no topic yet: everything it will hold is new
 
