@@ -29,7 +29,7 @@ from harness.clock import duration_seconds
 from harness.context import check_app_records
 from harness.errors import DefinitionError, InvalidId
 from harness.ids import check_id, check_sent_input_id
-from harness.jsonvalues import check_text, json_copy
+from harness.jsonvalues import check_message, json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log import check_log
 from harness.log.base import SessionLog
@@ -193,7 +193,7 @@ class HarnessClient:
     ) -> InputReceipt:
         """Send a user message; resending an ``input_id`` with the same text has no second
         effect; with another text it is settled ``rejected`` / ``input_conflict``."""
-        check_text(text, what="the message text")
+        check_message(text, session_id)
         if harness is not None and (not isinstance(harness, str) or not harness):
             raise DefinitionError(
                 f"send(harness=) takes the name of a harness (define_harness(name=...)) or None, not {harness!r}"

@@ -57,6 +57,7 @@ __all__ = [
     "CorruptRecord",
     "DefinitionError",
     "DuplicateStepName",
+    "EmptyMessage",
     "FencedError",
     "HarnessError",
     "HostClosed",
@@ -365,6 +366,16 @@ class HostClosed(HarnessError):
             "this HarnessHost is closed (host.close() or the end of its 'async with'): make a new "
             "HarnessHost(log=...) to open sessions"
         )
+
+
+class EmptyMessage(HarnessError, ValueError):
+    """``send("")``: a user message with no text (a model provider refuses an empty user
+    turn; the CLI and the gateway refuse it too)."""
+
+    def __init__(self, session_id: str | None = None) -> None:
+        where = f" to session {session_id!r}" if session_id else ""
+        super().__init__(f"the message text{where} is empty: give the message to send, e.g. send('hello')")
+        self.session_id = session_id
 
 
 class InvalidId(HarnessError, ValueError):

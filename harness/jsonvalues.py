@@ -22,13 +22,14 @@ import json
 import math
 from typing import Any
 
-from harness.errors import StepValueError
+from harness.errors import EmptyMessage, StepValueError
 from harness.words import with_article
 
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_JSON_DEPTH",
+    "check_message",
     "check_text",
     "dumps",
     "json_copy",
@@ -90,6 +91,14 @@ def check_text(text: Any, *, what: str, path: str = "$") -> str:
             f"{what} at {path} holds a lone surrogate ({storable_text(text)[:60]!r}), which has no UTF-8 form",
             path=path,
         )
+    return str(text)
+
+
+def check_message(text: Any, session_id: str | None = None) -> str:
+    """A user message's text: a string the log can hold, and not empty (``EmptyMessage``)."""
+    check_text(text, what="the message text")
+    if not text:
+        raise EmptyMessage(session_id)
     return str(text)
 
 

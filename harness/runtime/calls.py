@@ -15,7 +15,7 @@ from typing import Any
 from harness.context import check_app_records
 from harness.errors import InvalidAnswer, InvalidRecord
 from harness.ids import check_id, check_sent_input_id
-from harness.jsonvalues import check_text, json_copy
+from harness.jsonvalues import check_message, check_text, json_copy
 from harness.records import (
     InputAnswer,
     InputCancel,
@@ -41,7 +41,7 @@ def new_input_id(core: SessionCore, prefix: str) -> str:
 
 async def send(core: SessionCore, text: str, input_id: str | None) -> TurnResult:
     core.check_open()
-    check_text(text, what="the message text")
+    check_message(text, core.session_id)
     if input_id is None:
         input_id = new_input_id(core, "in")
     else:

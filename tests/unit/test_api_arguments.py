@@ -30,7 +30,7 @@ from harness import (
     tool,
     tool_definition,
 )
-from harness.errors import DefinitionError, InvalidId, StepError, StepValueError
+from harness.errors import DefinitionError, EmptyMessage, InvalidId, StepError, StepValueError
 from harness.log import open_client_log
 from harness.models import ModelResponse, ScriptedModel, ToolCall
 
@@ -571,3 +571,20 @@ async def test_fake_clock_takes_timedeltas_and_aware_datetimes_and_refuses_the_r
     with pytest.raises(DefinitionError, match=re.escape("FakeClock(start=) takes")):
         FakeClock(start="now")  # type: ignore[arg-type]
     assert clock.now() == before  # nothing refused moved it
+
+
+async def test_an_empty_message_is_refused_before_anything_is_written():
+    """The CLI and the gateway refuse an empty message; so do the library's two ways in
+    (an empty user turn is refused by the model providers, so it would fail the turn)."""
+    log = open_log("memory:")
+    h = define_harness(name="t/empty", model=ScriptedModel([ModelResponse(text="ok")]), tools=[])
+    async with HarnessHost(log=log) as host:
+        session = await host.open(h, session_id="s-1")
+        with pytest.raises(EmptyMessage, match=re.escape("the message text to session 's-1' is empty: give the "
+                                                         "message to send, e.g. send('hello')")):
+            await session.send("")
+    async with HarnessClient(log=log) as client:
+        with pytest.raises(EmptyMessage, match="is empty"):
+            await client.send("s-1", "")
+    assert await log.read("s-1") == []
+    assert issubclass(EmptyMessage, ValueError)
