@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.live.events import LiveEvent
+from harness.live.sofar import KEEP_S, AnswersSoFar
 
 __all__ = ["LiveHub", "LiveOrder", "LivePublisher", "LiveRouter", "LiveSource", "LiveSubscription", "merge_live"]
 
@@ -33,13 +35,21 @@ class LivePublisher(Protocol):
 
 
 class LiveHub:
-    """Hands each published event to every current subscriber's queue (never blocks)."""
+    """Hands each published event to every current subscriber's queue (never blocks), and
+    keeps the answer being streamed so far (``so_far``) for a subscriber that comes late."""
 
     def __init__(self) -> None:
         self._queues: set[asyncio.Queue[object]] = set()
+        self._so_far = AnswersSoFar(max_sessions=1)
         self.dropped = 0
 
+    def so_far(self, after: int | None = None) -> LiveEvent | None:
+        """The answer being streamed so far (a hub serves one session), as one delta, or
+        None (see ``AnswersSoFar.so_far``)."""
+        return self._so_far.latest(after)
+
     def publish(self, event: LiveEvent) -> None:
+        self._so_far.add(event)
         for queue in self._queues:
             try:
                 queue.put_nowait(event)
@@ -118,7 +128,7 @@ class LiveSubscription:
 class LiveSource(Protocol):
     """Where a reader gets the live events of a session (see :class:`LiveRouter`)."""
 
-    def subscribe(self, session_id: str) -> LiveSubscription: ...
+    def subscribe(self, session_id: str, *, so_far: bool = False, after: int | None = None) -> LiveSubscription: ...
 
     async def close(self) -> None: ...
 
@@ -132,12 +142,18 @@ class LiveRouter:
     used on one event loop (a thread hands events over with ``call_soon_threadsafe``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, now: Callable[[], float] = time.monotonic) -> None:
         self._subs: dict[str, set[LiveSubscription]] = {}
+        self._now = now
+        self._so_far = AnswersSoFar(now=now)
+        # Sessions whose last subscriber left, until when they are still wanted: a page
+        # reloaded comes back within seconds and finds the answer so far.
+        self._left: collections.OrderedDict[str, float] = collections.OrderedDict()
         self.published = 0
 
     def publish(self, event: LiveEvent) -> None:
         self.published += 1
+        self._so_far.add(event)
         for sub in list(self._subs.get(event.session_id, ())):
             sub.push(event)
 
@@ -145,9 +161,18 @@ class LiveRouter:
         for event in events:
             self.publish(event)
 
-    def subscribe(self, session_id: str, *, on_close: Callable[[], None] | None = None) -> LiveSubscription:
+    def subscribe(
+        self,
+        session_id: str,
+        *,
+        on_close: Callable[[], None] | None = None,
+        so_far: bool = False,
+        after: int | None = None,
+    ) -> LiveSubscription:
         """The live events of ``session_id`` published from now on (``on_close``: called once
-        the subscription is closed)."""
+        the subscription is closed). ``so_far``: first the answer being streamed, as far
+        as it came (one delta), unless the reader starts past it (``after``: the log
+        position the reader's records start after)."""
 
         def forget(sub: LiveSubscription) -> None:
             self._forget(sub)
@@ -155,7 +180,10 @@ class LiveRouter:
                 on_close()
 
         sub = LiveSubscription(session_id, forget)
+        if so_far and (event := self._so_far.so_far(session_id, after)) is not None:
+            sub.push(event)
         self._subs.setdefault(session_id, set()).add(sub)
+        self._left.pop(session_id, None)
         return sub
 
     def _forget(self, sub: LiveSubscription) -> None:
@@ -164,10 +192,20 @@ class LiveRouter:
             subs.discard(sub)
             if not subs:
                 del self._subs[sub.session_id]
+                now = self._now()
+                left = self._left
+                while left and next(iter(left.values())) <= now:
+                    left.popitem(last=False)
+                left[sub.session_id] = now + KEEP_S
+                left.move_to_end(sub.session_id)
 
     def wants(self, session_id: str) -> bool:
-        """Somebody here follows ``session_id`` (safe to ask from another thread)."""
-        return session_id in self._subs
+        """Somebody here follows ``session_id``, or did within ``KEEP_S`` (a reader that
+        comes back finds the answer so far). Safe to ask from another thread."""
+        if session_id in self._subs:
+            return True
+        until = self._left.get(session_id)
+        return until is not None and until > self._now()
 
     @property
     def subscribers(self) -> int:
@@ -177,6 +215,7 @@ class LiveRouter:
         for subs in list(self._subs.values()):
             for sub in list(subs):
                 sub.close()
+        self._left.clear()  # (closed: nobody comes back)
 
 
 class LiveOrder:
@@ -233,6 +272,8 @@ async def merge_live(
     order = LiveOrder(after)
     if isinstance(live, LiveHub):
         with live.subscribe(queue):
+            if (so_far := live.so_far(after)) is not None:
+                queue.put_nowait(so_far)
             async with contextlib.aclosing(_merged(committed, queue, None, order)) as merged:
                 async for item in merged:
                     yield item

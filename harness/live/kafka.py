@@ -388,7 +388,9 @@ class KafkaLiveTails:
         """Consumers open now (one per partition somebody follows, or did within the linger)."""
         return len(self._tails)
 
-    def subscribe(self, session_id: str) -> LiveSubscription:
+    def subscribe(self, session_id: str, *, so_far: bool = False, after: int | None = None) -> LiveSubscription:
+        """The session's live events from now on; ``so_far``: first the answer being
+        streamed as far as this process read it (see ``LiveRouter.subscribe``)."""
         partition = self._partition_for(session_id)
         loop = asyncio.get_running_loop()
         tail = self._tails.get(partition)
@@ -404,7 +406,7 @@ class KafkaLiveTails:
             tail.linger = None
         tail.users += 1
         the_tail = tail
-        return self.router.subscribe(session_id, on_close=lambda: self._release(the_tail))
+        return self.router.subscribe(session_id, on_close=lambda: self._release(the_tail), so_far=so_far, after=after)
 
     def _release(self, tail: _LiveTail) -> None:
         tail.users -= 1

@@ -252,6 +252,66 @@ def stream_deltas(http: httpx.Client, server: ModelServer, sid: str, *, pause: b
     assert response.data["data"]["text"] == ANSWER  # the log holds the whole text, once
 
 
+def reconnect_mid_answer(http: httpx.Client, server: ModelServer, sid: str) -> None:
+    """A stream cut half-way through a streamed answer (a page reloaded) and resumed with
+    Last-Event-ID gets the answer's start back first (one delta from position 0), then the
+    rest: the text it shows is the whole answer, with no gap marked."""
+    server.script(Reply(text="hi"), Reply(text=ANSWER, chunk=6, pause_after=4))
+    assert http.post(f"/v1/sessions/{sid}/messages", json={"text": "hello", "harness": REAL_MODEL,
+                                                           "input_id": "m1"}).json()["status"] == "accepted"
+    wait_for(lambda: http.get(f"/v1/sessions/{sid}").json()["summary"]["state"] == "idle", timeout=60, what="idle")
+    after = http.get(f"/v1/sessions/{sid}").json()["last_position"]
+    with http.stream("GET", f"/v1/sessions/{sid}/events", params={"after": after}) as response:
+        lines = response.iter_lines()
+        assert read_events_from(lines, until=lambda evs: bool(evs))[0].event == "hello"
+        assert http.post(f"/v1/sessions/{sid}/messages", json={"text": "stream please",
+                                                               "input_id": "m2"}).json()["status"] == "accepted"
+        assert server.paused.wait(30)  # half-way: the model holds the rest of its answer
+        shown = ANSWER[: 3 * 6]  # (of the 4 events before the pause, the first opens the answer)
+        first = read_events_from(lines, until=lambda evs: "".join(
+            e.data["text"] for e in evs if e.event == "model.text.delta") == shown)
+    last = max(e.id for e in first if e.id is not None)  # the page goes away; it comes back:
+    with http.stream("GET", f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": str(last)}) as response:
+        lines = response.iter_lines()
+        again = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
+        start = next(e for e in again if e.event == "model.text.delta")
+        assert (start.data["position"], start.data["text"]) == (0, shown), start
+        server.release()
+        rest = read_events_from(lines, until=lambda evs: settled(evs, "m2"))
+    deltas = [e for e in [*again, *rest] if e.event == "model.text.delta"]
+    text = ""
+    for d in deltas:  # (the console's rule: a delta from where the shown text ends)
+        assert d.data["position"] <= len(text), "a gap"
+        text += d.data["text"][len(text) - d.data["position"]:]
+    assert text == ANSWER
+
+
+def test_a_stream_resumed_half_way_through_an_answer_gets_its_start(
+    model_server: ModelServer, tmp_path: Path
+) -> None:
+    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
+                          "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))
+    try:
+        with httpx.Client(base_url=proc.url, timeout=60) as http:
+            reconnect_mid_answer(http, model_server, "again-1")
+    finally:
+        assert proc.stop() == 0, proc.stderr()
+
+
+@pytest.mark.kafka
+def test_a_kafka_stream_resumed_half_way_through_an_answer_gets_its_start(
+    kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
+) -> None:
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
+    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
+                           env=model_env(model_server))
+    try:
+        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+            reconnect_mid_answer(http, model_server, "again-k1")
+    finally:
+        worker.stop()
+
+
 def test_live_deltas_of_harness_serve_reach_the_stream(model_server: ModelServer, tmp_path: Path) -> None:
     proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
                           "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))

@@ -145,7 +145,9 @@ async def session_stream(
             await queue.put(("end", None))
 
     unregister = register(queue)
-    deltas = live.subscribe(log_session_id)  # registered now, before the hello
+    # Registered now, before the hello; first the answer being streamed as far as it came
+    # (a page reloaded half-way through an answer gets its start back).
+    deltas = live.subscribe(log_session_id, so_far=True, after=after)
     records = subscribe(log, log_session_id, after=after, dead_letter=False)  # a reader writes nothing
     tasks = [
         asyncio.create_task(pump(records, "entry", True)),
