@@ -128,7 +128,9 @@ class LiveSubscription:
 class LiveSource(Protocol):
     """Where a reader gets the live events of a session (see :class:`LiveRouter`)."""
 
-    def subscribe(self, session_id: str, *, so_far: bool = False, after: int | None = None) -> LiveSubscription: ...
+    def subscribe(
+        self, session_id: str, *, so_far: bool = False, after: int | None = None, running: bool = False
+    ) -> LiveSubscription: ...
 
     async def close(self) -> None: ...
 
@@ -168,11 +170,13 @@ class LiveRouter:
         on_close: Callable[[], None] | None = None,
         so_far: bool = False,
         after: int | None = None,
+        running: bool = False,
     ) -> LiveSubscription:
         """The live events of ``session_id`` published from now on (``on_close``: called once
         the subscription is closed). ``so_far``: first the answer being streamed, as far
         as it came (one delta), unless the reader starts past it (``after``: the log
-        position the reader's records start after)."""
+        position the reader's records start after). ``running`` (the reader saw a turn
+        running): here every answer published in the process was seen, so it adds nothing."""
 
         def forget(sub: LiveSubscription) -> None:
             self._forget(sub)
@@ -185,6 +189,16 @@ class LiveRouter:
         self._subs.setdefault(session_id, set()).add(sub)
         self._left.pop(session_id, None)
         return sub
+
+    def so_far(self, session_id: str, after: int | None = None) -> LiveEvent | None:
+        """The session's answer being streamed, as far as this router saw it (one delta),
+        or None (see ``AnswersSoFar.so_far``)."""
+        return self._so_far.so_far(session_id, after)
+
+    def remember(self, events: Iterable[LiveEvent]) -> None:
+        """Take deltas read back (not new: nobody is given them) into the answers so far."""
+        for event in events:
+            self._so_far.add(event)
 
     def _forget(self, sub: LiveSubscription) -> None:
         subs = self._subs.get(sub.session_id)

@@ -50,6 +50,11 @@ TAIL_LINGER_S = 30.0
 """A shared live tail without subscribers stays open this long (a reconnecting stream reuses it)."""
 TAIL_BATCH = 500
 """Messages a shared live tail takes per poll."""
+READ_BACK_S = 30.0
+"""How far back a stream that came half-way through an answer reads its start (as
+``harness.live.sofar.KEEP_S``: an answer quiet longer than that is over)."""
+READ_BACK_MAX_S = 5.0
+"""A read back gives up after this long (a busy partition: the stream shows the gap)."""
 
 
 live_client_log = ClientLog(logging.getLogger("harness.live.client"))
@@ -374,7 +379,9 @@ class KafkaLiveTails:
         self._partition_for = partition_for
         self.router = LiveRouter()
         self._tails: dict[int, _LiveTail] = {}
+        self._reading_back: set[asyncio.Task[None]] = set()
         self.tails_opened = 0  # consumers started (for tests: one per partition followed)
+        self.read_backs = 0  # answers read back for a stream that came half-way through
 
     @classmethod
     def for_log(cls, kafka_log: Any) -> KafkaLiveTails:
@@ -388,9 +395,14 @@ class KafkaLiveTails:
         """Consumers open now (one per partition somebody follows, or did within the linger)."""
         return len(self._tails)
 
-    def subscribe(self, session_id: str, *, so_far: bool = False, after: int | None = None) -> LiveSubscription:
+    def subscribe(
+        self, session_id: str, *, so_far: bool = False, after: int | None = None, running: bool = False
+    ) -> LiveSubscription:
         """The session's live events from now on; ``so_far``: first the answer being
-        streamed as far as this process read it (see ``LiveRouter.subscribe``)."""
+        streamed as far as this process read it (see ``LiveRouter.subscribe``). With
+        ``running`` (the reader saw the session's turn running) and no answer of it here
+        (this process was not following it), the answer's start is read back from the
+        topic (``READ_BACK_S`` of it) and given as soon as it is read."""
         partition = self._partition_for(session_id)
         loop = asyncio.get_running_loop()
         tail = self._tails.get(partition)
@@ -406,7 +418,61 @@ class KafkaLiveTails:
             tail.linger = None
         tail.users += 1
         the_tail = tail
-        return self.router.subscribe(session_id, on_close=lambda: self._release(the_tail), so_far=so_far, after=after)
+        missing = so_far and running and self.router.so_far(session_id, after) is None
+        sub = self.router.subscribe(session_id, on_close=lambda: self._release(the_tail), so_far=so_far, after=after)
+        if missing:
+            task = loop.create_task(self._read_back(sub, partition, after))
+            self._reading_back.add(task)
+            task.add_done_callback(self._reading_back.discard)
+        return sub
+
+    async def _read_back(self, sub: LiveSubscription, partition: int, after: int | None) -> None:
+        """Read the session's deltas of the last ``READ_BACK_S`` back into the router and
+        give the subscription its answer so far (with what the tail read meanwhile)."""
+        try:
+            events = await asyncio.to_thread(self._read_back_blocking, sub.session_id, partition)
+        except Exception as exc:  # noqa: BLE001 - best effort: the stream goes on without its start
+            log.warning("reading back %s[%d] failed: %s", self.topic, partition, exc)
+            return
+        self.router.remember(events)
+        event = self.router.so_far(sub.session_id, after)
+        if event is not None:
+            sub.push(event)
+        self.read_backs += 1
+
+    def _read_back_blocking(self, session_id: str, partition: int) -> list[LiveEvent]:
+        """The session's deltas on the live topic from ``READ_BACK_S`` ago to its end now."""
+        key = message_key(session_id)
+        consumer = Consumer(
+            {
+                **_base_config(self.bootstrap, self.client_config),
+                "group.id": f"{self.topic_prefix}.live-readers",  # assign() only: never joined or committed
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "latest",
+            }
+        )
+        events: list[LiveEvent] = []
+        try:
+            _, end = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=ADMIN_TIMEOUT_S)
+            start = _tail_start_offset(consumer, self.topic, partition, int((time.time() - READ_BACK_S) * 1000))
+            if start < 0 or start >= end:
+                return events
+            consumer.assign([TopicPartition(self.topic, partition, start)])
+            deadline = time.monotonic() + READ_BACK_MAX_S
+            offset = start
+            while offset < end - 1 and time.monotonic() < deadline:
+                for message in _next_messages(consumer):
+                    if message.error() is not None:
+                        continue
+                    offset = max(offset, message.offset())
+                    if message.key() != key:
+                        continue
+                    with contextlib.suppress(ValueError):
+                        events.append(LiveEvent.decode(message.value() or b""))
+            return events
+        finally:
+            consumer.close()
 
     def _release(self, tail: _LiveTail) -> None:
         tail.users -= 1
@@ -421,6 +487,8 @@ class KafkaLiveTails:
 
     async def close(self) -> None:
         """Stop every tail and end every subscription."""
+        for task in list(self._reading_back):
+            task.cancel()
         tails, self._tails = list(self._tails.values()), {}
         for tail in tails:
             if tail.linger is not None:

@@ -76,6 +76,11 @@ class AnswersSoFar:
         sid, text, at = event.session_id, event.text, event.position
         answer = self._answers.get(sid)
         if answer is not None and answer.key() == (event.turn, event.index, event.retry) and at <= answer.end:
+            if at < answer.start:  # (an earlier part: read back later than what followed it)
+                if at + len(text) < answer.start:
+                    return  # it would leave a gap: the start stays unknown
+                answer.parts[:0] = [text[: answer.start - at]]
+                answer.start = at
             if at + len(text) > answer.end:  # (a repeat adds nothing; an overlap its new part)
                 answer.parts.append(text[answer.end - at:])
                 answer.end = at + len(text)

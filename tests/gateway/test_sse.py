@@ -312,6 +312,45 @@ def test_a_kafka_stream_resumed_half_way_through_an_answer_gets_its_start(
         worker.stop()
 
 
+@pytest.mark.kafka
+def test_a_kafka_stream_opened_half_way_through_an_answer_reads_its_start_back(
+    kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
+) -> None:
+    """A page opened on a session half-way through its answer, on a gateway that was not
+    following it (a fresh gateway, another replica): the start is read back from the live
+    topic and comes first; then the rest, no gap."""
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
+    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
+                           env=model_env(model_server))
+    sid = "late-k1"
+    try:
+        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+            model_server.script(Reply(text=ANSWER, chunk=6, pause_after=4))
+            assert http.post(f"/v1/sessions/{sid}/messages", json={"text": "stream please", "harness": REAL_MODEL,
+                                                                   "input_id": "m1"}).json()["status"] == "accepted"
+            assert model_server.paused.wait(30)  # half-way; nobody here follows the session
+            view = http.get(f"/v1/sessions/{sid}").json()
+            assert view["summary"]["state"] == "running"
+            shown = ANSWER[: 3 * 6]  # (of the 4 events before the pause, the first opens the answer)
+            with http.stream("GET", f"/v1/sessions/{sid}/events",
+                             headers={"Last-Event-ID": str(view["last_position"])}) as response:
+                lines = response.iter_lines()
+                got = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
+                start = next(e for e in got if e.event == "model.text.delta")
+                assert (start.data["position"], start.data["text"]) == (0, shown), start
+                model_server.release()
+                rest = read_events_from(lines, until=lambda evs: settled(evs, "m1"))
+            tails = server.state.live if server.state is not None else None
+            assert isinstance(tails, KafkaLiveTails) and tails.read_backs == 1
+        text = ""
+        for d in (e for e in [*got, *rest] if e.event == "model.text.delta"):
+            assert d.data["position"] <= len(text), "a gap"
+            text += d.data["text"][len(text) - d.data["position"]:]
+        assert text == ANSWER
+    finally:
+        worker.stop()
+
+
 def test_live_deltas_of_harness_serve_reach_the_stream(model_server: ModelServer, tmp_path: Path) -> None:
     proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
                           "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))

@@ -127,3 +127,17 @@ async def test_session_events_live_given_half_way_through_an_answer_start_with_i
     got = await anext(merged)
     assert isinstance(got, LiveEvent) and (got.position, got.text) == (11, "so far")
     await merged.aclose()
+
+
+def test_a_start_read_back_later_joins_what_came_after_it() -> None:
+    """A Kafka gateway that was not following a session reads its answer's start back
+    while its tail already gave it what followed: the two join (a gap does not)."""
+    kept = AnswersSoFar(now=Clock())
+    kept.add(delta("world", 7))
+    kept.add(delta("Hel", 0))  # ends before the kept text starts: a gap, not joined
+    got = kept.so_far("s")
+    assert got is not None and (got.position, got.text) == (7, "world")
+    for piece, at in (("Hello, ", 0), ("lo, wor", 3)):  # read back: the whole start, then an overlap
+        kept.add(delta(piece, at))
+    got = kept.so_far("s")
+    assert got is not None and (got.position, got.text) == (0, "Hello, world")

@@ -147,7 +147,8 @@ async def session_stream(
     unregister = register(queue)
     # Registered now, before the hello; first the answer being streamed as far as it came
     # (a page reloaded half-way through an answer gets its start back).
-    deltas = live.subscribe(log_session_id, so_far=True, after=after)
+    running = known is not None and known.active_turn is not None
+    deltas = live.subscribe(log_session_id, so_far=True, after=after, running=running)
     records = subscribe(log, log_session_id, after=after, dead_letter=False)  # a reader writes nothing
     tasks = [
         asyncio.create_task(pump(records, "entry", True)),

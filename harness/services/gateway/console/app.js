@@ -319,8 +319,7 @@ async function showSession(sessionId) {
   // The model's answer: its text as it streams (each delta says where in the answer it
   // starts), then the whole text the log holds, so it stays readable once the turn is over.
   // A page opened (or reloaded) half-way through an answer gets the text so far first (one
-  // delta from position 0), when the gateway was following the session; else it marks the
-  // part it missed with "…".
+  // delta from position 0); where the gateway cannot give it, the part missed is marked "…".
   let liveText = "", liveEnd = 0, liveWhole = false;
   function showAnswer(text) {
     liveText = typeof text === "string" ? text : "";
