@@ -20,8 +20,17 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The objects' own labels: the pods' plus helm.sh/chart. */}}
 {{- define "harness.labels" -}}
 helm.sh/chart: {{ include "harness.chart" . }}
+{{ include "harness.podLabels" . }}
+{{- end -}}
+
+{{/* A pod template's labels. Not helm.sh/chart: a change of a pod template rolls every pod
+(for workers, a rebalance per pod), and a new chart version alone changes nothing the pods
+run. app.kubernetes.io/version stays: it is the image's tag, so it changes only with the
+image, which rolls the pods anyway, and it lets one select the pods of a version. */}}
+{{- define "harness.podLabels" -}}
 {{ include "harness.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -37,6 +46,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "harness.componentLabels" -}}
 {{ include "harness.labels" .ctx }}
 app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "harness.componentPodLabels" -}}
+{{ include "harness.podLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The checksum/config annotation of the pod templates: the ConfigMap's data only (its labels
+hold helm.sh/chart, which would roll the pods at every chart release). */}}
+{{- define "harness.configChecksum" -}}
+{{- (include (print .Template.BasePath "/configmap.yaml") . | fromYaml).data | toYaml | sha256sum -}}
 {{- end -}}
 
 {{- define "harness.componentSelector" -}}
