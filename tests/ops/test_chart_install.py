@@ -106,3 +106,38 @@ def test_notes_say_how_to_reach_a_gateway_whose_hosts_leave_out_localhost(kube: 
     values = write_values(tmp_path / "local.yaml", {"gateway": {"allowedHosts": ["harness.acme.com", "localhost"]}})
     out = kube.helm("install", "notes", str(CHART), "-n", ns, "-f", str(values), "--dry-run=server").stdout
     assert "does not name localhost" not in out, out
+
+
+def test_autoscaled_gateways_start_at_the_minimum_and_upgrades_keep_the_autoscalers_count(
+    kube: KubeCluster, tmp_path: Path,
+) -> None:
+    """With the HPA on, the chart left out the gateway's replicas: a new Deployment started at 1
+    (Kubernetes' default) until the autoscaler acted. Leaving it out only on upgrades would be
+    worse: helm's three-way merge deletes a field the previous release set, so the first upgrade
+    would scale the gateways down to 1. Now: the minimum at install, the live count at upgrades."""
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    release = "hpa"
+    deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/{release}-durable-harness-gateway"
+    base = write_values(tmp_path / "base.yaml", {"worker": {"enabled": False},
+                                                  "gateway": {"autoscaling": {"minReplicas": 3, "maxReplicas": 8}}})
+    kube.helm("install", release, str(CHART), "-n", ns, "--create-namespace", "-f", str(base))
+    live = kube.api("GET", deployment)
+    assert (live["spec"]["replicas"], live["metadata"]["generation"]) == (3, 1), "not created at the HPA's minimum"
+
+    # The autoscaler scales it out (as the HPA would: the scale subresource); an upgrade that
+    # changes something else keeps its count.
+    scale = kube.api("GET", f"{deployment}/scale")
+    scale["spec"]["replicas"] = 5
+    kube.api("PUT", f"{deployment}/scale", scale)
+    level = write_values(tmp_path / "level.yaml", {"logging": {"level": "DEBUG"}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(level))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 5
+    # A new minimum above the live count applies at once (and a maximum below it).
+    higher = write_values(tmp_path / "higher.yaml", {"gateway": {"autoscaling": {"minReplicas": 6}}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(higher))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 6
+    # Autoscaling off: gateway.replicas, as before.
+    fixed = write_values(tmp_path / "fixed.yaml", {"gateway": {"autoscaling": {"enabled": False}, "replicas": 2}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(fixed))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 2
+    kube.helm("uninstall", release, "-n", ns)

@@ -262,7 +262,11 @@ def test_hpa_scales_gateways_only(tmp_path: Path) -> None:
     docs = render()
     hpa = find(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"].endswith("-gateway")
-    assert "replicas" not in find(docs, "Deployment", "-gateway")["spec"]  # the HPA owns it
+    # A new Deployment starts at the autoscaler's minimum (omitted, it started at 1 until the
+    # HPA acted); upgrades keep the live count (test_chart_install).
+    assert find(docs, "Deployment", "-gateway")["spec"]["replicas"] == hpa["spec"]["minReplicas"] == 2
+    write_values(tmp_path / "min.yaml", {"gateway": {"autoscaling": {"minReplicas": 4}}})
+    assert find(render(tmp_path / "min.yaml"), "Deployment", "-gateway")["spec"]["replicas"] == 4
     fixed = render(_values(tmp_path, "gateway-only"))
     assert find(fixed, "Deployment", "-gateway")["spec"]["replicas"] == 3
     assert not any(d["kind"] == "HorizontalPodAutoscaler" for d in fixed)
