@@ -20,8 +20,8 @@ def podman() -> str:
 
 
 def source_commit() -> str:
-    """The checkout's HEAD commit (what a release build passes as the image's REVISION)."""
-    return run(["git", "rev-parse", "HEAD"], cwd=REPO).stdout.strip()
+    """The checkout's HEAD commit (what a release build passes as the image's REVISION); "" outside git."""
+    return run(["git", "rev-parse", "HEAD"], cwd=REPO, check=False).stdout.strip()
 
 
 def build_image(tag: str = IMAGE) -> str:
