@@ -132,10 +132,14 @@ def test_autoscaled_gateways_start_at_the_minimum_and_upgrades_keep_the_autoscal
     level = write_values(tmp_path / "level.yaml", {"logging": {"level": "DEBUG"}})
     kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(level))
     assert kube.api("GET", deployment)["spec"]["replicas"] == 5
-    # A new minimum above the live count applies at once (and a maximum below it).
+    # A new minimum above the live count: the upgrade still writes the live count (the same
+    # value: no conflict with the autoscaler's ownership under server-side apply) and the
+    # autoscaler applies its new minimum.
     higher = write_values(tmp_path / "higher.yaml", {"gateway": {"autoscaling": {"minReplicas": 6}}})
     kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(higher))
-    assert kube.api("GET", deployment)["spec"]["replicas"] == 6
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 5
+    wait_for(lambda: kube.api("GET", deployment)["spec"]["replicas"] == 6, timeout=90,
+             what="the autoscaler raising the gateways to its new minimum", details=kube.describe)
     # Autoscaling off: gateway.replicas, as before.
     fixed = write_values(tmp_path / "fixed.yaml", {"gateway": {"autoscaling": {"enabled": False}, "replicas": 2}})
     kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(fixed))

@@ -291,23 +291,24 @@ tool and never reads HARNESS_SECRET_* (least privilege: a gateway pod cannot lea
 {{- end -}}
 
 {{/* The gateway Deployment's replicas. Without the autoscaler: gateway.replicas. With it, the
-count the autoscaler set is kept: the live Deployment's, read with lookup at upgrade and put
-within the autoscaler's bounds; at install (nothing to look up; also `helm template`):
-minReplicas. Not omitted: an omitted replicas starts a new Deployment at 1 until the autoscaler
-acts, and omitting a field the previous release set makes helm's three-way merge delete it,
-which scales the gateways down to 1 at that upgrade. */}}
+count the autoscaler set is kept: the live Deployment's, read with lookup at upgrade and written
+back unchanged (the same value, so Helm 4's server-side apply sees no conflict with the
+autoscaler's ownership; a new minReplicas/maxReplicas is the autoscaler's to apply). At install
+(nothing to look up; also `helm template`): minReplicas. Not omitted: an omitted replicas
+starts a new Deployment at 1 until the autoscaler acts, and omitting a field the previous
+release set makes helm's three-way merge delete it, which scales the gateways down to 1 at
+that upgrade. */}}
 {{- define "harness.gatewayReplicas" -}}
 {{- $g := .Values.gateway -}}
 {{- if not $g.autoscaling.enabled -}}
 {{- $g.replicas -}}
 {{- else -}}
-{{- $min := int $g.autoscaling.minReplicas -}}
 {{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-gateway" (include "harness.fullname" .)) -}}
 {{- $current := dig "spec" "replicas" nil $live -}}
 {{- if kindIs "invalid" $current -}}
-{{- $min -}}
+{{- int $g.autoscaling.minReplicas -}}
 {{- else -}}
-{{- max $min (min (int $g.autoscaling.maxReplicas) (int $current)) -}}
+{{- int $current -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
