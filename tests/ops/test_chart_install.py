@@ -128,6 +128,7 @@ def test_autoscaled_gateways_start_at_the_minimum_and_upgrades_keep_the_autoscal
     # changes something else keeps its count.
     scale = kube.api("GET", f"{deployment}/scale")
     scale["spec"]["replicas"] = 5
+    del scale["metadata"]["resourceVersion"]  # unconditional, as the HPA's own write (status changes meanwhile)
     kube.api("PUT", f"{deployment}/scale", scale)
     level = write_values(tmp_path / "level.yaml", {"logging": {"level": "DEBUG"}})
     kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(level))
