@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from chart import write_values
+from chart import chart_copy, write_values
 from ops_kube import KubeCluster
 from ops_tools import CHART, wait_for
 
@@ -145,4 +145,26 @@ def test_autoscaled_gateways_start_at_the_minimum_and_upgrades_keep_the_autoscal
     fixed = write_values(tmp_path / "fixed.yaml", {"gateway": {"autoscaling": {"enabled": False}, "replicas": 2}})
     kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(fixed))
     assert kube.api("GET", deployment)["spec"]["replicas"] == 2
+    kube.helm("uninstall", release, "-n", ns)
+
+
+def test_a_new_chart_version_alone_rolls_no_pod(kube: KubeCluster, tmp_path: Path) -> None:
+    """`helm upgrade` to a chart of another version with the same values and image: the objects'
+    helm.sh/chart label follows it, but no pod template changes (generations stay), so no worker
+    restarts (each would be a rebalance) and no gateway."""
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    release = "ver"
+    full = f"{release}-durable-harness"
+    paths = {"worker": f"/apis/apps/v1/namespaces/{ns}/statefulsets/{full}-worker",
+             "gateway": f"/apis/apps/v1/namespaces/{ns}/deployments/{full}-gateway"}
+    kube.helm("install", release, str(CHART), "-n", ns, "--create-namespace")
+    before = {name: kube.api("GET", path)["metadata"]["generation"] for name, path in paths.items()}
+    kube.helm("upgrade", release, str(chart_copy(tmp_path, version="0.1.1")), "-n", ns)
+    for name, path in paths.items():
+        live = kube.api("GET", path)
+        assert live["metadata"]["labels"]["helm.sh/chart"] == "durable-harness-0.1.1"
+        assert live["metadata"]["generation"] == before[name], f"the {name} pod template changed"
+    # (the same check fails as it should for a change the pods run: another image tag)
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "--set", "image.tag=0.1.1")
+    assert all(kube.api("GET", path)["metadata"]["generation"] > before[name] for name, path in paths.items())
     kube.helm("uninstall", release, "-n", ns)
