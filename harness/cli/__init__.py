@@ -57,13 +57,10 @@ COMMANDS: tuple[Command, ...] = (
 
 
 def version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError
-        from importlib.metadata import version as dist_version
+    """The build's identity: ``0.1.0 (commit 69414ae)``, or the plain version (see :mod:`harness.build`)."""
+    from harness.build import build_info
 
-        return dist_version("durable-harness")
-    except PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
-        return "unknown"
+    return build_info().describe()
 
 
 def overview() -> str:
@@ -83,7 +80,7 @@ def overview() -> str:
         "",
         "Options:",
         f"  {'-h, --help'.ljust(width)}  show this overview",
-        f"  {'--version'.ljust(width)}  print the version",
+        f"  {'--version'.ljust(width)}  print the version (and the build's commit, when known)",
         "",
         "Run 'harness <command> --help' for a command's options and an example.",
     ]

@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from harness.build import build_info
 from harness.observability.facade import (
     RATE_LIMIT_REASONS,
     SESSION_STATES,
@@ -154,6 +155,13 @@ class PrometheusSink:
             "--auth-failure-limit (reason=auth_failures)",
             ["reason"], registry=r,
         )
+        # harness_build_info{version=..., commit=...} 1: which build this process runs (two
+        # releases of one version differ by commit; "" when unknown). Joined onto other series
+        # with `* on(pod) group_left(version, commit) harness_build_info`.
+        build = build_info()
+        self.build = Info("harness_build", "The build this process runs: package version and source commit",
+                          registry=r)
+        self.build.info({"version": build.version, "commit": build.commit or ""})
         self._collector = _WorkerCollector()
         r.register(self._collector)
         for kind in sorted(TOKEN_KINDS):  # both series exist from the start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.build import build_info
 from harness.services.gateway.inputs import CANCEL_SUPPORTED
 from tests.gateway.helpers import HARNESS, ServerThread, child_env, harness_command, wait_for
 
@@ -34,7 +36,8 @@ def wait_state(http: httpx.Client, sid: str, state: str) -> dict[str, Any]:
 
 
 def test_health_and_openapi(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "ok"}
+    # (the build, so a rolling upgrade shows which pods answer from which commit)
+    assert http.get("/healthz").json() == {"status": "ok", **dataclasses.asdict(build_info())}
     assert http.get("/readyz").json() == {"status": "ready"}
     paths = http.get("/openapi.json").json()["paths"]
     for path in ("/v1/sessions/{session_id}/messages", "/v1/sessions/{session_id}/answers",

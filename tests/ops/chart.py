@@ -19,10 +19,11 @@ def write_values(path: Path, values: Mapping[str, Any]) -> Path:
 
 
 def template(
-    values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None, check: bool = True
+    values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None, check: bool = True,
+    chart: Path = CHART,
 ) -> tuple[int, str, str]:
     """``helm template`` (always for Kubernetes KUBE_VERSION): (exit code, manifests, stderr)."""
-    argv = [tool("helm"), "template", release, str(CHART), "--kube-version", KUBE_VERSION]
+    argv = [tool("helm"), "template", release, str(chart), "--kube-version", KUBE_VERSION]
     if namespace is not None:
         argv += ["--namespace", namespace]
     if values is not None:
@@ -31,8 +32,21 @@ def template(
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def render(values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(template(values, release=release, namespace=namespace)[1]) if d]
+def render(values: Path | None = None, *, release: str = RELEASE, namespace: str | None = None,
+           chart: Path = CHART) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(template(values, release=release, namespace=namespace, chart=chart)[1]) if d]
+
+
+def chart_copy(workdir: Path, **chart_yaml: str) -> Path:
+    """A copy of the chart in ``workdir`` with fields of its Chart.yaml replaced (``version="0.2.0"``)."""
+    import shutil
+
+    copy = workdir / CHART.name
+    shutil.copytree(CHART, copy)
+    meta = yaml.safe_load((copy / "Chart.yaml").read_text())
+    meta.update(chart_yaml)
+    (copy / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return copy
 
 
 def validate(manifests: str, workdir: Path) -> str:

@@ -19,12 +19,18 @@ def podman() -> str:
     return tool("podman")
 
 
+def source_commit() -> str:
+    """The checkout's HEAD commit (what a release build passes as the image's REVISION); "" outside git."""
+    return run(["git", "rev-parse", "HEAD"], cwd=REPO, check=False).stdout.strip()
+
+
 def build_image(tag: str = IMAGE) -> str:
     """``podman build`` of the Containerfile (layers cached by podman between runs)."""
     exe = podman()
     if run([exe, "image", "exists", BASE_IMAGE], check=False).returncode != 0:
         unavailable(f"the base image {BASE_IMAGE} is missing")
-    argv = [exe, "build", "--network", "host", "-f", str(REPO / "Containerfile"), "-t", tag]
+    argv = [exe, "build", "--network", "host", "-f", str(REPO / "Containerfile"), "-t", tag,
+            "--build-arg", f"REVISION={source_commit()}"]
     if HOST_CA.exists():  # a TLS-intercepting proxy's CA for pip during the build; not kept in the image
         argv += ["--volume", f"{HOST_CA}:{HOST_CA}:ro"]
     run([*argv, str(REPO)], timeout=900)

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from chart import write_values
+from chart import chart_copy, write_values
 from ops_kube import KubeCluster
 from ops_tools import CHART, wait_for
 
@@ -106,3 +106,65 @@ def test_notes_say_how_to_reach_a_gateway_whose_hosts_leave_out_localhost(kube: 
     values = write_values(tmp_path / "local.yaml", {"gateway": {"allowedHosts": ["harness.acme.com", "localhost"]}})
     out = kube.helm("install", "notes", str(CHART), "-n", ns, "-f", str(values), "--dry-run=server").stdout
     assert "does not name localhost" not in out, out
+
+
+def test_autoscaled_gateways_start_at_the_minimum_and_upgrades_keep_the_autoscalers_count(
+    kube: KubeCluster, tmp_path: Path,
+) -> None:
+    """With the HPA on, the chart left out the gateway's replicas: a new Deployment started at 1
+    (Kubernetes' default) until the autoscaler acted. Leaving it out only on upgrades would be
+    worse: helm's three-way merge deletes a field the previous release set, so the first upgrade
+    would scale the gateways down to 1. Now: the minimum at install, the live count at upgrades."""
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    release = "hpa"
+    deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/{release}-durable-harness-gateway"
+    base = write_values(tmp_path / "base.yaml", {"worker": {"enabled": False},
+                                                  "gateway": {"autoscaling": {"minReplicas": 3, "maxReplicas": 8}}})
+    kube.helm("install", release, str(CHART), "-n", ns, "--create-namespace", "-f", str(base))
+    live = kube.api("GET", deployment)
+    assert (live["spec"]["replicas"], live["metadata"]["generation"]) == (3, 1), "not created at the HPA's minimum"
+
+    # The autoscaler scales it out (as the HPA would: the scale subresource); an upgrade that
+    # changes something else keeps its count.
+    scale = kube.api("GET", f"{deployment}/scale")
+    scale["spec"]["replicas"] = 5
+    del scale["metadata"]["resourceVersion"]  # unconditional, as the HPA's own write (status changes meanwhile)
+    kube.api("PUT", f"{deployment}/scale", scale)
+    level = write_values(tmp_path / "level.yaml", {"logging": {"level": "DEBUG"}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(level))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 5
+    # A new minimum above the live count: the upgrade still writes the live count (the same
+    # value: no conflict with the autoscaler's ownership under server-side apply) and the
+    # autoscaler applies its new minimum.
+    higher = write_values(tmp_path / "higher.yaml", {"gateway": {"autoscaling": {"minReplicas": 6}}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(higher))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 5
+    wait_for(lambda: kube.api("GET", deployment)["spec"]["replicas"] == 6, timeout=90,
+             what="the autoscaler raising the gateways to its new minimum", details=kube.describe)
+    # Autoscaling off: gateway.replicas, as before.
+    fixed = write_values(tmp_path / "fixed.yaml", {"gateway": {"autoscaling": {"enabled": False}, "replicas": 2}})
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "-f", str(base), "-f", str(fixed))
+    assert kube.api("GET", deployment)["spec"]["replicas"] == 2
+    kube.helm("uninstall", release, "-n", ns)
+
+
+def test_a_new_chart_version_alone_rolls_no_pod(kube: KubeCluster, tmp_path: Path) -> None:
+    """`helm upgrade` to a chart of another version with the same values and image: the objects'
+    helm.sh/chart label follows it, but no pod template changes (generations stay), so no worker
+    restarts (each would be a rebalance) and no gateway."""
+    ns = f"ops-{uuid.uuid4().hex[:6]}"
+    release = "ver"
+    full = f"{release}-durable-harness"
+    paths = {"worker": f"/apis/apps/v1/namespaces/{ns}/statefulsets/{full}-worker",
+             "gateway": f"/apis/apps/v1/namespaces/{ns}/deployments/{full}-gateway"}
+    kube.helm("install", release, str(CHART), "-n", ns, "--create-namespace")
+    before = {name: kube.api("GET", path)["metadata"]["generation"] for name, path in paths.items()}
+    kube.helm("upgrade", release, str(chart_copy(tmp_path, version="0.1.1")), "-n", ns)
+    for name, path in paths.items():
+        live = kube.api("GET", path)
+        assert live["metadata"]["labels"]["helm.sh/chart"] == "durable-harness-0.1.1"
+        assert live["metadata"]["generation"] == before[name], f"the {name} pod template changed"
+    # (the same check fails as it should for a change the pods run: another image tag)
+    kube.helm("upgrade", release, str(CHART), "-n", ns, "--set", "image.tag=0.1.1")
+    assert all(kube.api("GET", path)["metadata"]["generation"] > before[name] for name, path in paths.items())
+    kube.helm("uninstall", release, "-n", ns)

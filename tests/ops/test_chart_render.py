@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart import container, find, kinds, process_of, render, template, validate, write_values
+from chart import chart_copy, container, find, kinds, process_of, render, template, validate, write_values
 from ops_tools import CHART, KUBE_VERSION, run, tool
 
 from harness.cli.common import kafka_client_config
@@ -262,10 +262,47 @@ def test_hpa_scales_gateways_only(tmp_path: Path) -> None:
     docs = render()
     hpa = find(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"].endswith("-gateway")
-    assert "replicas" not in find(docs, "Deployment", "-gateway")["spec"]  # the HPA owns it
+    # A new Deployment starts at the autoscaler's minimum (omitted, it started at 1 until the
+    # HPA acted); upgrades keep the live count (test_chart_install).
+    assert find(docs, "Deployment", "-gateway")["spec"]["replicas"] == hpa["spec"]["minReplicas"] == 2
+    write_values(tmp_path / "min.yaml", {"gateway": {"autoscaling": {"minReplicas": 4}}})
+    assert find(render(tmp_path / "min.yaml"), "Deployment", "-gateway")["spec"]["replicas"] == 4
     fixed = render(_values(tmp_path, "gateway-only"))
     assert find(fixed, "Deployment", "-gateway")["spec"]["replicas"] == 3
     assert not any(d["kind"] == "HorizontalPodAutoscaler" for d in fixed)
+
+
+def _pod_templates(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in ("StatefulSet", "Deployment")}
+
+
+@pytest.mark.parametrize("name", ["defaults", "full"])
+def test_a_chart_upgrade_alone_restarts_no_pod(tmp_path: Path, name: str) -> None:
+    """`helm.sh/chart` (the chart's version) was on the pod templates, and the config checksum
+    hashed the ConfigMap's labels with it: every chart release rolled every worker (a rebalance
+    each) and gateway, nothing about the pods changed. It stays on the objects' own labels."""
+    values = _values(tmp_path, name)
+    old = render(values)
+    new = render(values, chart=chart_copy(tmp_path, version="0.1.1"))
+    assert set(_pod_templates(old)) == {"t-durable-harness-worker", "t-durable-harness-gateway"}
+    assert _pod_templates(new) == _pod_templates(old)
+    for docs, version in ((old, "0.1.0"), (new, "0.1.1")):
+        for kind, suffix in (("Deployment", "-gateway"), ("Service", "-gateway"), ("ConfigMap", "-harness")):
+            assert find(docs, kind, suffix)["metadata"]["labels"]["helm.sh/chart"] == f"durable-harness-{version}"
+    for workload in _pod_templates(old).values():
+        assert "helm.sh/chart" not in workload["metadata"]["labels"]
+    # A new image (its tag: the version label and the container's image) does roll them.
+    write_values(tmp_path / "tag.yaml", {**(COMBINATIONS[name] or {}), "image": {"tag": "0.1.1"}})
+    tagged = _pod_templates(render(tmp_path / "tag.yaml"))
+    for pod_name, pod in _pod_templates(old).items():
+        assert tagged[pod_name] != pod
+        assert tagged[pod_name]["metadata"]["labels"]["app.kubernetes.io/version"] == "0.1.1"
+        assert tagged[pod_name]["spec"]["containers"][0]["image"] == "localhost/durable-harness:0.1.1"
+    # So does a changed config (the checksum of the ConfigMap's data).
+    write_values(tmp_path / "level.yaml", {**(COMBINATIONS[name] or {}), "logging": {"level": "DEBUG"}})
+    leveled = _pod_templates(render(tmp_path / "level.yaml"))
+    for pod_name, pod in _pod_templates(old).items():
+        assert leveled[pod_name]["metadata"]["annotations"]["checksum/config"] != pod["metadata"]["annotations"]["checksum/config"]
 
 
 def test_restricted_egress_lets_the_pods_reach_the_bootstrap_ports(tmp_path: Path) -> None:

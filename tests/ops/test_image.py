@@ -12,9 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ops_podman import Container, podman
+from ops_podman import Container, podman, source_commit
 from ops_tools import REPO, free_port, http_get, python_tool, run, wait_for
 
+from harness.build import build_info
 from harness.client import HarnessClient
 
 
@@ -38,6 +39,18 @@ def test_image_is_non_root_without_build_tools(harness_image: str) -> None:
     assert proc.returncode == 0, f"build tools in the final image: {proc.stdout}{proc.stderr}"
     helped = run([podman(), "run", "--rm", "--read-only", harness_image, "--help"])
     assert "worker" in helped.stdout + helped.stderr
+
+
+def test_image_names_its_source_commit(harness_image: str) -> None:
+    """Two builds of one version differ by commit: the image's label and `harness --version`
+    in it name the commit it was built from (no .git in the image: the build's baked file)."""
+    commit = source_commit()
+    if not commit:
+        pytest.skip("the source is not a git checkout: the image was built without a REVISION")
+    info = json.loads(run([podman(), "image", "inspect", harness_image]).stdout)[0]
+    assert info["Config"]["Labels"]["org.opencontainers.image.revision"] == commit
+    out = run([podman(), "run", "--rm", "--read-only", harness_image, "--version"]).stdout
+    assert out == f"harness {build_info().version} (commit {commit[:7]})\n"
 
 
 HARDENED = ["--network", "host", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]

@@ -23,6 +23,7 @@ from ops_prometheus import Prometheus, check_exprs, promtool
 from ops_tools import CHART, REPO, Proc, free_port, harness_env, http_get, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.build import build_info
 from harness.client import HarnessClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -196,12 +197,21 @@ def test_every_dashboard_and_alert_expression_parses(tmp_path: Path) -> None:
     promtool("check", "rules", str(RULES))
 
 
+def head_commit() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_prometheus_scrapes_the_workers(fleet_run: Run) -> None:
     p = fleet_run.prometheus
     up = {r["metric"]["instance"]: r["value"][1] for r in p.query('up{job="durable-harness-worker"}')}
     assert up == {f"127.0.0.1:{port}": "1" for port in fleet_run.metrics_ports}
     owned = p.query('sum(harness_partitions_owned{job="durable-harness-worker"})')
     assert owned[0]["value"][1] == str(PARTITIONS), "the two workers own every partition between them"
+    # Which build each worker runs (this checkout: its HEAD commit).
+    builds = {r["metric"]["instance"]: (r["metric"]["version"], r["metric"]["commit"])
+              for r in p.query('harness_build_info{job="durable-harness-worker"} == 1')}
+    assert builds == {f"127.0.0.1:{port}": (build_info().version, head_commit()) for port in fleet_run.metrics_ports}
     lag = p.query("harness_input_lag_records")
     assert sorted(int(r["metric"]["partition"]) for r in lag) == list(range(PARTITIONS))
     # every session settled: nothing is left to read (it stayed at 1 on every partition that
@@ -259,7 +269,13 @@ def test_prometheus_scrapes_the_gateway(kafka_bootstrap: str, unique_prefix: str
 
         wait_for(ready, timeout=90, what="the gateway ready", details=gateway.describe)
         prometheus.start()
-        assert http_get(f"http://127.0.0.1:{http_port}/healthz")[0] == 200
+        status, health = http_get(f"http://127.0.0.1:{http_port}/healthz")
+        assert status == 200
+        assert json.loads(health) == {"status": "ok", "version": build_info().version, "commit": head_commit()}
+        prometheus.wait_data('harness_build_info{job="durable-harness-gateway"}', timeout=60)
+        [build] = prometheus.query('harness_build_info{job="durable-harness-gateway"}')
+        assert (build["metric"]["version"], build["metric"]["commit"], build["value"][1]) == (
+            build_info().version, head_commit(), "1")
         panels = dashboard_exprs()
         prometheus.wait_data(panels["HTTP requests per second"][0], timeout=60)
         assert _returns_data(prometheus, panels["SSE subscribers"])

@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from pydantic import AfterValidator, BeforeValidator
 from starlette.background import BackgroundTask
 
+from harness.build import build_info
 from harness.ids import MAX_ID, session_id_problem
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import Principal
@@ -165,8 +166,10 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # -- health and console ----------------------------------------------------------------------
 
     @app.get("/healthz", include_in_schema=True, tags=["health"])
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> dict[str, str | None]:
+        """Alive; and which build answers (the package version, the source commit or null)."""
+        build = build_info()
+        return {"status": "ok", "version": build.version, "commit": build.commit}
 
     @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
     async def readyz() -> JSONResponse:

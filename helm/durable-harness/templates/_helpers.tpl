@@ -20,8 +20,17 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The objects' own labels: the pods' plus helm.sh/chart. */}}
 {{- define "harness.labels" -}}
 helm.sh/chart: {{ include "harness.chart" . }}
+{{ include "harness.podLabels" . }}
+{{- end -}}
+
+{{/* A pod template's labels. Not helm.sh/chart: a change of a pod template rolls every pod
+(for workers, a rebalance per pod), and a new chart version alone changes nothing the pods
+run. app.kubernetes.io/version stays: it is the image's tag, so it changes only with the
+image, which rolls the pods anyway, and it lets one select the pods of a version. */}}
+{{- define "harness.podLabels" -}}
 {{ include "harness.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -37,6 +46,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "harness.componentLabels" -}}
 {{ include "harness.labels" .ctx }}
 app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "harness.componentPodLabels" -}}
+{{ include "harness.podLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The checksum/config annotation of the pod templates: the ConfigMap's data only (its labels
+hold helm.sh/chart, which would roll the pods at every chart release). */}}
+{{- define "harness.configChecksum" -}}
+{{- (include (print .Template.BasePath "/configmap.yaml") . | fromYaml).data | toYaml | sha256sum -}}
 {{- end -}}
 
 {{- define "harness.componentSelector" -}}
@@ -268,4 +288,27 @@ tool and never reads HARNESS_SECRET_* (least privilege: a gateway pod cannot lea
 {{- with .Values.gateway.extraEnv }}
 {{- toYaml . | nindent 0 }}
 {{- end }}
+{{- end -}}
+
+{{/* The gateway Deployment's replicas. Without the autoscaler: gateway.replicas. With it, the
+count the autoscaler set is kept: the live Deployment's, read with lookup at upgrade and written
+back unchanged (the same value, so Helm 4's server-side apply sees no conflict with the
+autoscaler's ownership; a new minReplicas/maxReplicas is the autoscaler's to apply). At install
+(nothing to look up; also `helm template`): minReplicas. Not omitted: an omitted replicas
+starts a new Deployment at 1 until the autoscaler acts, and omitting a field the previous
+release set makes helm's three-way merge delete it, which scales the gateways down to 1 at
+that upgrade. */}}
+{{- define "harness.gatewayReplicas" -}}
+{{- $g := .Values.gateway -}}
+{{- if not $g.autoscaling.enabled -}}
+{{- $g.replicas -}}
+{{- else -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (printf "%s-gateway" (include "harness.fullname" .)) -}}
+{{- $current := dig "spec" "replicas" nil $live -}}
+{{- if kindIs "invalid" $current -}}
+{{- int $g.autoscaling.minReplicas -}}
+{{- else -}}
+{{- int $current -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
