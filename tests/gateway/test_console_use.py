@@ -169,12 +169,13 @@ def test_an_optional_text_of_an_ask_is_a_text_field_and_a_bounded_number_says_it
     assert page.errors == []
 
 
-def test_the_answer_stays_readable_and_a_reload_half_way_marks_what_it_missed(
+def test_the_answer_stays_readable_and_a_reload_half_way_gets_its_start_back(
     keyed: ServerThread, api: httpx.Client, gates: Gates, browser: Any  # noqa: F811
 ) -> None:
     """The streamed text was wiped when the response was logged (the whole answer was then
     nowhere on the page: the timeline cuts it at 100 characters), and a page reloaded
-    half-way through an answer showed its tail as if it were all of it."""
+    half-way through an answer showed its tail as if it were all of it (later: marked
+    "… " where its start was missed; now the gateway gives the start back)."""
     assert api.post("/v1/sessions/a-1/messages?wait=30", json={"text": "hello", "harness": NAME}
                     ).json()["settlement"]["outcome"] == "completed"
     page = signed_in(browser)
@@ -188,9 +189,11 @@ def test_the_answer_stays_readable_and_a_reload_half_way_marks_what_it_missed(
     wait_for(lambda: live.inner_text() == "The answer comes in ", timeout=20, what="the first two pieces, live")
     page.reload()
     page.locator("#stream-state").filter(has_text="live").wait_for(timeout=20_000)
+    wait_for(lambda: live.inner_text() == "The answer comes in ", timeout=20, what="the start, given back")
     gates.after[2].set()
     assert gates.reached[3].wait(20)
-    wait_for(lambda: live.inner_text() == "… four pieces", timeout=20, what="the third piece, its start marked missing")
+    wait_for(lambda: live.inner_text() == "The answer comes in four pieces", timeout=20,
+             what="the third piece after the start given back")
     gates.after[3].set()
     page.locator("#timeline li", has_text="turn 2 completed").wait_for(timeout=20_000)
     wait_for(lambda: live.inner_text() == ANSWER, timeout=20, what="the whole answer, from the log")
