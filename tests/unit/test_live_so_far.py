@@ -141,3 +141,33 @@ def test_a_start_read_back_later_joins_what_came_after_it() -> None:
         kept.add(delta(piece, at))
     got = kept.so_far("s")
     assert got is not None and (got.position, got.text) == (0, "Hello, world")
+
+
+def test_a_session_is_answering_while_a_model_call_may_run_not_while_a_tool_waits() -> None:
+    """The gateway reads an answer's start back only for a session that may be streaming
+    one: a turn whose model has not answered yet, or whose tool calls all finished (the
+    next model call). A session whose tool waits on an ask (for days) is not: its streams
+    would each pay a read of the live topic for nothing."""
+    from harness.records import (
+        InputMessage,
+        ModelResponseRecord,
+        ToolResult,
+        ToolStarted,
+        TurnFinished,
+        TurnStarted,
+    )
+    from harness.replay import SessionState
+    from harness.services.gateway.sse import answering
+
+    state = SessionState("s")
+    records = [
+        (InputMessage("s", 1, "m1", "hi"), False),
+        (TurnStarted("s", 2, "m1", 1), True),  # the first model call
+        (ModelResponseRecord("s", 3, 1, 0, None, ({"id": "c1", "name": "review", "arguments": {}},)), False),
+        (ToolStarted("s", 4, "c1", "review", 1), False),  # the tool runs (or waits on an ask)
+        (ToolResult("s", 5, "c1", "review", {"ok": True}), True),  # the next model call
+        (TurnFinished("s", 6, "m1", 1, "completed", "done"), False),
+    ]
+    for seq, (record, expected) in enumerate(records):
+        state.apply(seq, record)
+        assert answering(state) is expected, (seq, record)

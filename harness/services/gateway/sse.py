@@ -39,7 +39,7 @@ from harness.records import LogEntry
 from harness.replay import SessionState
 from harness.replay.resends import FirstInputs
 
-__all__ = ["RESENT_EVENT", "entry_json", "event_frame", "resent_json", "session_stream"]
+__all__ = ["RESENT_EVENT", "answering", "entry_json", "event_frame", "resent_json", "session_stream"]
 
 RETRY_MS = 1000
 MAX_FRAMES_PER_WRITE = 64
@@ -105,6 +105,19 @@ def record_frame(entry: LogEntry, public_session_id: str, resent_of: int | None 
     return frame
 
 
+def answering(state: SessionState) -> bool:
+    """Whether the session may be streaming a model answer now: a turn runs and no tool
+    call of its last answer is still open (an ask waiting for days is not answering)."""
+    turn = state.active_turn
+    if turn is None:
+        return False
+    last = turn.last_response
+    if last is None:
+        return True
+    calls = state.calls
+    return all((call := calls.get(c["id"])) is not None and call.finished for c in last.tool_calls)
+
+
 def live_frame(event: LiveEvent, public_session_id: str) -> bytes:
     data = event.to_json() if hasattr(event, "to_json") else dict(event)  # type: ignore[call-overload]
     data["session_id"] = public_session_id
@@ -147,8 +160,7 @@ async def session_stream(
     unregister = register(queue)
     # Registered now, before the hello; first the answer being streamed as far as it came
     # (a page reloaded half-way through an answer gets its start back).
-    running = known is not None and known.active_turn is not None
-    deltas = live.subscribe(log_session_id, so_far=True, after=after, running=running)
+    deltas = live.subscribe(log_session_id, so_far=True, after=after, running=known is not None and answering(known))
     records = subscribe(log, log_session_id, after=after, dead_letter=False)  # a reader writes nothing
     tasks = [
         asyncio.create_task(pump(records, "entry", True)),
