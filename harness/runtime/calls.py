@@ -112,9 +112,14 @@ async def answer(core: SessionCore, tool_call_id: str, name: str, value: Any, in
         InputAnswer(core.session_id, core.now_ms(), input_id, tool_call_id, name, value)
     )
     if settled.outcome == "rejected":
+        error, code = settled.error, settled.code
+        if code == "input_conflict":  # (the id answered the ask first, with another value: say so, as the gateway does)
+            verdict = judge_answer(core.state, tool_call_id, name, value, core.now_ms())
+            if not verdict.ok:
+                error, code = verdict.reason, verdict.code
         raise InvalidAnswer(
-            settled.error or "answer refused",
-            reason=settled.code or "invalid_answer",
+            error or "answer refused",
+            reason=code or "invalid_answer",
             session_id=core.session_id,
             tool_call_id=tool_call_id,
             name=name,

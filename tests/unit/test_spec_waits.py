@@ -475,3 +475,23 @@ async def test_s3_2_answer_is_validated_by_the_asks_pydantic_model_and_a_refused
     result = await owner.answer("c1", "refund", {"amount": 7}, input_id="a-3")
     assert result is not None and result.outcome == "completed"
     assert got == [7]
+
+
+async def test_s3_2_a_second_answer_with_another_value_says_the_ask_has_its_answer(host, log):
+    """A user who answers an ask twice (no input id of theirs) is told the ask has its
+    answer (``already_answered``, as the gateway says), not that an input id they never
+    gave was used with another payload; the first answer stays the only one."""
+    answers: list[Any] = []
+    session = await host.open(harness_of(asking(answers)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+    first = await session.answer("c1", "approve", {"approved": True})
+    assert first is not None and first.outcome == "completed"
+    with pytest.raises(InvalidAnswer) as again:
+        await session.answer("c1", "approve", {"approved": False})
+    assert again.value.reason == "already_answered"
+    assert "has its answer" in str(again.value) and "input id" not in str(again.value)
+    # The same answer again has no second effect and says how the turn went.
+    same = await session.answer("c1", "approve", {"approved": True})
+    assert same is not None and same.outcome == "completed"
+    assert answers == [Approval(approved=True)]
+    assert len(await entries(log, SID, "harness.ask.answered")) == 1
