@@ -42,17 +42,17 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.clock import Clock
 from harness.definition import Durability, Harness
-from harness.errors import ContextTooLong, ModelError
+from harness.errors import ContextTooLong, ModelError, StepValueError
 from harness.ids import id_problem, model_call_id
 from harness.jsonvalues import check_text, json_copy
 from harness.live.events import LiveEvent
-from harness.models.base import ModelResponse, call_complete, thinking_copy
+from harness.models.base import ModelResponse, ToolCall, call_complete, thinking_copy
 from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation, trim_history
@@ -278,7 +278,13 @@ def _response_records(
             check_text(value, what="the model's thinking", path=f"$[{pos}].{key}")
     seen = set(state.calls)
     calls = []
+    if not isinstance(response.tool_calls, Sequence) or isinstance(response.tool_calls, str):
+        raise StepValueError(f"the model's tool_calls is a {type(response.tool_calls).__name__}, not a list: "
+                             "answer ModelResponse(tool_calls=[ToolCall(id=..., name=..., arguments={...})])")
     for pos, call in enumerate(response.tool_calls):
+        if not isinstance(call, ToolCall):  # (a model of the user's own: say what, not an AttributeError)
+            raise StepValueError(f"the model's tool_calls[{pos}] is a {type(call).__name__}, not a ToolCall: "
+                                 "answer ModelResponse(tool_calls=[ToolCall(id=..., name=..., arguments={...})])")
         # An id that is no usable id (empty, a newline ...) or is repeated is renamed here, once:
         # the logged response holds the new one (a usable id holding a secret is refused).
         call_id = model_call_id(call.id, f"{action.turn}.{action.index}.{pos}", seen)
