@@ -367,6 +367,12 @@ class _Names:
             )
         self._used.add(name)
 
+    def free(self, name: str) -> None:
+        """Give back the name of a step that stored nothing (its fn raised, its value was
+        refused or its commit failed): a retry under the same name, hence the same
+        idempotency key, is what a run after a crash does too."""
+        self._used.discard(name)
+
 
 class DurableStep:
     """``ctx.step`` in a durable session."""
@@ -462,6 +468,7 @@ class DurableStep:
             await s.commit([StepResult(s.session_id, round(s.clock.now() * 1000), s.tool_call_id, name, value)])
         except BaseException:
             metrics.step(s.harness_name, "failed", time.perf_counter() - started)
+            self._names.free(name)  # (nothing stored: the name may be tried again)
             raise
         metrics.step(s.harness_name, "ran", time.perf_counter() - started)
         # The caller gets a copy of its own (the session's state keeps ``value``), as in finish.
@@ -685,7 +692,11 @@ class PlainStep:
         self._names.check_fn(name, fn)
         _, info = self.begin(name)
         assert info is not None
-        return await self.finish(name, await _call_fn(fn, info, None))
+        try:
+            return await self.finish(name, await _call_fn(fn, info, None))
+        except BaseException:
+            self._names.free(name)  # (as in a session: a failed step's name may be tried again)
+            raise
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         self._names.take(name, "step")
@@ -745,7 +756,11 @@ class SyncStep:
         stored, info = self._run(_call_on_loop(inner.begin, name))
         if not isinstance(inner, DurableStep):  # plain mode: no log, no drain, no metrics
             assert info is not None
-            return self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
+            try:
+                return self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
+            except BaseException:
+                inner._names.free(name)
+                raise
         if info is None:
             metrics.step(inner._s.harness_name, "served")
             return stored
@@ -755,6 +770,7 @@ class SyncStep:
             value = self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
         except BaseException:
             metrics.step(inner._s.harness_name, "failed", time.perf_counter() - started)
+            inner._names.free(name)  # (nothing stored: the name may be tried again)
             raise
         metrics.step(inner._s.harness_name, "ran", time.perf_counter() - started)
         return value
