@@ -108,9 +108,12 @@ class HarnessHost:
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.live = live
         self.sync_threads = sync_threads
-        # (a stall worth a warning: a third of the lease, when a renewal falls due)
+        # (a stall worth a warning: a third of the lease, when a renewal falls due; the
+        # watchdog notices a stall within two looks, well inside the two thirds of a lease
+        # left when a renewal falls due, however short the lease)
         self._poller = HostPoller(self.log, interval=self.poll_interval,
-                                  stall_warning=min(10.0, self.lease.total_seconds() / 3))
+                                  stall_warning=min(10.0, self.lease.total_seconds() / 3),
+                                  watch_every=max(0.02, min(0.5, self.lease.total_seconds() / 6)))
         self._pool: ThreadPoolExecutor | None = None
         self._sync_calls: set[concurrent.futures.Future[Any]] = set()  # submitted to the pool, not done
         self._cores: dict[str, SessionCore] = {}
