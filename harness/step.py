@@ -257,29 +257,50 @@ class HandedSteps(list):  # type: ignore[type-arg]
         return coro
 
     def prune(self) -> None:
-        """Drop the coroutines that started."""
-        self[:] = [c for c in self if _unstarted(c)]
+        """Drop the coroutines that finished (one not started yet, or still running in a
+        task the tool may not await, is kept for :meth:`check`)."""
+        self[:] = [c for c in self if not _finished(c)]
         self.prune_at = max(32, 2 * len(self))
 
-    def _take_unstarted(self) -> list[tuple[str, Any]]:
-        """The steps never started, (kind, name) (closed here: they never will, and Python
-        does not warn)."""
-        left = [_kind_and_name(coro) for coro in self if _unstarted(coro)]
+    def _stop_left(self) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        """Stop the steps the tool left behind: ``(never started, still running)``, each
+        ``(kind, name)``. One never started is closed (it never will run, and Python does
+        not warn); one in a task (``asyncio.create_task(step.do(...))`` not awaited) has its
+        task cancelled, so the task neither fails on a closed coroutine nor goes on to
+        write after the call ended."""
+        unstarted: list[tuple[str, Any]] = []
+        running: list[tuple[str, Any]] = []
+        tasks: dict[Any, asyncio.Task[Any]] | None = None
         for coro in self:
-            coro.close()
+            state = inspect.getcoroutinestate(coro)
+            if state == inspect.CORO_CLOSED:
+                continue
+            (unstarted if state == inspect.CORO_CREATED else running).append(_kind_and_name(coro))
+            if tasks is None:
+                tasks = _tasks_by_coroutine()
+            task = tasks.get(coro)
+            if task is not None:
+                task.cancel()
+            elif state != inspect.CORO_RUNNING:
+                coro.close()
         self.clear()
-        return left
+        return unstarted, running
 
     def check(self, cause: BaseException | None = None) -> None:
         """The tool returned (or raised ``cause``): raise ``StepNotAwaited`` if one of its
-        steps never started."""
-        left = self._take_unstarted()
-        if not left:
+        steps never started, or (the tool returned) one was still running."""
+        unstarted, running = self._stop_left()
+        if unstarted:
+            left, what = unstarted, "was never awaited: write `await step.{kind}(...)`; it did not run"
+        elif running and cause is None:  # (a tool that raised: its own error tells more)
+            left, what = running, ("was still running when the tool returned: it was stopped; await every "
+                                   "step, or the task or gather that runs it, before the tool returns")
+        else:
             return
         kind, name = left[0]
         more = f" ({len(left) - 1} more step{'s' if len(left) > 2 else ''} too)" if len(left) > 1 else ""
         raise StepNotAwaited(
-            f"step.{kind}({name!r}) was never awaited: write `await step.{kind}(...)`; it did not run{more}",
+            f"step.{kind}({name!r}) {what.format(kind=kind)}{more}",
             session_id=self._scope[0],
             tool_call_id=self._scope[1] or None,
             step_name=name if isinstance(name, str) else None,
@@ -288,8 +309,15 @@ class HandedSteps(list):  # type: ignore[type-arg]
         ) from cause
 
     def close(self) -> None:
-        """The call is over (or parked, or cancelled): a step never started is dropped quietly."""
-        self._take_unstarted()
+        """The call is over (or parked, or cancelled): a step left behind is stopped quietly."""
+        self._stop_left()
+
+
+def _tasks_by_coroutine() -> dict[Any, asyncio.Task[Any]]:
+    try:
+        return {task.get_coro(): task for task in asyncio.all_tasks()}
+    except RuntimeError:  # no running loop: no task can hold a step
+        return {}
 
 
 def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
@@ -299,8 +327,8 @@ def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
     return coro.cr_code.co_name.lstrip("_"), frame.f_locals.get("name") if frame is not None else None  # type: ignore[attr-defined]
 
 
-def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
-    return inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+def _finished(coro: Coroutine[Any, Any, Any]) -> bool:
+    return inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
 
 
 class _Names:
