@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -770,9 +771,18 @@ class SyncStep:
     def __init__(self, inner: DurableStep | PlainStep, loop: asyncio.AbstractEventLoop) -> None:
         self._inner = inner
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # (made on the loop's thread)
 
-    def _run(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        if threading.get_ident() == self._loop_thread:  # (waiting here for the loop would hang it for good)
+            coro.close()
+            raise StepError(
+                "a sync tool's ctx.step was used on the event loop (in a coroutine), where its blocking "
+                "calls would wait for the loop itself: make the tool an async def and await ctx.step.do(...)",
+                session_id=self._inner._names._scope[0],
+                tool_call_id=self._inner._names._scope[1] or None,
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Like ``await step.do``; ``fn`` runs on this thread (already off the loop). As

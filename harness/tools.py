@@ -55,7 +55,12 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.execute)
+        """An ``async def`` (a ``functools.partial`` of one too), or an object whose
+        ``__call__`` is one: it runs on the loop, its steps awaited."""
+        fn = self.execute
+        return inspect.iscoroutinefunction(fn) or (
+            not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+        )
 
     @property
     def policy(self) -> ToolPolicy:

@@ -189,7 +189,12 @@ async def _run(
                     value = await run_sync(call)
                 else:
                     value = await asyncio.get_running_loop().run_in_executor(None, call)
-                value = await _maybe_await(value)
+                if inspect.isawaitable(value):
+                    # A def that hands back a coroutine (``lambda args, ctx: impl(args, ctx)``):
+                    # it runs here, on the loop, where a blocking ctx.step would wait for the
+                    # loop itself, for good: it gets the awaitable steps.
+                    ctx.step = step
+                    value = await value
         except LogError:
             raise  # (below: the session's failure, whatever the tool left)
         except Exception as exc:
