@@ -53,6 +53,13 @@ def error_outcome(code: str, message: str, **extra: Any) -> ToolOutcome:
     return ToolOutcome(content={"error": code, "message": message, **extra}, is_error=True, code=code)
 
 
+_LEAKED_CANCEL = (
+    "the tool raised CancelledError though nobody cancelled it (a task it cancelled and then awaited, "
+    "or a library's cancel scope): catch it in the tool, or await such tasks with "
+    "asyncio.gather(..., return_exceptions=True)"
+)
+
+
 async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
@@ -197,6 +204,16 @@ async def _run(
                     value = await value
         except LogError:
             raise  # (below: the session's failure, whatever the tool left)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # this call is being cancelled (a cancel input, the deadline, a close)
+            # The tool's own code raised it (a task it cancelled, then awaited): its error,
+            # not the call's cancellation, which would leave the turn where it is for good.
+            _log_failure(event, exc, scrubber)
+            return CallRun(
+                error_outcome("tool_failed", _LEAKED_CANCEL, type="CancelledError"), records=ctx.staged_records
+            )
         except Exception as exc:
             # A step the tool never awaited explains the failure (e.g. "'coroutine' object is
             # not subscriptable" on its value): it is the call's error, the tool's as its cause.

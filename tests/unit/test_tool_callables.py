@@ -92,3 +92,33 @@ async def test_a_sync_tools_step_used_on_the_event_loop_is_a_step_error_not_a_ha
     assert result["is_error"] and result["content"]["type"] == "StepError"
     assert "make the tool an async def" in result["content"]["message"]
     assert await entries(log, SID, "harness.step.result") == []
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("where", ["tool", "step"])
+async def test_a_cancelled_error_the_tool_raises_itself_is_its_error_not_a_stuck_turn(host, log, where: str) -> None:
+    """A CancelledError out of the tool's own code (a task it cancelled and then awaited; a
+    library's cancel scope) while nobody cancelled the call was taken for the call's own
+    cancellation: the turn stopped where it was, and ``send`` never returned. It is the
+    call's error now (``tool_failed``), and the turn goes on."""
+    import asyncio
+
+    async def leaks() -> Any:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        return await inner  # raises CancelledError into the tool
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        if where == "step":
+            return await ctx.step.do("charge", leaks)
+        return await leaks()
+
+    t = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
+    session = await host.open(define_harness(name="t/callables", model=script([call("c1", "pay")], "paid"), tools=[t]),
+                              session_id=SID)
+    result = await asyncio.wait_for(session.send("go"), 10)
+    assert result.outcome == "completed" and result.text == "paid"
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert tool_result["is_error"] and tool_result["content"]["type"] == "CancelledError"
+    assert "nobody cancelled" in tool_result["content"]["message"]
