@@ -521,3 +521,28 @@ async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host,
     assert all("SEC" not in e.text and "RET-1" not in e.text for e in seen)
     assert "".join(e.text for e in seen) == result.text  # exactly the logged text
     assert [e.position for e in seen] == [sum(len(x.text) for x in seen[:i]) for i in range(len(seen))]
+
+
+class _LeaksCancel:
+    """A model whose complete() lets a CancelledError of its own out (an HTTP client's
+    task cancelled inside it) while nobody cancelled the call."""
+
+    async def complete(self, messages: Any, tools: Any) -> Any:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        return await inner
+
+
+@pytest.mark.timeout(20)
+async def test_a_cancelled_error_out_of_the_model_fails_the_turn_not_stalls_it(host, log):
+    """It was taken for the turn's own cancellation: the turn stopped, send() never
+    returned. It fails the turn as a model error now; chat() raises it as one."""
+    from harness import chat
+
+    session = await host.open(define_harness(name="t/leak", model=_LeaksCancel()), session_id="s-1")
+    result = await asyncio.wait_for(session.send("go"), 10)
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert "CancelledError" in (result.error or "") and "nobody cancelled" in (result.error or "")
+    with pytest.raises(ModelError, match="nobody cancelled"):
+        await chat(model=_LeaksCancel(), messages=[{"role": "user", "content": "hi"}], tools=[])
