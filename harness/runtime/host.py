@@ -65,7 +65,8 @@ class HarnessHost:
         poll_interval: how often the host's one poller renews the leases it holds and
             looks for records other processes put in the log for its open sessions
             (answers, records, messages). Idle sessions cost nothing on their own. A
-            ``timedelta`` or a number of seconds.
+            ``timedelta`` or a number of seconds; a quarter of the lease at most (a
+            longer one is shortened to that, so leases are renewed in time).
         sync_threads: how many sync step functions and sync tools may run at once (a
             bounded thread pool; more wait for a thread). They never run on the event
             loop, so a blocking call stops neither lease renewals nor other sessions.
@@ -111,7 +112,9 @@ class HarnessHost:
         # (a stall worth a warning: a third of the lease, when a renewal falls due; the
         # watchdog notices a stall within two looks, well inside the two thirds of a lease
         # left when a renewal falls due, however short the lease)
-        self._poller = HostPoller(self.log, interval=self.poll_interval,
+        # (renewals fall due every third of the lease: a pass at least every quarter of it
+        # renews each in time, whatever poll_interval says)
+        self._poller = HostPoller(self.log, interval=min(self.poll_interval, self.lease.total_seconds() / 4),
                                   stall_warning=min(10.0, self.lease.total_seconds() / 3),
                                   watch_every=max(0.02, min(0.5, self.lease.total_seconds() / 6)))
         self._pool: ThreadPoolExecutor | None = None

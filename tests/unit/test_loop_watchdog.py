@@ -245,3 +245,51 @@ async def test_a_short_lease_is_kept_through_blocking_code_too(tmp_path: Path):
     finally:
         await host.close()
         await log.close()
+
+
+async def test_a_lease_shorter_than_the_poll_interval_is_renewed_in_time(tmp_path: Path):
+    """The poller renewed leases once per ``poll_interval`` whatever the lease: with
+    ``HarnessHost(lease=0.6, poll_interval=1)`` (or a lease under the default 0.2 s) the
+    lease lapsed between two passes while a sync step ran on its thread, the loop free
+    (only the /proc holder check, Linux only, kept another process from running the step
+    again). The poller looks at least every quarter of the lease now."""
+    import sqlite3
+
+    path = tmp_path / "h.db"
+    lapsed: list[float] = []
+    stop = threading.Event()
+
+    def watch_lease() -> None:
+        db = sqlite3.connect(path, timeout=5)
+        try:
+            while not stop.wait(0.01):
+                row = db.execute("SELECT lease_until FROM owners WHERE session_id = 's-1'").fetchone()
+                if row is not None and row[0] is not None and time.time() > row[0]:
+                    lapsed.append(time.time() - row[0])
+        finally:
+            db.close()
+
+    def charge() -> dict[str, str]:  # a plain def: it runs on the pool, the loop stays free
+        watcher = threading.Thread(target=watch_lease)
+        watcher.start()
+        try:
+            time.sleep(2.5)
+        finally:
+            stop.set()
+            watcher.join()
+        return {"id": "ch_1"}
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do("charge", charge)
+
+    tool = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
+    harness = define_harness(name="test/short", model=script([call("c1", "pay")], "paid"), tools=[tool])
+    log = SqliteLog(path)
+    host = HarnessHost(log=log, lease=timedelta(seconds=0.6), poll_interval=timedelta(seconds=1))
+    try:
+        session = await host.open(harness, session_id="s-1")
+        assert (await session.send("go")).outcome == "completed"
+        assert lapsed == [], f"the lease lapsed for up to {max(lapsed):.2f} s while a sync step ran"
+    finally:
+        await host.close()
+        await log.close()
