@@ -47,6 +47,7 @@ from harness.observability import metrics
 from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
+from harness.sync_pool import lend_thread
 from harness.words import with_article
 
 __all__ = ["CallScope", "DurableStep", "HandedSteps", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
@@ -814,7 +815,9 @@ class SyncStep:
         return value
 
     def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        self._run(self._inner._sleep(name, duration, until=until))
+        with lend_thread():  # (a wait of hours holds this thread: it does not count meanwhile)
+            self._run(self._inner._sleep(name, duration, until=until))
 
     def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
-        return self._run(self._inner._ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]
+        with lend_thread():
+            return self._run(self._inner._ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]
