@@ -367,7 +367,9 @@ class _Names:
             step_name=name if isinstance(name, str) else None,
         )
 
-    def take(self, name: str, kind: str) -> None:
+    def take(self, name: str, kind: str) -> str:
+        """Take ``name`` for this run of the call; returns it as plain text (a ``(str, Enum)``
+        member as its value: the name the log, the key and a later run all use)."""
         if self.closed or not self._scope[1]:
             raise NoToolCallError(
                 f"step.{'do' if kind == 'step' else kind} used outside a running tool call (a ctx kept after its tool "
@@ -383,7 +385,7 @@ class _Names:
                     session_id=self._scope[0],
                     tool_call_id=self._scope[1],
                 )
-            check_text(name, what=f"{with_article(kind)} name")
+            name = check_text(name, what=f"{with_article(kind)} name")
         scrubber = self._scrubber
         if scrubber is not None and scrubber.active:
             scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
@@ -396,6 +398,7 @@ class _Names:
                 step_name=name,
             )
         self._used.add(name)
+        return name
 
     def free(self, name: str) -> None:
         """Give back the name of a step that stored nothing (its fn raised, its value was
@@ -482,7 +485,7 @@ class DurableStep:
         """
         if not callable(fn):
             self._names.check_fn(name, fn)  # (raises)
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         s = self._s
         steps = s.call.steps
         if name in steps:
@@ -513,7 +516,7 @@ class DurableStep:
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         s = self._s
         if name in s.call.steps:
             return json_copy(s.call.steps[name]), None
@@ -606,7 +609,7 @@ class DurableStep:
     async def _sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> None:
-        self._names.take(name, "sleep")
+        name = self._names.take(name, "sleep")
         s = self._s
         wake_ms = s.call.sleeps.get(name)
         if wake_ms is None:
@@ -643,7 +646,7 @@ class DurableStep:
         schema: type[M],
         expires_at: datetime | None = None,
     ) -> M:
-        self._names.take(name, "ask")
+        name = self._names.take(name, "ask")
         s = self._s
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
@@ -729,7 +732,7 @@ class PlainStep:
             raise
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         key = ids.plain_idempotency_key(self._chat_id, self._call, name)
         return None, StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
 
@@ -746,7 +749,7 @@ class PlainStep:
         return self._handed.keep(self._sleep(name, duration, until=until))
 
     async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        self._names.take(name, "sleep")
+        name = self._names.take(name, "sleep")
         try:
             wake = _wake_time(self._clock.now(), duration, until, self._call)
         except ValueError as exc:
@@ -793,6 +796,8 @@ class SyncStep:
         inner = self._inner
         inner._names.check_fn(name, fn)
         stored, info = self._run(_call_on_loop(inner.begin, name))
+        if info is not None:
+            name = info.name  # (as taken: plain text)
         if not isinstance(inner, DurableStep):  # plain mode: no log, no drain, no metrics
             assert info is not None
             try:
