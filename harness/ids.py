@@ -138,7 +138,14 @@ def log_id(namespace: str, session_id: str) -> str:
 
 
 def idempotency_key(log_id_: str, tool_call_id: str, step_name: str) -> str:
-    """``<log id>:<tool call id>:<step name>`` (SPEC 2.4). No attempt part, ever."""
+    """``<log id>:<tool call id>:<step name>`` (SPEC 2.4). No attempt part, ever.
+
+    ``step_name`` is the name as the log holds it, plain text (``_Names.take``). Up to
+    release 0.1's stop 40 a ``(str, Enum)`` member given as a name went in as its
+    ``format()`` (``Step.CHARGE``, the log holding ``charge``): a step of that kind cut
+    between its fn and its commit by a crash, and run again after an upgrade past that
+    fix, gets the key of the logged name.
+    """
     return f"{log_id_}:{tool_call_id}:{step_name}"
 
 
