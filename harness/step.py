@@ -15,6 +15,7 @@ thread) it runs on the tool's own thread. An ``async def`` fn runs on the loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
 import threading
@@ -776,6 +777,18 @@ class SyncStep:
         self._inner = inner
         self._loop = loop
         self._loop_thread = threading.get_ident()  # (made on the loop's thread)
+        self._pending: set[concurrent.futures.Future[Any]] = set()  # waits on the loop (close cancels them)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """The call is over (returned, raised or cancelled): a wait still pending on the
+        loop (an ask, a sleep, a drain's boundary: its own task, which cancelling the call
+        does not reach) is cancelled, so the tool's thread unwinds at once instead of
+        waiting for good and running on after its turn ended."""
+        with self._lock:
+            pending, self._pending = self._pending, set()
+        for future in pending:
+            future.cancel()
 
     def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
         if threading.get_ident() == self._loop_thread:  # (waiting here for the loop would hang it for good)
@@ -786,7 +799,14 @@ class SyncStep:
                 session_id=self._inner._names._scope[0],
                 tool_call_id=self._inner._names._scope[1] or None,
             )
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        with self._lock:
+            self._pending.add(future)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._pending.discard(future)
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Like ``await step.do``; ``fn`` runs on this thread (already off the loop). As

@@ -240,6 +240,8 @@ async def _run(
             error_outcome("tool_failed", storable_text(f"{exc}"), type=type(exc).__name__), records=ctx.staged_records
         )
     finally:
+        if isinstance(ctx.step, SyncStep):
+            ctx.step.close()
         step.close()
         ctx.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

@@ -184,3 +184,60 @@ async def test_sync_tools_waiting_for_a_person_or_a_sleep_do_not_starve_the_host
         await host.close()
         with contextlib.suppress(BaseException):  # (closed: the sleeping turn stays in the log)
             await slept
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("wait", ["ask", "sleep"])
+async def test_a_cancelled_turn_releases_its_sync_tool_from_its_wait(wait: str) -> None:
+    """A sync tool waits in ``ctx.step.ask`` / ``ctx.step.sleep`` through a coroutine on
+    the loop that the turn's cancel did not reach: after ``session.cancel`` the tool stayed
+    blocked, holding its thread until the host closed (a sleep's tool even went on after its
+    wake time, running code of a turn that had ended). The wait is cancelled with the call
+    now: the tool unwinds at once and runs nothing more."""
+    from datetime import timedelta
+
+    from pydantic import BaseModel
+
+    from harness import define_harness, durable_tool, tool_definition
+    from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+    class Kind(BaseModel):
+        kind: str
+
+    class Ok(BaseModel):
+        ok: bool
+
+    unwound: list[str] = []
+    went_on: list[str] = []
+
+    def execute(args: Kind, ctx: Any) -> Any:
+        try:
+            if args.kind == "ask":
+                ctx.step.ask("approve", message="ok?", schema=Ok)
+            else:
+                ctx.step.sleep("nap", timedelta(seconds=0.5))
+        except BaseException as exc:
+            unwound.append(type(exc).__name__)
+            raise
+        went_on.append(args.kind)
+        return {"done": True}
+
+    tool = durable_tool(tool_definition(name="work", description="d", input_schema=Kind), execute)
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={"kind": wait})]),
+                           ModelResponse(text="done")])
+    host = HarnessHost(log="memory:")
+    try:
+        session = await host.open(define_harness(name="t/cancel", model=model, tools=[tool]), session_id="s-1")
+        sent = asyncio.create_task(session.send("go", input_id="in-1"))
+        await asyncio.sleep(0.2)  # (the tool is in its wait)
+        assert (await session.cancel("in-1")).outcome == "aborted"
+        for _ in range(100):
+            if unwound:
+                break
+            await asyncio.sleep(0.01)
+        assert unwound == ["CancelledError"]
+        await asyncio.sleep(0.6)  # (past the sleep's wake time)
+        assert went_on == []
+        assert (await sent).outcome == ("waiting" if wait == "ask" else "aborted")
+    finally:
+        await host.close()
