@@ -49,6 +49,7 @@ from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepR
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
 from harness.sync_pool import lend_thread
+from harness.tools import json_schema_problem
 from harness.words import with_article
 
 __all__ = ["CallScope", "DurableStep", "HandedSteps", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
@@ -656,6 +657,9 @@ class DurableStep:
         ask = s.call.asks.get(name)
         if ask is None:
             expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
+            problem = json_schema_problem(schema)
+            if problem is not None:  # (the question goes in the log with its JSON schema)
+                raise self._err(StepError, f"the schema of ask {name!r} has no JSON schema: {problem}", name)
             try:  # what the log cannot hold, named here rather than by the codec at the commit
                 check_text(message, what=f"the message of ask {name!r}")
                 json_schema = json_copy(schema.model_json_schema(), what=f"the JSON schema of ask {name!r}'s model")

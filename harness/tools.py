@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PydanticUserError
 
 from harness.errors import DefinitionError
 from harness.models.base import ToolSpec
@@ -97,7 +97,20 @@ def tool_definition(
         raise DefinitionError(f"input_schema of tool {name!r} must be a pydantic BaseModel class, not {given}")
     if replay is not None:
         _check_replay(replay)
+    problem = json_schema_problem(input_schema)
+    if problem is not None:  # (the model is sent it with every request: found here, not at the first turn)
+        raise DefinitionError(f"input_schema of tool {name!r} has no JSON schema: {problem}")
     return ToolDefinition(name=name, description=description or "", input_schema=input_schema, replay=replay)
+
+
+def json_schema_problem(model: type[BaseModel]) -> str | None:
+    """Why pydantic cannot make ``model``'s JSON schema (its first line, and the fix), or None."""
+    try:
+        _json_schema(model)
+    except PydanticUserError as exc:  # (PydanticInvalidForJsonSchema: a field of an arbitrary class ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"{first}; give its fields JSON types (str, int, lists, nested models ...)"
+    return None
 
 
 def _arity(fn: Callable[..., Any], tool_name: str, *, allowed: tuple[int, ...]) -> int:
