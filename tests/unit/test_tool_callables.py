@@ -122,3 +122,24 @@ async def test_a_cancelled_error_the_tool_raises_itself_is_its_error_not_a_stuck
     [tool_result] = await entries(log, SID, "harness.tool.result")
     assert tool_result["is_error"] and tool_result["content"]["type"] == "CancelledError"
     assert "nobody cancelled" in tool_result["content"]["message"]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("hook", ["on_before_tool_call", "on_after_tool_call"])
+async def test_a_cancelled_error_out_of_a_hook_is_its_error_not_a_stuck_turn(host, log, hook: str) -> None:
+    import asyncio
+
+    async def leaks(*_: Any) -> Any:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        return await inner
+
+    t = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), impl)
+    harness = define_harness(name="t/hooks", model=script([call("c1", "pay")], "paid"), tools=[t], hooks={hook: leaks})
+    session = await host.open(harness, session_id=SID)
+    result = await asyncio.wait_for(session.send("go"), 10)
+    assert result.outcome == "completed"
+    [tool_result] = await entries(log, SID, "harness.tool.result")
+    assert tool_result["is_error"] and tool_result["code"] == "hook_failed"
+    assert tool_result["content"]["message"].startswith(f"{hook} raised CancelledError though nobody cancelled it")
