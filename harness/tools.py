@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, PydanticUserError
+from pydantic import BaseModel
+from pydantic.errors import PydanticInvalidForJsonSchema
 
 from harness.errors import DefinitionError
 from harness.models.base import ToolSpec
@@ -107,7 +108,8 @@ def json_schema_problem(model: type[BaseModel]) -> str | None:
     """Why pydantic cannot make ``model``'s JSON schema (its first line, and the fix), or None."""
     try:
         _json_schema(model)
-    except PydanticUserError as exc:  # (PydanticInvalidForJsonSchema: a field of an arbitrary class ...)
+    except PydanticInvalidForJsonSchema as exc:  # (a field of an arbitrary class, a Callable ...)
+        # (only that: a model whose forward references resolve later, model_rebuild(), is fine)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{first}; give its fields JSON types (str, int, lists, nested models ...)"
     return None

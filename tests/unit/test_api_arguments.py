@@ -606,3 +606,15 @@ async def test_an_ask_schema_with_no_json_schema_is_a_step_error_of_the_call(hos
     assert result["content"]["type"] == "StepError"
     assert result["content"]["message"].startswith("the schema of ask 'approve' has no JSON schema")
     assert await entries(log, "s-1", "harness.ask.opened") == []
+
+
+def test_an_input_schema_whose_forward_references_resolve_later_is_still_taken() -> None:
+    """(The JSON schema check must not refuse a model that is completed afterwards.)"""
+    namespace: dict[str, Any] = {}
+    exec(  # (a model with a forward reference, as a module would write it)
+        "from pydantic import BaseModel\nclass Later(BaseModel):\n    item: 'Item'\n", namespace
+    )
+    tool_definition(name="pay", description="d", input_schema=namespace["Later"])
+    exec("class Item(BaseModel):\n    x: int\n", namespace)
+    namespace["Later"].model_rebuild(_types_namespace=namespace)
+    assert namespace["Later"].model_json_schema()["required"] == ["item"]
