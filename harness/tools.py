@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PydanticUserError
 from pydantic.errors import PydanticInvalidForJsonSchema
 
 from harness.errors import DefinitionError
@@ -109,9 +109,10 @@ def json_schema_problem(model: type[BaseModel]) -> str | None:
     try:
         _json_schema(model)
     except PydanticInvalidForJsonSchema as exc:  # (a field of an arbitrary class, a Callable ...)
-        # (only that: a model whose forward references resolve later, model_rebuild(), is fine)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"{first}; give its fields JSON types (str, int, lists, nested models ...)"
+    except PydanticUserError:  # not fully defined yet: its forward references resolve later (model_rebuild())
+        return None
     return None
 
 
