@@ -41,7 +41,8 @@ class SyncPool(ThreadPoolExecutor):
         with self._shutdown_lock:
             self._max_workers += 1
             if not self._shutdown and not self._work_queue.empty():
-                self._adjust_thread_count()
+                with contextlib.suppress(RuntimeError):  # (the interpreter is exiting: no new thread)
+                    self._adjust_thread_count()
         try:
             yield
         finally:
