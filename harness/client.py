@@ -28,7 +28,7 @@ from typing import Any
 from harness.clock import duration_seconds
 from harness.context import check_app_records
 from harness.errors import DefinitionError, InvalidId
-from harness.ids import check_id, check_sent_input_id
+from harness.ids import answer_input_id, check_id, check_sent_input_id
 from harness.jsonvalues import check_message, json_copy
 from harness.live import LiveEvent, merge_live
 from harness.log import check_log
@@ -206,14 +206,18 @@ class HarnessClient:
     ) -> InputReceipt:
         """Answer a ``step.ask``; the owner validates it against the ask's schema.
 
+        Without ``input_id`` the answer's id depends on its value
+        (``harness.ids.answer_input_id``): the same answer sent again is one input, and
+        one the owner refused can be corrected by sending the corrected value.
+
         Raises:
             InvalidId: ``tool_call_id`` is not a usable id, ``name`` not a non-empty string.
         """
         check_id(tool_call_id, "tool call id")
         if not isinstance(name, str) or not name:
             raise InvalidId(f"the name of an ask must be a non-empty string, not {name!r}", kind="ask name")
-        input_id = f"answer:{tool_call_id}:{name}" if input_id is None else input_id
         value = json_copy(value, what="answer")
+        input_id = answer_input_id(tool_call_id, name, value) if input_id is None else input_id
         return await self._submit(
             InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value), input_id
         )

@@ -245,8 +245,13 @@ def check_model(model: object, what: str) -> None:
     """Refuse a model that the harness cannot call (``what`` names whose it is).
 
     Raises:
-        DefinitionError: no ``complete()`` method, or one that is not ``async def``.
+        DefinitionError: a class (not a model made of it), no ``complete()`` method, or one
+            that is not ``async def``.
     """
+    if isinstance(model, type):
+        raise DefinitionError(
+            f"model of {what} is the class {model.__name__}, not a model: make one, e.g. {model.__name__}(...)"
+        )
     complete = getattr(model, "complete", None)
     if not callable(complete):
         raise DefinitionError(

@@ -119,7 +119,9 @@ class StepError(HarnessError):
 
 
 class DuplicateStepName(StepError):
-    """The same step name was used twice in one tool call (SPEC 2.6)."""
+    """The same step name was used twice in one tool call (SPEC 2.6): a step with a stored
+    value or still running holds its name; a step that stored nothing (its fn raised) does not,
+    so a retry under the same name, with the same idempotency key, is no duplicate."""
 
 
 class StepNotAwaited(StepError):

@@ -9,6 +9,8 @@ previous owner.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Container
 from typing import Any
 
@@ -67,7 +69,25 @@ def model_call_id(given: Any, where: str, taken: Container[str]) -> str:
 
 
 RESERVED_INPUT_PREFIXES = ("answer:", "cancel:")
-"""The ids of answers (``answer:<call>:<name>``) and cancels (``cancel:<input>``) by default."""
+"""The ids of answers (``answer:<call>:<name>:<digest>``) and cancels (``cancel:<input>``) by default."""
+
+
+def answer_input_id(tool_call_id: str, name: str, value: Any) -> str:
+    """The input id of an answer sent without one: ``answer:<call>:<ask>:<digest of the value>``.
+
+    The same answer sent again has the same id (one input, one receipt); another value
+    has another id, so an answer the session's owner refused (it fails the ask's model)
+    can be corrected, and a second answer to an answered ask is refused as
+    ``already_answered``, not as a reuse of an id its sender never chose. ``value`` is
+    the answer's JSON copy. (An id over ``MAX_ID`` hashes the call and the ask too.)
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    input_id = f"answer:{tool_call_id}:{name}:{digest}"
+    if len(input_id) > MAX_ID or not input_id.isprintable():
+        where = hashlib.sha256(f"{tool_call_id}\0{name}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        input_id = f"answer:{where}:{digest}"
+    return input_id
 
 
 def check_sent_input_id(value: Any) -> str:
@@ -118,7 +138,14 @@ def log_id(namespace: str, session_id: str) -> str:
 
 
 def idempotency_key(log_id_: str, tool_call_id: str, step_name: str) -> str:
-    """``<log id>:<tool call id>:<step name>`` (SPEC 2.4). No attempt part, ever."""
+    """``<log id>:<tool call id>:<step name>`` (SPEC 2.4). No attempt part, ever.
+
+    ``step_name`` is the name as the log holds it, plain text (``_Names.take``). Up to
+    release 0.1's stop 40 a ``(str, Enum)`` member given as a name went in as its
+    ``format()`` (``Step.CHARGE``, the log holding ``charge``): a step of that kind cut
+    between its fn and its commit by a crash, and run again after an upgrade past that
+    fix, gets the key of the logged name.
+    """
     return f"{log_id_}:{tool_call_id}:{step_name}"
 
 

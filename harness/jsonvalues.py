@@ -91,7 +91,8 @@ def check_text(text: Any, *, what: str, path: str = "$") -> str:
             f"{what} at {path} holds a lone surrogate ({storable_text(text)[:60]!r}), which has no UTF-8 form",
             path=path,
         )
-    return str(text)
+    # (a str subclass as its text, as JSON writes it: a (str, Enum) member is "red", not its str() "Color.RED")
+    return text if type(text) is str else str.__str__(text)
 
 
 def check_message(text: Any, session_id: str | None = None) -> str:
@@ -164,7 +165,7 @@ def _copy(value: Any, path: str, what: str, depth: int) -> Any:
                     "which has no UTF-8 form",
                     path=path,
                 )
-            out[str(key)] = _copy(item, json_path(path, key), what, depth + 1)
+            out[key if type(key) is str else str.__str__(key)] = _copy(item, json_path(path, key), what, depth + 1)
         return out
     hint = ""
     if hasattr(value, "model_dump"):

@@ -77,8 +77,9 @@ def given_secrets(secrets: object, where: str) -> Mapping[str, str]:
     with nothing, or worse, with the wrong thing.
 
     Raises:
-        DefinitionError: not a mapping, a name that is not a string, or a value that is
-            neither a ``str`` nor a pydantic ``SecretStr`` (the message never shows a value).
+        DefinitionError: not a mapping, a name that is not a string, a value that is
+            neither a ``str`` nor a pydantic ``SecretStr``, or a name or value with a lone
+            surrogate (no UTF-8 form) (the message never shows a value).
     """
     if secrets is None:
         return secret_values(None)
@@ -94,7 +95,22 @@ def given_secrets(secrets: object, where: str) -> Mapping[str, str]:
             raise DefinitionError(
                 f"{where}: secret {name!r} must be a str or a pydantic SecretStr, not {type(value).__name__}"
             )
+        if not _utf8(name):  # (it names the secret in the records it is replaced in)
+            raise DefinitionError(f"{where}: a secret's name holds a lone surrogate (no UTF-8 form); give its real text")
+        if not _utf8(value.get_secret_value() if isinstance(value, SecretStr) else value):
+            raise DefinitionError(
+                f"{where}: secret {name!r} holds a lone surrogate (text with no UTF-8 form: read with the wrong "
+                "codec?); give its real text"
+            )
     return secret_values(secrets)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def secrets_for_result(given: object) -> Mapping[str, str]:

@@ -15,8 +15,10 @@ thread) it runs on the tool's own thread. An ``async def`` fn runs on the loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -46,6 +48,8 @@ from harness.observability import metrics
 from harness.records import AskOpened, ModelUsage, Record, SleepScheduled, StepResult
 from harness.replay.state import CallState
 from harness.secrets import SecretScrubber
+from harness.sync_pool import lend_thread
+from harness.tools import json_schema_problem
 from harness.words import with_article
 
 __all__ = ["CallScope", "DurableStep", "HandedSteps", "PlainStep", "SleepDuration", "StepInfo", "SyncStep"]
@@ -257,29 +261,50 @@ class HandedSteps(list):  # type: ignore[type-arg]
         return coro
 
     def prune(self) -> None:
-        """Drop the coroutines that started."""
-        self[:] = [c for c in self if _unstarted(c)]
+        """Drop the coroutines that finished (one not started yet, or still running in a
+        task the tool may not await, is kept for :meth:`check`)."""
+        self[:] = [c for c in self if not _finished(c)]
         self.prune_at = max(32, 2 * len(self))
 
-    def _take_unstarted(self) -> list[tuple[str, Any]]:
-        """The steps never started, (kind, name) (closed here: they never will, and Python
-        does not warn)."""
-        left = [_kind_and_name(coro) for coro in self if _unstarted(coro)]
+    def _stop_left(self) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+        """Stop the steps the tool left behind: ``(never started, still running)``, each
+        ``(kind, name)``. One never started is closed (it never will run, and Python does
+        not warn); one in a task (``asyncio.create_task(step.do(...))`` not awaited) has its
+        task cancelled, so the task neither fails on a closed coroutine nor goes on to
+        write after the call ended."""
+        unstarted: list[tuple[str, Any]] = []
+        running: list[tuple[str, Any]] = []
+        tasks: dict[Any, asyncio.Task[Any]] | None = None
         for coro in self:
-            coro.close()
+            state = inspect.getcoroutinestate(coro)
+            if state == inspect.CORO_CLOSED:
+                continue
+            (unstarted if state == inspect.CORO_CREATED else running).append(_kind_and_name(coro))
+            if tasks is None:
+                tasks = _tasks_by_coroutine()
+            task = tasks.get(coro)
+            if task is not None:
+                task.cancel()
+            elif state != inspect.CORO_RUNNING:
+                coro.close()
         self.clear()
-        return left
+        return unstarted, running
 
     def check(self, cause: BaseException | None = None) -> None:
         """The tool returned (or raised ``cause``): raise ``StepNotAwaited`` if one of its
-        steps never started."""
-        left = self._take_unstarted()
-        if not left:
+        steps never started, or (the tool returned) one was still running."""
+        unstarted, running = self._stop_left()
+        if unstarted:
+            left, what = unstarted, "was never awaited: write `await step.{kind}(...)`; it did not run"
+        elif running and cause is None:  # (a tool that raised: its own error tells more)
+            left, what = running, ("was still running when the tool returned: it was stopped; await every "
+                                   "step, or the task or gather that runs it, before the tool returns")
+        else:
             return
         kind, name = left[0]
         more = f" ({len(left) - 1} more step{'s' if len(left) > 2 else ''} too)" if len(left) > 1 else ""
         raise StepNotAwaited(
-            f"step.{kind}({name!r}) was never awaited: write `await step.{kind}(...)`; it did not run{more}",
+            f"step.{kind}({name!r}) {what.format(kind=kind)}{more}",
             session_id=self._scope[0],
             tool_call_id=self._scope[1] or None,
             step_name=name if isinstance(name, str) else None,
@@ -288,8 +313,15 @@ class HandedSteps(list):  # type: ignore[type-arg]
         ) from cause
 
     def close(self) -> None:
-        """The call is over (or parked, or cancelled): a step never started is dropped quietly."""
-        self._take_unstarted()
+        """The call is over (or parked, or cancelled): a step left behind is stopped quietly."""
+        self._stop_left()
+
+
+def _tasks_by_coroutine() -> dict[Any, asyncio.Task[Any]]:
+    try:
+        return {task.get_coro(): task for task in asyncio.all_tasks()}
+    except RuntimeError:  # no running loop: no task can hold a step
+        return {}
 
 
 def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
@@ -299,8 +331,8 @@ def _kind_and_name(coro: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
     return coro.cr_code.co_name.lstrip("_"), frame.f_locals.get("name") if frame is not None else None  # type: ignore[attr-defined]
 
 
-def _unstarted(coro: Coroutine[Any, Any, Any]) -> bool:
-    return inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+def _finished(coro: Coroutine[Any, Any, Any]) -> bool:
+    return inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
 
 
 class _Names:
@@ -337,7 +369,9 @@ class _Names:
             step_name=name if isinstance(name, str) else None,
         )
 
-    def take(self, name: str, kind: str) -> None:
+    def take(self, name: str, kind: str) -> str:
+        """Take ``name`` for this run of the call; returns it as plain text (a ``(str, Enum)``
+        member as its value: the name the log, the key and a later run all use)."""
         if self.closed or not self._scope[1]:
             raise NoToolCallError(
                 f"step.{'do' if kind == 'step' else kind} used outside a running tool call (a ctx kept after its tool "
@@ -353,7 +387,7 @@ class _Names:
                     session_id=self._scope[0],
                     tool_call_id=self._scope[1],
                 )
-            check_text(name, what=f"{with_article(kind)} name")
+            name = check_text(name, what=f"{with_article(kind)} name")
         scrubber = self._scrubber
         if scrubber is not None and scrubber.active:
             scrubber.check_name(f"{kind} name", name, session_id=self._scope[0])
@@ -366,6 +400,13 @@ class _Names:
                 step_name=name,
             )
         self._used.add(name)
+        return name
+
+    def free(self, name: str) -> None:
+        """Give back the name of a step that stored nothing (its fn raised, its value was
+        refused or its commit failed): a retry under the same name, hence the same
+        idempotency key, is what a run after a crash does too."""
+        self._used.discard(name)
 
 
 class DurableStep:
@@ -446,7 +487,7 @@ class DurableStep:
         """
         if not callable(fn):
             self._names.check_fn(name, fn)  # (raises)
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         s = self._s
         steps = s.call.steps
         if name in steps:
@@ -462,6 +503,7 @@ class DurableStep:
             await s.commit([StepResult(s.session_id, round(s.clock.now() * 1000), s.tool_call_id, name, value)])
         except BaseException:
             metrics.step(s.harness_name, "failed", time.perf_counter() - started)
+            self._names.free(name)  # (nothing stored: the name may be tried again)
             raise
         metrics.step(s.harness_name, "ran", time.perf_counter() - started)
         # The caller gets a copy of its own (the session's state keeps ``value``), as in finish.
@@ -476,7 +518,7 @@ class DurableStep:
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
         """Take the name: ``(stored value, None)`` for a finished step, else ``(None, info)``."""
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         s = self._s
         if name in s.call.steps:
             return json_copy(s.call.steps[name]), None
@@ -569,7 +611,7 @@ class DurableStep:
     async def _sleep(
         self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None
     ) -> None:
-        self._names.take(name, "sleep")
+        name = self._names.take(name, "sleep")
         s = self._s
         wake_ms = s.call.sleeps.get(name)
         if wake_ms is None:
@@ -606,7 +648,7 @@ class DurableStep:
         schema: type[M],
         expires_at: datetime | None = None,
     ) -> M:
-        self._names.take(name, "ask")
+        name = self._names.take(name, "ask")
         s = self._s
         if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
             raise self._err(StepError, "step.ask needs schema=<a pydantic model class>", name)
@@ -615,6 +657,9 @@ class DurableStep:
         ask = s.call.asks.get(name)
         if ask is None:
             expires_ms = _ms(_to_epoch(expires_at, "expires_at", s.tool_call_id)) if expires_at is not None else None
+            problem = json_schema_problem(schema)
+            if problem is not None:  # (the question goes in the log with its JSON schema)
+                raise self._err(StepError, f"the schema of ask {name!r} has no JSON schema: {problem}", name)
             try:  # what the log cannot hold, named here rather than by the codec at the commit
                 check_text(message, what=f"the message of ask {name!r}")
                 json_schema = json_copy(schema.model_json_schema(), what=f"the JSON schema of ask {name!r}'s model")
@@ -685,10 +730,14 @@ class PlainStep:
         self._names.check_fn(name, fn)
         _, info = self.begin(name)
         assert info is not None
-        return await self.finish(name, await _call_fn(fn, info, None))
+        try:
+            return await self.finish(name, await _call_fn(fn, info, None))
+        except BaseException:
+            self._names.free(name)  # (as in a session: a failed step's name may be tried again)
+            raise
 
     def begin(self, name: str) -> tuple[Any, StepInfo | None]:
-        self._names.take(name, "step")
+        name = self._names.take(name, "step")
         key = ids.plain_idempotency_key(self._chat_id, self._call, name)
         return None, StepInfo(idempotency_key=key, name=name, tool_call_id=self._call, attempt=1)
 
@@ -705,7 +754,7 @@ class PlainStep:
         return self._handed.keep(self._sleep(name, duration, until=until))
 
     async def _sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        self._names.take(name, "sleep")
+        name = self._names.take(name, "sleep")
         try:
             wake = _wake_time(self._clock.now(), duration, until, self._call)
         except ValueError as exc:
@@ -731,9 +780,37 @@ class SyncStep:
     def __init__(self, inner: DurableStep | PlainStep, loop: asyncio.AbstractEventLoop) -> None:
         self._inner = inner
         self._loop = loop
+        self._loop_thread = threading.get_ident()  # (made on the loop's thread)
+        self._pending: set[concurrent.futures.Future[Any]] = set()  # waits on the loop (close cancels them)
+        self._lock = threading.Lock()
 
-    def _run(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+    def close(self) -> None:
+        """The call is over (returned, raised or cancelled): a wait still pending on the
+        loop (an ask, a sleep, a drain's boundary: its own task, which cancelling the call
+        does not reach) is cancelled, so the tool's thread unwinds at once instead of
+        waiting for good and running on after its turn ended."""
+        with self._lock:
+            pending, self._pending = self._pending, set()
+        for future in pending:
+            future.cancel()
+
+    def _run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        if threading.get_ident() == self._loop_thread:  # (waiting here for the loop would hang it for good)
+            coro.close()
+            raise StepError(
+                "a sync tool's ctx.step was used on the event loop (in a coroutine), where its blocking "
+                "calls would wait for the loop itself: make the tool an async def and await ctx.step.do(...)",
+                session_id=self._inner._names._scope[0],
+                tool_call_id=self._inner._names._scope[1] or None,
+            )
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        with self._lock:
+            self._pending.add(future)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._pending.discard(future)
 
     def do(self, name: str, fn: Callable[..., Any]) -> Any:
         """Like ``await step.do``; ``fn`` runs on this thread (already off the loop). As
@@ -743,9 +820,15 @@ class SyncStep:
         inner = self._inner
         inner._names.check_fn(name, fn)
         stored, info = self._run(_call_on_loop(inner.begin, name))
+        if info is not None:
+            name = info.name  # (as taken: plain text)
         if not isinstance(inner, DurableStep):  # plain mode: no log, no drain, no metrics
             assert info is not None
-            return self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
+            try:
+                return self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
+            except BaseException:
+                inner._names.free(name)
+                raise
         if info is None:
             metrics.step(inner._s.harness_name, "served")
             return stored
@@ -755,12 +838,15 @@ class SyncStep:
             value = self._run(inner.finish(name, _call_fn_here(fn, info, self._loop)))
         except BaseException:
             metrics.step(inner._s.harness_name, "failed", time.perf_counter() - started)
+            inner._names.free(name)  # (nothing stored: the name may be tried again)
             raise
         metrics.step(inner._s.harness_name, "ran", time.perf_counter() - started)
         return value
 
     def sleep(self, name: str, duration: SleepDuration | None = None, *, until: datetime | None = None) -> None:
-        self._run(self._inner._sleep(name, duration, until=until))
+        with lend_thread():  # (a wait of hours holds this thread: it does not count meanwhile)
+            self._run(self._inner._sleep(name, duration, until=until))
 
     def ask(self, name: str, *, message: str, schema: type[M], expires_at: datetime | None = None) -> M:
-        return self._run(self._inner._ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]
+        with lend_thread():
+            return self._run(self._inner._ask(name, message=message, schema=schema, expires_at=expires_at))  # type: ignore[no-any-return]

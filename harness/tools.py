@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PydanticUserError
+from pydantic.errors import PydanticInvalidForJsonSchema
 
 from harness.errors import DefinitionError
 from harness.models.base import ToolSpec
@@ -55,7 +56,12 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.execute)
+        """An ``async def`` (a ``functools.partial`` of one too), or an object whose
+        ``__call__`` is one: it runs on the loop, its steps awaited."""
+        fn = self.execute
+        return inspect.iscoroutinefunction(fn) or (
+            not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+        )
 
     @property
     def policy(self) -> ToolPolicy:
@@ -92,7 +98,22 @@ def tool_definition(
         raise DefinitionError(f"input_schema of tool {name!r} must be a pydantic BaseModel class, not {given}")
     if replay is not None:
         _check_replay(replay)
+    problem = json_schema_problem(input_schema)
+    if problem is not None:  # (the model is sent it with every request: found here, not at the first turn)
+        raise DefinitionError(f"input_schema of tool {name!r} has no JSON schema: {problem}")
     return ToolDefinition(name=name, description=description or "", input_schema=input_schema, replay=replay)
+
+
+def json_schema_problem(model: type[BaseModel]) -> str | None:
+    """Why pydantic cannot make ``model``'s JSON schema (its first line, and the fix), or None."""
+    try:
+        _json_schema(model)
+    except PydanticInvalidForJsonSchema as exc:  # (a field of an arbitrary class, a Callable ...)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"{first}; give its fields JSON types (str, int, lists, nested models ...)"
+    except PydanticUserError:  # not fully defined yet: its forward references resolve later (model_rebuild())
+        return None
+    return None
 
 
 def _arity(fn: Callable[..., Any], tool_name: str, *, allowed: tuple[int, ...]) -> int:

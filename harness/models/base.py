@@ -15,12 +15,13 @@ harness is defined (:func:`model_keywords`); a model without them keeps working.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from harness.errors import StreamCallbackError
+from harness.errors import ModelError, StreamCallbackError
 
 __all__ = [
     "FINISH_REASONS",
@@ -236,7 +237,19 @@ async def call_complete(
             f"the model's complete() returned {type(pending).__name__} without being awaitable: make it "
             "'async def complete' (blocking client code inside it: await asyncio.to_thread(...))"
         )
-    response = await pending
+    try:
+        response = await pending
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # the call is being cancelled (a cancel input, the deadline, a close)
+        # The model's own code let it out: taken for the call's cancellation, it left the
+        # turn where it was for good; it is the model call's failure.
+        raise ModelError(
+            "the model's complete() raised CancelledError though nobody cancelled the call (a task of its "
+            "own, cancelled and then awaited): catch it in the adapter, or raise ModelError(transient=True) "
+            "to have the call retried", transient=False, kind="cancelled",
+        ) from None
     if not isinstance(response, ModelResponse):
         raise TypeError(f"the model returned {type(response).__name__}, not ModelResponse")
     return response

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harness.errors import DefinitionError
 from harness.models.base import ModelResponse, ToolSpec
 
 __all__ = ["KEEP_REQUESTS", "ScriptedModel"]
@@ -38,6 +39,7 @@ class ScriptedModel:
         if keep_requests is not None and (isinstance(keep_requests, bool) or not isinstance(keep_requests, int)
                                           or keep_requests < 0):
             raise ValueError(f"keep_requests must be a number of requests (0 or more) or None, not {keep_requests!r}")
+        _check_script(responses)
         self._responses = responses
         self._keep = keep_requests
         self.requests: list[list[dict[str, Any]]] = []
@@ -64,3 +66,20 @@ class ScriptedModel:
                 f"holds {k} assistant messages"
             )
         return self._responses[k]
+
+
+_FIX = "give a list of ModelResponse(...) or a function of the messages, e.g. ScriptedModel([ModelResponse(text='hi')])"
+
+
+def _check_script(responses: object) -> None:
+    """Refuse, when the model is made, a script it could never answer from (not at the first turn)."""
+    if callable(responses):
+        return
+    if isinstance(responses, str | bytes):
+        raise DefinitionError(f"ScriptedModel(responses) takes a list, not a {type(responses).__name__}: {_FIX}")
+    if not isinstance(responses, Sequence):
+        raise DefinitionError(f"ScriptedModel(responses) takes a list, not {type(responses).__name__}: {_FIX}")
+    for k, response in enumerate(responses):
+        if not isinstance(response, ModelResponse):
+            raise DefinitionError(f"ScriptedModel: responses[{k}] is a {type(response).__name__}, not a "
+                                  f"ModelResponse: {_FIX}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.context import check_app_records
 from harness.errors import InvalidAnswer, InvalidRecord
-from harness.ids import check_id, check_sent_input_id
+from harness.ids import answer_input_id, check_id, check_sent_input_id
 from harness.jsonvalues import check_message, check_text, json_copy
 from harness.records import (
     InputAnswer,
@@ -91,7 +91,7 @@ async def answer(core: SessionCore, tool_call_id: str, name: str, value: Any, in
     core.check_open()
     value = json_copy(value, what="answer")
     if input_id is None:
-        input_id = f"answer:{tool_call_id}:{name}"
+        input_id = answer_input_id(tool_call_id, name, value)
     else:
         check_id(input_id, "input id")
     core.check_name("input id", input_id)
@@ -112,9 +112,14 @@ async def answer(core: SessionCore, tool_call_id: str, name: str, value: Any, in
         InputAnswer(core.session_id, core.now_ms(), input_id, tool_call_id, name, value)
     )
     if settled.outcome == "rejected":
+        error, code = settled.error, settled.code
+        if code == "input_conflict":  # (the id answered the ask first, with another value: say so, as the gateway does)
+            verdict = judge_answer(core.state, tool_call_id, name, value, core.now_ms())
+            if not verdict.ok:
+                error, code = verdict.reason, verdict.code
         raise InvalidAnswer(
-            settled.error or "answer refused",
-            reason=settled.code or "invalid_answer",
+            error or "answer refused",
+            reason=code or "invalid_answer",
             session_id=core.session_id,
             tool_call_id=tool_call_id,
             name=name,

@@ -53,6 +53,13 @@ def error_outcome(code: str, message: str, **extra: Any) -> ToolOutcome:
     return ToolOutcome(content={"error": code, "message": message, **extra}, is_error=True, code=code)
 
 
+_LEAKED_CANCEL = (
+    "raised CancelledError though nobody cancelled it (a task it cancelled and then awaited, "
+    "or a library's cancel scope): catch it there, or await such tasks with "
+    "asyncio.gather(..., return_exceptions=True)"
+)
+
+
 async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
@@ -107,6 +114,18 @@ async def apply_after_hook(
         return _as_outcome(replacement), True
     except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error, never the session's
         return error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")), False
+    except asyncio.CancelledError:
+        if not _cancel_leaked():
+            raise
+        return error_outcome("hook_failed", f"on_after_tool_call {_LEAKED_CANCEL}"), False
+
+
+def _cancel_leaked() -> bool:
+    """A CancelledError caught now came out of user code (a hook's, a tool's), not from a
+    cancel of this call (a cancel input, the deadline, a close): taken for the call's own
+    cancellation, it would leave the turn where it is for good."""
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
 
 
 async def run_tool_call(
@@ -165,6 +184,10 @@ async def _run(
                 return CallRun(_as_outcome(early), replaced_by_hook=True)
         except Exception as exc:  # noqa: BLE001 - a hook's failure becomes the call's error
             return CallRun(error_outcome("hook_failed", storable_text(f"{type(exc).__name__}: {exc}")))
+        except asyncio.CancelledError:
+            if not _cancel_leaked():
+                raise
+            return CallRun(error_outcome("hook_failed", f"on_before_tool_call {_LEAKED_CANCEL}"))
 
     step = make_step()
     ctx = ToolContext(
@@ -189,9 +212,23 @@ async def _run(
                     value = await run_sync(call)
                 else:
                     value = await asyncio.get_running_loop().run_in_executor(None, call)
-                value = await _maybe_await(value)
+                if inspect.isawaitable(value):
+                    # A def that hands back a coroutine (``lambda args, ctx: impl(args, ctx)``):
+                    # it runs here, on the loop, where a blocking ctx.step would wait for the
+                    # loop itself, for good: it gets the awaitable steps.
+                    ctx.step = step
+                    value = await value
         except LogError:
             raise  # (below: the session's failure, whatever the tool left)
+        except asyncio.CancelledError as exc:
+            if not _cancel_leaked():
+                raise  # this call is being cancelled (a cancel input, the deadline, a close)
+            # The tool's own code raised it (a task it cancelled, then awaited): its error,
+            # not the call's cancellation, which would leave the turn where it is for good.
+            _log_failure(event, exc, scrubber)
+            return CallRun(
+                error_outcome("tool_failed", f"the tool {_LEAKED_CANCEL}", type="CancelledError"), records=ctx.staged_records
+            )
         except Exception as exc:
             # A step the tool never awaited explains the failure (e.g. "'coroutine' object is
             # not subscriptable" on its value): it is the call's error, the tool's as its cause.
@@ -218,6 +255,8 @@ async def _run(
             error_outcome("tool_failed", storable_text(f"{exc}"), type=type(exc).__name__), records=ctx.staged_records
         )
     finally:
+        if isinstance(ctx.step, SyncStep):
+            ctx.step.close()
         step.close()
         ctx.close()
     return CallRun(ToolOutcome(content), records=ctx.staged_records)

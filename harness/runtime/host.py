@@ -8,7 +8,6 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +26,7 @@ from harness.runtime.ownership import Ownership
 from harness.runtime.poller import HostPoller
 from harness.runtime.session import Session
 from harness.secrets import SecretScrubber, given_secrets
+from harness.sync_pool import SyncPool
 
 __all__ = ["DEFAULT_SYNC_THREADS", "HarnessHost"]
 
@@ -65,10 +65,12 @@ class HarnessHost:
         poll_interval: how often the host's one poller renews the leases it holds and
             looks for records other processes put in the log for its open sessions
             (answers, records, messages). Idle sessions cost nothing on their own. A
-            ``timedelta`` or a number of seconds.
+            ``timedelta`` or a number of seconds; a quarter of the lease at most (a
+            longer one is shortened to that, so leases are renewed in time).
         sync_threads: how many sync step functions and sync tools may run at once (a
-            bounded thread pool; more wait for a thread). They never run on the event
-            loop, so a blocking call stops neither lease renewals nor other sessions.
+            bounded thread pool; more wait for a thread; a sync tool waiting in
+            ``step.sleep`` / ``step.ask`` does not count meanwhile). They never run on the
+            event loop, so a blocking call stops neither lease renewals nor other sessions.
         live: where text deltas of streamed model answers go for other processes
             (a ``KafkaLivePublisher``; workers on Kafka set one). In-process
             subscribers (``session.events(live=True)``) get them in any case.
@@ -108,10 +110,15 @@ class HarnessHost:
         self.owner_id = owner_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.live = live
         self.sync_threads = sync_threads
-        # (a stall worth a warning: a third of the lease, when a renewal falls due)
-        self._poller = HostPoller(self.log, interval=self.poll_interval,
-                                  stall_warning=min(10.0, self.lease.total_seconds() / 3))
-        self._pool: ThreadPoolExecutor | None = None
+        # (a stall worth a warning: a third of the lease, when a renewal falls due; the
+        # watchdog notices a stall within two looks, well inside the two thirds of a lease
+        # left when a renewal falls due, however short the lease)
+        # (renewals fall due every third of the lease: a pass at least every quarter of it
+        # renews each in time, whatever poll_interval says)
+        self._poller = HostPoller(self.log, interval=min(self.poll_interval, self.lease.total_seconds() / 4),
+                                  stall_warning=min(10.0, self.lease.total_seconds() / 3),
+                                  watch_every=max(0.02, min(0.5, self.lease.total_seconds() / 6)))
+        self._pool: SyncPool | None = None
         self._sync_calls: set[concurrent.futures.Future[Any]] = set()  # submitted to the pool, not done
         self._cores: dict[str, SessionCore] = {}
         self._handles: dict[str, set[Session]] = {}
@@ -229,7 +236,7 @@ class HarnessHost:
         waits for it, blocked, up to ``QUICK_SYNC_S``. Not for a sync tool: its steps go
         through the loop, which would not run them while it waits."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.sync_threads, thread_name_prefix="harness-sync")
+            self._pool = SyncPool(self.sync_threads, thread_name_prefix="harness-sync")
         future = self._pool.submit(fn)
         self._sync_calls.add(future)  # until its thread is done with it (a cancelled waiter does not end it)
         future.add_done_callback(self._sync_calls.discard)

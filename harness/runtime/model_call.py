@@ -40,19 +40,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from harness.clock import Clock
 from harness.definition import Durability, Harness
-from harness.errors import ContextTooLong, ModelError
+from harness.errors import ContextTooLong, ModelError, StepValueError
 from harness.ids import id_problem, model_call_id
-from harness.jsonvalues import check_text, json_copy
+from harness.jsonvalues import INT64_MAX, check_text, json_copy, storable_text
 from harness.live.events import LiveEvent
-from harness.models.base import ModelResponse, call_complete, thinking_copy
+from harness.models.base import ModelResponse, ToolCall, Usage, call_complete, thinking_copy
 from harness.observability import metrics
 from harness.records import ModelResponseRecord, ModelRetry, ModelUsage, Record
 from harness.replay import CallModel, SessionState, conversation, trim_history
@@ -272,13 +273,22 @@ def _response_records(
     rewritten: one that is no usable id, or repeated, is renamed before anything is logged)."""
     if response.text is not None:
         check_text(response.text, what="the model's text")
+    problem = _usage_problem(response.usage)
+    if problem is not None:
+        raise StepValueError(f"the model's {problem}")
     thinking = thinking_copy(response.thinking)  # (secrets are replaced in it as in the text, when committed)
     for pos, block in enumerate(thinking):
         for key, value in block.items():
             check_text(value, what="the model's thinking", path=f"$[{pos}].{key}")
     seen = set(state.calls)
     calls = []
+    if not isinstance(response.tool_calls, Sequence) or isinstance(response.tool_calls, str):
+        raise StepValueError(f"the model's tool_calls is a {type(response.tool_calls).__name__}, not a list: "
+                             "answer ModelResponse(tool_calls=[ToolCall(id=..., name=..., arguments={...})])")
     for pos, call in enumerate(response.tool_calls):
+        if not isinstance(call, ToolCall):  # (a model of the user's own: say what, not an AttributeError)
+            raise StepValueError(f"the model's tool_calls[{pos}] is a {type(call).__name__}, not a ToolCall: "
+                                 "answer ModelResponse(tool_calls=[ToolCall(id=..., name=..., arguments={...})])")
         # An id that is no usable id (empty, a newline ...) or is repeated is renamed here, once:
         # the logged response holds the new one (a usable id holding a secret is refused).
         call_id = model_call_id(call.id, f"{action.turn}.{action.index}.{pos}", seen)
@@ -300,13 +310,32 @@ def _response_records(
     return records
 
 
+def _usage_problem(usage: object) -> str | None:
+    """What makes ``usage`` (an answer's ``ModelResponse.usage``) unfit for its record, or None."""
+    if usage is None:
+        return None
+    if not isinstance(usage, Usage):
+        return f"usage must be a harness.models.Usage or None, not {type(usage).__name__}"
+    for field in ("input_tokens", "output_tokens"):
+        value = getattr(usage, field)
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not (whole or (isinstance(value, float) and math.isfinite(value))) or not abs(value) <= INT64_MAX:
+            return f"usage.{field} must be a whole number of tokens, not {value!r:.40}"
+    cost = usage.cost
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost)):
+        return f"usage.cost must be a number of dollars or None, not {cost!r:.40}"
+    if usage.model is not None and not (isinstance(usage.model, str) and storable_text(usage.model) == usage.model):
+        return f"usage.model must be a string (the model's name) or None, not {usage.model!r:.60}"
+    return None
+
+
 def _usage_records(session_id: str, action: CallModel, response: ModelResponse, now: int) -> list[ModelUsage]:
     """The ``harness.model.usage`` record of an answer that reports its usage (else none).
 
     Logged with the answer; and also when the answer itself is refused (too large for the
     log, a text it cannot hold): the provider was paid for those tokens all the same."""
     usage = response.usage
-    if usage is None:
+    if usage is None or _usage_problem(usage) is not None:  # (an unreadable one: not known)
         return []
     return [
         ModelUsage(

@@ -56,6 +56,7 @@ class Ownership:
         self.next_renewal = 0.0
         self._lock = asyncio.Lock()
         self._releasing: asyncio.Future[None] | None = None
+        self._releasing_writer: SessionWriter | None = None
         # Logs with leases (SQLite, memory) need renewals and are given up when idle;
         # Kafka fences by producer epoch: a held writer costs nothing there.
         self.has_leases: bool = bool(getattr(log, "has_leases", True))
@@ -98,7 +99,11 @@ class Ownership:
             if self._renewals is not None:
                 self._renewals.drop(self)
             if writer is not None:
-                self._releasing = asyncio.ensure_future(writer.release())
+                self._releasing, self._releasing_writer = asyncio.ensure_future(writer.release()), writer
+            elif self._releasing is not None and self._releasing.cancelled() and self._releasing_writer is not None:
+                # That release never ran: its loop ended first (``asyncio.run`` cancels the
+                # tasks left at its end). Give the session up now, on this loop.
+                self._releasing = asyncio.ensure_future(self._releasing_writer.release())
             releasing = self._releasing
         if releasing is not None:
             with contextlib.suppress(Exception):

@@ -55,7 +55,9 @@ class Watched(Protocol):
 
 
 class HostPoller:
-    def __init__(self, log_: SessionLog, *, interval: float, stall_warning: float = 10.0) -> None:
+    def __init__(
+        self, log_: SessionLog, *, interval: float, stall_warning: float = 10.0, watch_every: float = 0.5
+    ) -> None:
         self._log = log_
         self._interval = interval
         self._held: set[Ownership] = set()
@@ -64,7 +66,7 @@ class HostPoller:
         self._position: int | None = None  # embedded logs: every record <= position was seen
         self._partitions: dict[int, int] = {}  # Kafka: partition -> next offset to read
         self._closed = False
-        self._watchdog = LoopWatchdog(lambda: self._held, warn_after=stall_warning)
+        self._watchdog = LoopWatchdog(lambda: self._held, warn_after=stall_warning, check_every=watch_every)
 
     # -- registration -----------------------------------------------------------------------
 

@@ -113,7 +113,9 @@ class Session:
         """Answer a ``step.ask``; returns how the resumed turn went (None: no such call).
 
         Raises:
-            InvalidAnswer: no such open ask, it expired, or the value fails its schema
+            InvalidAnswer: no such open ask, it has its answer already (``reason``
+                ``already_answered``; the same value again returns the turn's result), it
+                expired, or the value fails its schema
                 (the tool's pydantic model where this host runs the tool); the tool keeps
                 waiting.
         """

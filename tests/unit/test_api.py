@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -231,6 +232,18 @@ def test_s1_a_model_whose_complete_is_not_async_is_refused_at_definition():
     with pytest.raises(DefinitionError) as refused:
         define_harness(name="h", model=SyncModel(), tools=[])
     assert "complete() must be 'async def'" in str(refused.value)
+
+
+def test_s1_a_model_class_given_for_its_instance_is_refused_at_definition():
+    """``model=ScriptedModel`` (the class, not a model): define_harness and chat() took it,
+    and every turn failed with "complete() missing 1 required positional argument"."""
+    from harness import chat
+
+    with pytest.raises(DefinitionError) as refused:
+        define_harness(name="h", model=ScriptedModel, tools=[])
+    assert "the class ScriptedModel, not a model: make one, e.g. ScriptedModel(...)" in str(refused.value)
+    with pytest.raises(DefinitionError, match="the class ScriptedModel, not a model"):
+        asyncio.run(chat(model=ScriptedModel, messages=[{"role": "user", "content": "hi"}], tools=[]))
 
 
 async def test_s1_a_complete_that_returns_no_awaitable_fails_the_turn_saying_to_make_it_async():

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from pydantic import SecretStr
 
@@ -588,3 +589,49 @@ async def test_an_empty_message_is_refused_before_anything_is_written():
             await client.send("s-1", "")
     assert await log.read("s-1") == []
     assert issubclass(EmptyMessage, ValueError)
+
+
+class _Opaque:
+    pass
+
+
+class _NoJsonSchema(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+    order_id: str
+    hook: _Opaque | None = None
+
+
+def test_an_input_schema_with_no_json_schema_is_refused_at_definition() -> None:
+    """A tool's input model pydantic cannot make a JSON schema of (a field of an arbitrary
+    class) was taken; the first ``send`` then raised PydanticInvalidForJsonSchema from
+    inside the library, out of ``send`` itself."""
+    with pytest.raises(DefinitionError) as refused:
+        tool_definition(name="pay", description="d", input_schema=_NoJsonSchema)
+    message = str(refused.value)
+    assert message.startswith("input_schema of tool 'pay' has no JSON schema") and "\n" not in message
+
+
+async def test_an_ask_schema_with_no_json_schema_is_a_step_error_of_the_call(host, log) -> None:
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.ask("approve", message="ok?", schema=_NoJsonSchema)
+
+    t = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
+    session = await host.open(define_harness(name="t/ask", model=script([call("c1", "pay")], "ok"), tools=[t]),
+                              session_id="s-1")
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, "s-1", "harness.tool.result")
+    assert result["content"]["type"] == "StepError"
+    assert result["content"]["message"].startswith("the schema of ask 'approve' has no JSON schema")
+    assert await entries(log, "s-1", "harness.ask.opened") == []
+
+
+def test_an_input_schema_whose_forward_references_resolve_later_is_still_taken() -> None:
+    """(The JSON schema check must not refuse a model that is completed afterwards.)"""
+    namespace: dict[str, Any] = {}
+    exec(  # (a model with a forward reference, as a module would write it)
+        "from pydantic import BaseModel\nclass Later(BaseModel):\n    item: 'Item'\n", namespace
+    )
+    tool_definition(name="pay", description="d", input_schema=namespace["Later"])
+    exec("class Item(BaseModel):\n    x: int\n", namespace)
+    namespace["Later"].model_rebuild(_types_namespace=namespace)
+    assert namespace["Later"].model_json_schema()["required"] == ["item"]

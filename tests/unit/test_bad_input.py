@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from harness import ToolOutcome, define_harness, durable_tool, tool, tool_definition
-from harness.errors import InvalidRecord, ReservedRecordType
+from harness.errors import DefinitionError, InvalidRecord, ReservedRecordType
 from harness.models import ModelResponse, ScriptedModel
 
 from .conftest import Args, call, entries, raw_bytes, script
@@ -229,3 +229,39 @@ async def test_before_hook_answers_for_the_tool_or_fails_cleanly(host, log):
     assert results["c1"]["content"] == {"blocked": True} and results["c1"]["replaced_by_hook"]
     assert results["c2"]["code"] == "hook_failed"
     assert runs == []
+
+
+@pytest.mark.parametrize(
+    ("responses", "says"),
+    [
+        ("hello", "not a str"),
+        ([{"text": "hi"}], "responses[0] is a dict"),
+        ([ModelResponse(text="a"), "b"], "responses[1] is a str"),
+        (None, "not NoneType"),
+        (iter([ModelResponse(text="a")]), "not list_iterator"),
+    ],
+    ids=["str", "dict-item", "str-item", "none", "iterator"],
+)
+def test_a_script_that_is_no_list_of_model_responses_is_refused_when_made(responses: Any, says: str):
+    """``ScriptedModel("hi")`` or ``ScriptedModel([{"text": ...}])`` failed only at the first
+    turn (``model_error``, or an AttributeError from inside the harness); refused at once now."""
+    with pytest.raises(DefinitionError) as refused:
+        ScriptedModel(responses)
+    assert says in str(refused.value) and "ModelResponse(" in str(refused.value)
+
+
+async def test_a_tool_call_that_is_no_toolcall_fails_the_model_call_saying_so(host, log):
+    model = ScriptedModel([ModelResponse(tool_calls=[{"id": "c1", "name": "t", "arguments": {}}])])  # type: ignore[list-item]
+    session = await host.open(define_harness(name="t/bad", model=model), session_id=SID)
+    result = await session.send("go")
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert "tool_calls[0] is a dict, not a ToolCall" in (result.error or "")
+    assert "AttributeError" not in (result.error or "")
+
+
+async def test_tool_calls_that_are_no_list_fail_the_model_call_saying_so(host, log):
+    model = ScriptedModel([ModelResponse(text="hi", tool_calls=None)])  # type: ignore[arg-type]
+    session = await host.open(define_harness(name="t/bad", model=model), session_id=SID)
+    result = await session.send("go")
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert "tool_calls is a NoneType, not a list" in (result.error or "")

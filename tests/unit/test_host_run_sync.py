@@ -6,6 +6,7 @@ for a sync tool (its steps need the loop). A sync step fn is run so."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -129,5 +130,114 @@ async def test_a_sync_step_fn_is_a_quick_call_and_a_sync_tools_steps_still_run(w
         result = await session.send("go")
         assert result.outcome == "completed"
         assert len(wraps) == 1  # the sync tool's call only (its own step fn runs on its thread)
+    finally:
+        await host.close()
+
+
+@pytest.mark.timeout(30)
+async def test_sync_tools_waiting_for_a_person_or_a_sleep_do_not_starve_the_hosts_other_sync_code() -> None:
+    """A sync tool in ``ctx.step.ask`` / ``ctx.step.sleep`` blocks its pool thread for the
+    whole wait (hours, days): with ``sync_threads`` of them waiting, every other sync tool
+    and sync step fn of the host, of every session, queued behind them until a person
+    answered. A waiting thread does not count against ``sync_threads`` now."""
+    from datetime import timedelta
+
+    from pydantic import BaseModel
+
+    from harness import define_harness, durable_tool, tool_definition
+    from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+    class Kind(BaseModel):
+        kind: str
+
+    class Ok(BaseModel):
+        ok: bool
+
+    def execute(args: Kind, ctx: Any) -> Any:
+        if args.kind == "ask":
+            return {"ok": ctx.step.ask("approve", message="ok?", schema=Ok).ok}
+        if args.kind == "sleep":
+            ctx.step.sleep("nap", timedelta(hours=1))
+            return {"slept": True}
+        return {"value": ctx.step.do("quick", lambda: 1)}
+
+    tool = durable_tool(tool_definition(name="work", description="d", input_schema=Kind), execute)
+
+    def harness_for(kind: str) -> Any:
+        model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={"kind": kind})]),
+                               ModelResponse(text="done")])
+        return define_harness(name="t/pool", model=model, tools=[tool])
+
+    host = HarnessHost(log="memory:", sync_threads=2)
+    slept: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    try:
+        asking = await host.open(harness_for("ask"), session_id="asks")
+        assert (await asking.send("go")).outcome == "waiting"
+        sleeping = await host.open(harness_for("sleep"), session_id="sleeps")
+        slept = asyncio.create_task(sleeping.send("go"))
+        await asyncio.sleep(0.2)
+        other = await host.open(harness_for("step"), session_id="works")
+        assert (await asyncio.wait_for(other.send("go"), 10)).outcome == "completed"  # (it waited for good)
+        answered = await asyncio.wait_for(asking.answer("c1", "approve", {"ok": True}), 10)
+        assert answered is not None and answered.outcome == "completed"
+    finally:
+        await host.close()
+        with contextlib.suppress(BaseException):  # (closed: the sleeping turn stays in the log)
+            await slept
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("wait", ["ask", "sleep"])
+async def test_a_cancelled_turn_releases_its_sync_tool_from_its_wait(wait: str) -> None:
+    """A sync tool waits in ``ctx.step.ask`` / ``ctx.step.sleep`` through a coroutine on
+    the loop that the turn's cancel did not reach: after ``session.cancel`` the tool stayed
+    blocked, holding its thread until the host closed (a sleep's tool even went on after its
+    wake time, running code of a turn that had ended). The wait is cancelled with the call
+    now: the tool unwinds at once and runs nothing more."""
+    from datetime import timedelta
+
+    from pydantic import BaseModel
+
+    from harness import define_harness, durable_tool, tool_definition
+    from harness.models import ModelResponse, ScriptedModel, ToolCall
+
+    class Kind(BaseModel):
+        kind: str
+
+    class Ok(BaseModel):
+        ok: bool
+
+    unwound: list[str] = []
+    went_on: list[str] = []
+
+    def execute(args: Kind, ctx: Any) -> Any:
+        try:
+            if args.kind == "ask":
+                ctx.step.ask("approve", message="ok?", schema=Ok)
+            else:
+                ctx.step.sleep("nap", timedelta(seconds=0.5))
+        except BaseException as exc:
+            unwound.append(type(exc).__name__)
+            raise
+        went_on.append(args.kind)
+        return {"done": True}
+
+    tool = durable_tool(tool_definition(name="work", description="d", input_schema=Kind), execute)
+    model = ScriptedModel([ModelResponse(tool_calls=[ToolCall(id="c1", name="work", arguments={"kind": wait})]),
+                           ModelResponse(text="done")])
+    host = HarnessHost(log="memory:")
+    try:
+        session = await host.open(define_harness(name="t/cancel", model=model, tools=[tool]), session_id="s-1")
+        sent = asyncio.create_task(session.send("go", input_id="in-1"))
+        await asyncio.sleep(0.2)  # (the tool is in its wait)
+        assert (await session.cancel("in-1")).outcome == "aborted"
+        for _ in range(100):
+            if unwound:
+                break
+            await asyncio.sleep(0.01)
+        assert unwound == ["CancelledError"]
+        await asyncio.sleep(0.6)  # (past the sleep's wake time)
+        assert went_on == []
+        assert (await sent).outcome == ("waiting" if wait == "ask" else "aborted")
     finally:
         await host.close()

@@ -521,3 +521,53 @@ async def test_live_deltas_never_carry_a_secret_even_split_over_two_deltas(host,
     assert all("SEC" not in e.text and "RET-1" not in e.text for e in seen)
     assert "".join(e.text for e in seen) == result.text  # exactly the logged text
     assert [e.position for e in seen] == [sum(len(x.text) for x in seen[:i]) for i in range(len(seen))]
+
+
+class _LeaksCancel:
+    """A model whose complete() lets a CancelledError of its own out (an HTTP client's
+    task cancelled inside it) while nobody cancelled the call."""
+
+    async def complete(self, messages: Any, tools: Any) -> Any:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        inner.cancel()
+        return await inner
+
+
+@pytest.mark.timeout(20)
+async def test_a_cancelled_error_out_of_the_model_fails_the_turn_not_stalls_it(host, log):
+    """It was taken for the turn's own cancellation: the turn stopped, send() never
+    returned. It fails the turn as a model error now; chat() raises it as one."""
+    from harness import chat
+
+    session = await host.open(define_harness(name="t/leak", model=_LeaksCancel()), session_id="s-1")
+    result = await asyncio.wait_for(session.send("go"), 10)
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert "CancelledError" in (result.error or "") and "nobody cancelled" in (result.error or "")
+    with pytest.raises(ModelError, match="nobody cancelled"):
+        await chat(model=_LeaksCancel(), messages=[{"role": "user", "content": "hi"}], tools=[])
+
+
+@pytest.mark.parametrize(
+    ("usage", "says"),
+    [
+        (Usage(input_tokens="lots"), "usage.input_tokens must be a whole number of tokens, not 'lots'"),  # type: ignore[arg-type]
+        (Usage(output_tokens=None), "usage.output_tokens must be a whole number of tokens, not None"),  # type: ignore[arg-type]
+        (Usage(input_tokens=float("nan")), "usage.input_tokens must be a whole number of tokens, not nan"),  # type: ignore[arg-type]
+        (Usage(input_tokens=10**30), "usage.input_tokens must be a whole number of tokens, not 1000"),
+        (Usage(cost="free"), "usage.cost must be a number of dollars or None, not 'free'"),  # type: ignore[arg-type]
+        ({"input_tokens": 5}, "usage must be a harness.models.Usage or None, not dict"),
+    ],
+    ids=["str", "none", "nan", "huge", "cost-str", "dict"],
+)
+async def test_a_usage_the_log_cannot_hold_fails_the_model_call_not_send(host, log, usage: Any, says: str):
+    """An adapter of one's own reporting usage it could not read (``None`` tokens, a
+    string, NaN, a dict): ``send`` raised ValueError / TypeError / AttributeError /
+    CodecError from inside the library. The model call fails (``model_error``) saying
+    what is wrong, as for any value of the model's the log cannot hold."""
+    model = ScriptedModel([ModelResponse(text="hi", usage=usage)])
+    session = await host.open(define_harness(name="t/usage", model=model), session_id="s-1")
+    result = await session.send("go")
+    assert result.outcome == "failed" and result.code == "model_error"
+    assert says in (result.error or ""), result.error
+    assert (await session.send("again", input_id="in-2")).outcome == "failed"  # (the session goes on)

@@ -222,3 +222,32 @@ async def test_chat_raises_a_permanent_model_error_at_once_and_the_last_transien
     with pytest.raises(ModelError, match="busy 2"):
         await run
     assert always.calls == 3  # the first call and 2 retries
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_s6_1_a_step_whose_fn_raised_may_be_retried_under_its_name_in_chat_too(kind: str):
+    keys: list[str] = []
+
+    def flaky(info: Any) -> Any:
+        keys.append(info.idempotency_key)
+        if len(keys) < 2:
+            raise ConnectionError("provider down")
+        return "ok"
+
+    async def async_execute(args: Args, ctx: Any) -> Any:
+        try:
+            return await ctx.step.do("charge", flaky)
+        except ConnectionError:
+            return await ctx.step.do("charge", flaky)
+
+    def sync_execute(args: Args, ctx: Any) -> Any:
+        try:
+            return ctx.step.do("charge", flaky)
+        except ConnectionError:
+            return ctx.step.do("charge", flaky)
+
+    t = durable_tool(tool_definition(name="work", description="d", input_schema=Args),
+                     async_execute if kind == "async" else sync_execute)
+    out = await chat(model=script([call("c1", "work")], "done"), messages=[{"role": "user", "content": "go"}], tools=[t])
+    assert results(out) == {"c1": ("ok", False)}
+    assert len(keys) == 2 and len(set(keys)) == 1

@@ -15,7 +15,7 @@ import urllib.parse
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from harness import agent_tool, define_harness, durable_tool, tool_definition
 from harness.errors import SecretInName
@@ -276,3 +276,24 @@ async def test_a_sub_agents_text_with_a_secret_is_handled_as_at_the_top_level(ho
     assert tool_result["content"] == {"text": "done with [secret:key]"}
     assert runs == ["7"]
     assert secret not in await all_text(log, logs)
+
+
+@pytest.mark.parametrize(
+    ("secrets", "says"),
+    [
+        ({"stripe": "sk_\ud800live_12345"}, "secret 'stripe' holds a lone surrogate"),
+        ({"stripe": SecretStr("sk_\udcfflive_12345")}, "secret 'stripe' holds a lone surrogate"),
+        ({"str\ud800ipe": "sk_live_12345"}, "a secret's name holds a lone surrogate"),
+    ],
+    ids=["value", "secretstr", "name"],
+)
+async def test_a_secret_with_a_lone_surrogate_is_refused_at_open_without_showing_it(host, secrets, says):
+    """A secret read from a file with the wrong codec (``surrogateescape``) made
+    ``host.open`` raise a bare UnicodeEncodeError from inside the library (quoting its
+    percent-encoded form), with the secret's text in the message."""
+    from harness.errors import DefinitionError
+
+    h = define_harness(name="t/secrets", model=script("hi"))
+    with pytest.raises(DefinitionError) as refused:
+        await host.open(h, session_id=SID, secrets=secrets)
+    assert says in str(refused.value) and "live_12345" not in str(refused.value)

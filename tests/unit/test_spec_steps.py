@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import decimal
+import enum
 import sys
 from typing import Any
 
@@ -486,3 +487,80 @@ async def test_an_empty_or_surrogate_step_name_is_refused_with_the_right_article
     assert seen[0] == "a step name must be a non-empty string"
     assert seen[1] == "an ask name must be a non-empty string"
     assert seen[2].startswith("a step name at $ holds a lone surrogate")
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_s2_6_s2_10_a_step_whose_fn_raised_may_be_retried_under_its_name_with_the_same_key(host, log, kind):
+    """A retry loop around a failing step (``for attempt ...: try: await step.do("charge",
+    fn)``) raised DuplicateStepName at the second attempt, so the only way to retry in the
+    run was a new name, hence a new idempotency key: a charge that went through before its
+    error would be made again. A name whose step stored nothing (fn raised) is free again;
+    every attempt gets the same key, as a run after a crash would; a name with a stored
+    value stays taken."""
+    keys: list[str] = []
+    caught: list[BaseException] = []
+
+    def flaky(info: Any) -> Any:
+        keys.append(info.idempotency_key)
+        if len(keys) < 3:
+            raise ConnectionError("provider down")
+        return {"charged": len(keys)}
+
+    async def async_execute(args: Args, ctx: Any) -> Any:
+        for _ in range(5):
+            try:
+                value = await ctx.step.do("charge", flaky)
+                break
+            except ConnectionError:
+                continue
+        try:
+            await ctx.step.do("charge", flaky)
+        except DuplicateStepName as exc:
+            caught.append(exc)
+        return value
+
+    def sync_execute(args: Args, ctx: Any) -> Any:
+        for _ in range(5):
+            try:
+                value = ctx.step.do("charge", flaky)
+                break
+            except ConnectionError:
+                continue
+        try:
+            ctx.step.do("charge", flaky)
+        except DuplicateStepName as exc:
+            caught.append(exc)
+        return value
+
+    session = await host.open(harness_of(async_execute if kind == "async" else sync_execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert len(keys) == 3 and len(set(keys)) == 1
+    assert len(caught) == 1  # (a stored step's name is not free)
+    assert [e["value"] for e in await entries(log, SID, "harness.step.result")] == [{"charged": 3}]
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert not result["is_error"] and result["content"] == {"charged": 3}
+
+
+class _StepName(str, enum.Enum):  # noqa: UP042 - the common pre-3.11 form (a StrEnum's str() is its value already)
+    CHARGE = "charge"
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_s2_4_a_step_named_by_a_str_enum_has_the_key_of_its_name_as_logged(host, log, kind):
+    """A ``(str, Enum)`` member as a step name: the log held ``charge`` but the idempotency
+    key was made of its format(), ``...:Step.CHARGE``; code that later names the step
+    ``"charge"`` (the name in the log) got another key, and a provider would charge again.
+    The name is its text everywhere."""
+    keys: list[str] = []
+
+    async def async_execute(args: Args, ctx: Any) -> Any:
+        return await ctx.step.do(_StepName.CHARGE, lambda info: keys.append(info.idempotency_key) or 1)
+
+    def sync_execute(args: Args, ctx: Any) -> Any:
+        return ctx.step.do(_StepName.CHARGE, lambda info: keys.append(info.idempotency_key) or 1)
+
+    session = await host.open(harness_of(async_execute if kind == "async" else sync_execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [stored] = await entries(log, SID, "harness.step.result")
+    assert stored["name"] == "charge" and type(stored["name"]) is str
+    assert len(keys) == 1 and keys[0].endswith(":c1:charge"), keys

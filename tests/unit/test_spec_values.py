@@ -8,6 +8,8 @@ exception text, ``ctx.append`` or a model response fail that one call, never the
 
 from __future__ import annotations
 
+import enum
+import json
 import re
 from typing import Any
 
@@ -210,3 +212,38 @@ async def test_s2_7_send_refuses_text_the_log_cannot_hold(host, log):
     with pytest.raises(StepValueError):
         await session.send("lone \ud800", input_id="in-1")
     assert await log.read(SID) == []
+
+
+class _Color(str, enum.Enum):  # noqa: UP042 - the common pre-3.11 form (a StrEnum's str() is its value already)
+    RED = "red"
+
+
+class _Tagged(str):
+    def __str__(self) -> str:
+        return f"<tagged {str.__str__(self)}>"
+
+
+def test_s2_2_a_str_subclass_is_copied_as_its_text_as_json_writes_it() -> None:
+    """A ``(str, Enum)`` member, a step value many apps return, was stored as its ``str()``:
+    ``'_Color.RED'`` where ``json.dumps`` (and pydantic's ``mode='json'``) write ``"red"``;
+    a dict key too. The copy is the string itself, as JSON has it."""
+    value = {"status": _Color.RED, _Color.RED: [_Tagged("x")]}
+    copy = json_copy(value)
+    assert copy == json.loads(json.dumps(value)) == {"status": "red", "red": ["x"]}
+    assert all(type(k) is str for k in copy) and type(copy["status"]) is str and type(copy["red"][0]) is str
+
+
+async def test_s2_2_a_str_enum_step_value_is_stored_and_returned_as_its_value(host, log):
+    seen: list[Any] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        seen.append(await ctx.step.do("status", lambda: _Color.RED))
+        return {"status": _Color.RED}
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    assert seen == ["red"] and type(seen[0]) is str
+    [stored] = await entries(log, SID, "harness.step.result")
+    assert stored["value"] == "red"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["content"] == {"status": "red"}

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pydantic
 import pytest
 from pydantic import BaseModel
 
@@ -475,3 +476,86 @@ async def test_s3_2_answer_is_validated_by_the_asks_pydantic_model_and_a_refused
     result = await owner.answer("c1", "refund", {"amount": 7}, input_id="a-3")
     assert result is not None and result.outcome == "completed"
     assert got == [7]
+
+
+async def test_s3_2_a_second_answer_with_another_value_says_the_ask_has_its_answer(host, log):
+    """A user who answers an ask twice (no input id of theirs) is told the ask has its
+    answer (``already_answered``, as the gateway says), not that an input id they never
+    gave was used with another payload; the first answer stays the only one."""
+    answers: list[Any] = []
+    session = await host.open(harness_of(asking(answers)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+    first = await session.answer("c1", "approve", {"approved": True})
+    assert first is not None and first.outcome == "completed"
+    with pytest.raises(InvalidAnswer) as again:
+        await session.answer("c1", "approve", {"approved": False})
+    assert again.value.reason == "already_answered"
+    assert "has its answer" in str(again.value) and "input id" not in str(again.value)
+    # The same answer again has no second effect and says how the turn went.
+    same = await session.answer("c1", "approve", {"approved": True})
+    assert same is not None and same.outcome == "completed"
+    assert answers == [Approval(approved=True)]
+    assert len(await entries(log, SID, "harness.ask.answered")) == 1
+
+
+class StrictApproval(BaseModel):
+    """Its JSON schema takes any boolean; the model itself only ``True`` with a note."""
+
+    approved: bool
+    note: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _noted(self) -> StrictApproval:
+        if not self.note:
+            raise ValueError("say why in a note")
+        return self
+
+
+async def test_s3_2_an_answer_refused_by_the_owner_can_be_corrected_through_a_client(hosts, log, other_log):
+    """``HarnessClient.answer`` cannot judge an answer (it holds no schema): a wrong one is
+    written, and the owner refuses it. Its default input id was ``answer:<call>:<ask>``,
+    so the corrected answer came with the same id and another payload: refused as an
+    ``input_conflict``, for good (the ask could only be answered with an input id of
+    one's own). The default id now depends on the value: resending the same answer is
+    still one input."""
+    from harness import HarnessClient
+
+    answers: list[Any] = []
+    owner = await hosts(owner_id="a").open(harness_of(asking(answers)), session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+    client = HarnessClient(log=other_log())
+    try:
+        bad = await client.answer(SID, "c1", "approve", {"approved": "maybe"})
+        refused = await asyncio.wait_for(client.wait_settled(SID, bad), 10)
+        assert refused.outcome == "rejected" and refused.code == "invalid_answer"
+        good = await client.answer(SID, "c1", "approve", {"approved": True})
+        again = await client.answer(SID, "c1", "approve", {"approved": True})  # (a resend: one input)
+        assert again.input_id == good.input_id != bad.input_id
+        assert (await asyncio.wait_for(client.wait_settled(SID, good), 10)).outcome == "completed"
+    finally:
+        await client.close()
+    await eventually(lambda: owner.state.inputs["in-1"].settled)
+    assert answers == [Approval(approved=True)]
+
+
+async def test_s3_2_an_answer_refused_by_the_owners_model_can_be_corrected_through_another_server(
+    hosts, log, other_log
+):
+    """Another server judges an answer by the ask's JSON schema only; the owner's pydantic
+    model may still refuse it (a validator). The corrected answer then met the first one's
+    default input id: ``InvalidAnswer`` for good."""
+    answers: list[Any] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        answer = await ctx.step.ask("approve", message="ok?", schema=StrictApproval)
+        answers.append(answer)
+        return {"approved": answer.approved}
+
+    owner = await hosts(owner_id="a").open(harness_of(execute), session_id=SID)
+    assert (await owner.send("go", input_id="in-1")).outcome == "waiting"
+    other = await hosts(log_=other_log(), owner_id="b").open(harness_of(execute), session_id=SID)
+    with pytest.raises(InvalidAnswer, match="say why in a note"):
+        await other.answer("c1", "approve", {"approved": True})  # the schema takes it, the owner not
+    result = await other.answer("c1", "approve", {"approved": True, "note": "fine"})
+    assert result is not None and result.outcome == "completed"
+    assert answers == [StrictApproval(approved=True, note="fine")]

@@ -185,3 +185,78 @@ async def test_unawaited_step_in_a_sub_agents_tool_fails_that_call():
 
 def test_step_not_awaited_is_a_step_error():
     assert issubclass(StepNotAwaited, StepError)
+
+
+async def test_a_step_left_running_in_a_task_when_the_tool_returns_fails_the_call_and_is_stopped(host, log, caplog):
+    """``asyncio.create_task(ctx.step.do(...))`` and return without awaiting the task:
+    the step had started, and the harness closed its coroutine when the tool returned, so
+    the step died silently in the middle (its task pending for good, Python's "Task was
+    destroyed but it is pending!" at exit) while the call completed as if all was done.
+    Now the call fails with ``StepNotAwaited`` naming the step, which is stopped (its
+    task cancelled), and nothing of it is written after the call's result."""
+    finished: list[int] = []
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def slow() -> int:
+        await asyncio.sleep(0.2)
+        finished.append(1)
+        return 2
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        tasks.append(asyncio.create_task(ctx.step.do("late", slow)))
+        await asyncio.sleep(0.01)  # the step starts
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and result["content"]["type"] == "StepNotAwaited"
+    assert result["content"]["message"].startswith("step.do('late') was still running when the tool returned")
+    await asyncio.sleep(0.3)
+    assert tasks[0].cancelled() and finished == []
+    assert await entries(log, SID, "harness.step.result") == []
+
+
+async def test_a_step_task_not_started_when_the_tool_returns_is_cancelled_not_broken(host, log, caplog):
+    """A task made of a step that had not started when the tool returned: the call fails
+    (never awaited, it did not run) and the task is cancelled, not left to fail on a closed
+    coroutine ("Task exception was never retrieved ... cannot reuse already awaited
+    coroutine" from asyncio)."""
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        tasks.append(asyncio.create_task(ctx.step.do("late", lambda: 1)))
+        return "ok"
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and "step.do('late') was never awaited" in result["content"]["message"]
+    await asyncio.sleep(0.01)
+    assert tasks[0].cancelled()
+    assert await entries(log, SID, "harness.step.result") == []
+
+
+async def test_a_tool_that_raises_while_a_gathered_step_runs_keeps_its_own_error(host, log):
+    """``gather`` does not cancel the other steps when one raises: the tool's error is the
+    call's, and the step still running is stopped rather than left to write later."""
+    finished: list[int] = []
+
+    async def slow() -> int:
+        await asyncio.sleep(0.2)
+        finished.append(1)
+        return 2
+
+    def boom() -> Any:
+        raise ConnectionError("provider down")
+
+    async def execute(args: Args, ctx: Any) -> Any:
+        return await asyncio.gather(ctx.step.do("slow", slow), ctx.step.do("boom", boom))
+
+    session = await host.open(harness_of(execute), session_id=SID)
+    assert (await session.send("go")).outcome == "completed"
+    [result] = await entries(log, SID, "harness.tool.result")
+    assert result["is_error"] and result["content"]["type"] == "ConnectionError"
+    await asyncio.sleep(0.3)
+    assert finished == []
+    assert await entries(log, SID, "harness.step.result") == []

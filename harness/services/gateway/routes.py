@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BeforeValidator
 from starlette.background import BackgroundTask
 
 from harness.build import build_info
-from harness.ids import MAX_ID, session_id_problem
+from harness.ids import MAX_ID, answer_input_id, session_id_problem
 from harness.replay.conversation import conversation
 from harness.services.gateway.auth import Principal
 from harness.services.gateway.bodies import (
@@ -236,7 +236,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         ``?wait=SECONDS`` the answer also says how the turn it resumed ended (``settlement``;
         ``rejected`` if the session's owner refused the answer)."""
         view = await existing(who, session_id)
-        input_id = body.input_id or f"answer:{body.tool_call_id}:{body.name}"
+        input_id = body.input_id or answer_input_id(body.tool_call_id, body.name, body.value)
         release = slot(gw.wait_slots, who, "requests waiting (?wait=)") if wait is not None else None  # before a write
         try:
             sent = await gw.inputs.answer(view, body.tool_call_id, body.name, body.value, input_id)
