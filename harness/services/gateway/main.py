@@ -52,7 +52,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -78,6 +78,14 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     from harness.services.gateway.app import create_app, default_live, new_sqlite_file, open_gateway_log
     from harness.services.worker.main import load_harnesses
 
+    loop = asyncio.get_running_loop()
+    # A stop signal before the server serves (while the apps load, the log opens, the
+    # broker is probed) ends the start quietly, as a running server stops: without these
+    # handlers asyncio's own cancelled the start wherever it was next suspended, inside
+    # uvicorn's startup, which printed a traceback while the worker read a closed log.
+    stopped_early = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped_early.set)
     harnesses = load_harnesses(settings.apps) if settings.apps else []
     secrets = None
     if worker:
@@ -93,7 +101,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         listening.close()
         raise
     try:
-        await _check_the_cluster_answers(log_)
+        await _unless_stopped(_check_the_cluster_answers(log_), stopped_early)
     except BaseException:
         listening.close()
         await log_.close()
@@ -155,7 +163,6 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         timeout_graceful_shutdown=GRACEFUL_S,
         proxy_headers=False,  # the app's own (middleware.ForwardedClient, --forwarded-allow-ips)
     )
-    loop = asyncio.get_running_loop()
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -170,6 +177,12 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         gw.begin_shutdown()  # open ?wait requests answer and SSE streams end: nothing holds the stop up
         server.should_exit = True
 
+    if stopped_early.is_set():  # (no await since the last look: from here on_signal stops the server)
+        if metrics_server is not None:
+            metrics_server.close()
+        listening.close()
+        await log_.close()
+        return 0
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
 
@@ -217,6 +230,20 @@ async def _check_the_cluster_answers(log_: Any) -> None:
         await asyncio.to_thread(probe, settings, timeout=PROBE_TIMEOUT_S)
     except ValueError as exc:
         raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stopped: asyncio.Event) -> None:
+    """``await work``, or stop waiting for it once ``stopped`` is set."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        task.result()
 
 
 def _listen(host: str, port: int) -> socket.socket:
