@@ -169,10 +169,14 @@ def positive_float(name: str) -> Callable[[str], float]:
 def utf8_argument(text: str, what: str) -> str:
     """``text`` from the command line, refused in one line (a usage error) if it holds bytes
     that are not UTF-8: Python reads each such byte as a lone surrogate, which the log
-    cannot hold."""
+    cannot hold. Under a locale that is not UTF-8 (ASCII: ``LC_ALL=C`` without Python's
+    UTF-8 mode) a UTF-8 argument comes in as such surrogates too: its own bytes are read
+    again as UTF-8, so it is taken as typed."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
+        with contextlib.suppress(UnicodeError):
+            return os.fsencode(text).decode("utf-8")  # (the bytes as they were given; strict UTF-8)
         bad = text[exc.start]
         byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
         raise ConfigError(

@@ -328,7 +328,7 @@ async def main_send(argv: list[str]) -> int:
     check_id(args.session, "session id")
     if args.text == "-":
         args.text = stdin_text()
-    utf8_argument(args.text, "the message text")
+    args.text = utf8_argument(args.text, "the message text")
     if not args.text:  # as the gateway's body model (MessageIn) refuses it; the log takes any text
         raise ConfigError(f"the message text is empty: give the message to send, e.g. harness send "
                           f"{args.session} 'hello'", setting="TEXT")
@@ -460,7 +460,7 @@ async def main_answer(argv: list[str]) -> int:
     check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
-    utf8_argument(args.value, "the answer")
+    args.value = utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except StepValueError as exc:  # JSON that the log cannot hold (NaN, 1e999, a lone surrogate, 2**64 ...)
