@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -324,10 +325,11 @@ async def _open_kafka(
         raise
     except ValueError as exc:
         raise ConfigError(str(exc), setting="--log") from exc
+    from harness.log.kafka.own_thread import on_own_thread
     from harness.log.kafka.topics import probe
 
-    try:
-        await asyncio.to_thread(probe, log.settings, timeout=probe_timeout)  # type: ignore[attr-defined]
+    try:  # (not the default pool, which asyncio.run waits for: a Ctrl-C ends the probe at once)
+        await on_own_thread(functools.partial(probe, log.settings, timeout=probe_timeout))  # type: ignore[attr-defined]
         if start:
             await log.start()  # type: ignore[attr-defined]
     except ValueError as exc:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
@@ -224,10 +225,11 @@ async def _check_the_cluster_answers(log_: Any) -> None:
     if settings is None or not hasattr(log_, "check_reachable"):
         return
     from harness.cli.common import PROBE_TIMEOUT_S
+    from harness.log.kafka.own_thread import on_own_thread
     from harness.log.kafka.topics import probe
 
-    try:
-        await asyncio.to_thread(probe, settings, timeout=PROBE_TIMEOUT_S)
+    try:  # (a thread of its own: a Ctrl-C does not wait for the probe to give up)
+        await on_own_thread(functools.partial(probe, settings, timeout=PROBE_TIMEOUT_S))
     except ValueError as exc:
         raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
 
