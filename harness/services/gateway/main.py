@@ -270,18 +270,21 @@ def _listen(host: str, port: int) -> socket.socket:
 def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
     from harness import logs
 
-    try:  # lines with context fields and every secret scrubbed, as the worker's
-        logs.configure(level=os.environ.get("HARNESS_LOG_LEVEL") or "warning",
-                       fmt=os.environ.get("HARNESS_LOG_FORMAT") or "text")
-    except ValueError as exc:
-        print(f"harness: HARNESS_LOG_LEVEL / HARNESS_LOG_FORMAT: {exc}", file=sys.stderr)
-        return 2
+    prog = f"harness {'serve' if worker else 'gateway'}"
+    level, fmt = os.environ.get("HARNESS_LOG_LEVEL") or "warning", os.environ.get("HARNESS_LOG_FORMAT") or "text"
+    for name, check in (("HARNESS_LOG_LEVEL", lambda: logs.parse_level(level)),
+                        ("HARNESS_LOG_FORMAT", lambda: logs.configure(level=level, fmt=fmt))):
+        try:  # lines with context fields and every secret scrubbed, as the worker's
+            check()
+        except ValueError as exc:
+            print(f"{prog}: {name}: {exc}", file=sys.stderr)
+            return 2
     try:
         return asyncio.run(run_gateway(settings, worker=worker))
     except HarnessError as exc:
         if debug:
             raise
-        print(f"harness {'serve' if worker else 'gateway'}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         from harness.services.gateway.auth import GatewayConfigError
 
         # (as every command: 2 for what is set wrong, 1 for what went wrong at run time)
