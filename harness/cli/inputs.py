@@ -318,7 +318,8 @@ def send_parser() -> CommandParser:
     parser.add_argument("--no-wait", action="store_true", help="print the input id and exit once it is in the log")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
                         help="give up waiting after this long (default: wait)")
-    parser.add_argument("--json", action="store_true", help="print the settlement as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help='print the settlement as JSON (with --no-wait: {"input_id", "position"})')
     add_log_option(parser)
     return parser
 
@@ -357,8 +358,10 @@ async def main_send(argv: list[str]) -> int:
         after = entries[-1].seq if entries else 0
         record = InputMessage(args.session, _now_ms(), input_id, args.text, harness)
         first = state.inputs.get(input_id)
+        position = None if first is None else first.seq
         if first is None:
             sent = await _submit(log, record, "send", watch)
+            position = sent.seq
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
         elif record_payload(first.record) != record_payload(record):
@@ -366,8 +369,8 @@ async def main_send(argv: list[str]) -> int:
             # text is the only reuse of an id that has no second effect).
             reason = f"input id {input_id!r} was already used with another payload; use a new --input-id"
             return _print_outcome(args, input_id, "rejected", "input_conflict", reason, None)
-        if args.no_wait:
-            print(input_id)
+        if args.no_wait:  # (with --json, JSON all the same: a script's `| jq` reads every outcome)
+            print(json.dumps({"input_id": input_id, "position": position}) if args.json else input_id)
             return 0
         helpers = [asyncio.create_task(status.run()),
                    asyncio.create_task(_hint_when_untaken(state, input_id, status, watch))]

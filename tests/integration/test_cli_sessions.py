@@ -167,6 +167,20 @@ async def test_an_input_id_sent_again_with_other_text_is_an_input_conflict(deplo
     assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
 
 
+async def test_send_no_wait_json_prints_json(deployed: Backend) -> None:
+    """`harness send s-1 hi --no-wait --json | jq .input_id`: it printed the bare input id,
+    which is no JSON (jq: "Invalid literal"), though --json is the settlement as JSON."""
+    s = sid("nowait-json")
+    out = deployed.cli("send", s, "hello", "--harness", HARNESS, "--input-id", "in-nw", "--no-wait", "--json")
+    assert out.returncode == 0, out.stderr
+    receipt = json.loads(out.stdout)
+    assert receipt["input_id"] == "in-nw" and isinstance(receipt["position"], int)
+    again = deployed.cli("send", s, "hello", "--input-id", "in-nw", "--no-wait", "--json")  # no second effect
+    assert json.loads(again.stdout) == receipt
+    item = json.loads(deployed.cli("show", s, "--json").stdout)["timeline"][0]
+    assert (item["kind"], item["seq"]) == ("input.message", receipt["position"])
+
+
 async def test_a_new_session_needs_a_harness(deployed: Backend) -> None:
     out = deployed.cli("send", sid("new"), "hello")
     assert out.returncode == 2 and "give --harness NAME" in out.stderr and "Traceback" not in out.stderr
