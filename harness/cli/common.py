@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import difflib
 import functools
 import inspect
 import logging
@@ -80,7 +81,13 @@ CLIENT_LOGGERS = ("harness.log.kafka.client", "harness.live.client")
 class CommandParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line (exit 2)."""
 
-    def __init__(self, *, prog: str, description: str, example: str, **kw: Any) -> None:
+    def __init__(
+        self, *, prog: str, description: str, example: str,
+        extra_words_hint: Callable[[Any, list[str]], str] | None = None, **kw: Any,
+    ) -> None:
+        self.extra_words_hint = extra_words_hint
+        """What words left over that are no options probably were (``send``: the rest of a
+        message that was not quoted), from the parsed arguments and those words."""
         super().__init__(
             prog=prog,
             description=re.sub(r"``([^`]+)``", r"'\1'", description),  # a module docstring, as plain text
@@ -93,6 +100,26 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        """As argparse's, with a hint after "unrecognized arguments": the option a word
+        misspells (``--max-sesions``: did you mean --max-sessions?), or what words that
+        are no options probably were (``extra_words_hint``)."""
+        parsed: argparse.Namespace
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._hint(parsed, extras)}")
+        return parsed
+
+    def _hint(self, parsed: Any, extras: list[str]) -> str:
+        for word in extras:
+            if word.startswith("-"):
+                options = [o for o in self._option_string_actions if o.startswith("--")]
+                close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
+                return f"; did you mean {close[0]}?" if close else ""
+        return self.extra_words_hint(parsed, extras) if self.extra_words_hint else ""
 
 
 def add_log_option(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 import sys
 import time
 import uuid
@@ -306,6 +307,10 @@ def send_parser() -> CommandParser:
         "turn it is queued behind (the open asks are printed). It never runs the turn itself.",
         example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db\n"
         "  git diff | harness send s-1 - --harness acme/reviewer",
+        extra_words_hint=lambda args, words: (
+            "; quote a message of several words: harness send "
+            f"{shlex.quote(args.session)} {shlex.quote(' '.join([args.text, *words]))}"
+        ),
     )
     parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
     parser.add_argument("text", metavar="TEXT",
