@@ -366,6 +366,29 @@ async def test_commands_piped_into_a_reader_that_went_away_end_quietly(deployed:
         assert (proc.returncode, err) == (141, ""), args
 
 
+async def test_tail_ends_when_the_reader_of_its_pipe_goes_away_with_nothing_new_to_print(deployed: Backend) -> None:
+    """`harness tail s-1 --json | head -1`: head took its line and went away, and tail, which
+    had printed all it had, waited for the session's next record to find that out, so the
+    pipeline hung for as long as the session stayed quiet (for good on an idle session). Now
+    it sees its reader go and ends at once, silently, exit 141, as `tail -f` does."""
+    s = sid("pipe-tail")
+    assert deployed.cli("send", s, "order=8", "--harness", HARNESS).returncode == 0
+    proc = deployed.popen("tail", s, "-n", "3", "--json")
+    try:
+        assert proc.stdout is not None
+        json.loads(proc.stdout.readline())  # what `head -1` reads, before it exits
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == 141
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert err == ""
+
+
 # --- send on a terminal: a live status line -------------------------------------------------------------
 
 
