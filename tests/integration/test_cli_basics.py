@@ -705,3 +705,15 @@ def test_ctrl_c_while_send_or_answer_submits_or_waits_says_what_became_of_the_in
     assert ("harness answer: stopped waiting; the answer a-9 stays in the log and the session's owner takes it "
             "all the same: 'harness show s-2' shows how it goes") in err, err
 
+
+
+@pytest.mark.parametrize("what", ["a file", "a file's child"])
+def test_kafka_local_with_a_jar_cache_that_cannot_be_a_folder_says_so_in_one_line(tmp_path: Path, what: str) -> None:
+    """`harness kafka-local --cache-dir notes.txt`: "unexpected error: NotADirectoryError: [Errno 20]
+    Not a directory: 'notes.txt/kafka-4.1.1'", as a bug; now one line naming the option."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    cache = a_file if what == "a file" else a_file / "cache"
+    out = harness("kafka-local", "--cache-dir", str(cache), "--data-dir", str(tmp_path / "d"))
+    assert out.returncode == 1
+    assert one_line(out) == f"kafka-local: cannot use {cache} as the jar cache (not a directory): give another --cache-dir"
