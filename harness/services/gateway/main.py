@@ -198,6 +198,10 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
             log.warning("there was no SQLite log at %s: this gateway made an empty one; sessions move only while a "
                         "worker runs on the same file ('harness worker --log %s ...', or 'harness serve')",
                         created, settings.log)
+        if not worker and not gw.ready:
+            # (its startup asked: a gateway may start before the workers make the Kafka topics, but a
+            # mistyped topic prefix would serve nothing but 503s after "gateway ready" without a word)
+            log.warning("%s; /readyz and the API answer 503 until it does", gw.not_ready)
         if ":" in host:  # an IPv6 address goes in brackets in a URL (http://[::1]:8080)
             host = f"[{host}]"
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
