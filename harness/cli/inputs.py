@@ -15,6 +15,7 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import IO, Any
 
 from harness.cli.common import (
@@ -329,7 +330,11 @@ def send_parser() -> CommandParser:
     return parser
 
 
-async def main_send(argv: list[str]) -> int:
+def main_send(argv: list[str]) -> Coroutine[Any, Any, int]:
+    """Check the arguments and read the message given as ``-``, then return the coroutine
+    that sends it. The read comes first, outside the event loop: inside it, a Ctrl-C while
+    a person typed the message only cancelled the task, which the blocking read never saw
+    (the command went on until Ctrl-D)."""
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
     if args.text == "-":
@@ -340,6 +345,10 @@ async def main_send(argv: list[str]) -> int:
                           f"{args.session} 'hello'", setting="TEXT")
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
+    return _send(args)
+
+
+async def _send(args: Any) -> int:
     log = await open_log_for(args.log, role="client")
     watch = BrokerWatch(log)
     status = StatusLine(sys.stderr)
