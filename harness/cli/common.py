@@ -236,6 +236,11 @@ def log_url(given: str | None, env: Mapping[str, str]) -> str:
             "(e.g. --log sqlite:///harness.db or --log 'kafka://127.0.0.1:9092?topic_prefix=acme')",
             setting="--log",
         )
+    from harness.log import blank_at_an_end
+
+    problem = blank_at_an_end(url)
+    if problem is not None:
+        raise ConfigError(problem, setting="--log")
     return url
 
 

@@ -224,3 +224,28 @@ def test_a_worker_on_a_path_under_a_file_says_that_file_is_no_folder(tmp_path: P
     assert out.returncode == 1 and one_line(out).endswith(
         f"(its folder {tmp_path / 'harness.db'} is a file, not a folder: fix the path)"
     ), out.stderr
+
+
+@pytest.mark.parametrize("command", [["worker", "--app", APP], ["sessions"], ["send", "s-1", "hi", "--harness", HARNESS],
+                                     ["gateway", "--open-access", "--port", "0"]],
+                         ids=["worker", "sessions", "send", "gateway"])
+@pytest.mark.parametrize("blank", ["\n", " "], ids=["line-break", "space"])
+def test_a_log_url_with_a_blank_at_its_end_is_refused_in_one_line_and_makes_no_file(
+    tmp_path: Path, command: list[str], blank: str
+) -> None:
+    """HARNESS_LOG read from a file or a Secret keeps its last line break: the worker made a
+    second log named 'harness.db\\n' beside harness.db (its sessions invisible to every
+    command given the clean URL), and `harness sessions` said "no SQLite log at harness.db
+    (/.../harness.db )"."""
+    make_log(tmp_path / "harness.db")
+    before = files_of(tmp_path)
+    env = cli_env({"HARNESS_LOG": f"sqlite:///{tmp_path / 'harness.db'}{blank}"})
+    out = subprocess.run([sys.executable, "-m", "harness", *command], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    url = f"sqlite:///{tmp_path / 'harness.db'}{blank}"
+    assert one_line(out) == (
+        f"harness {command[0]}: the log URL {url!r} has a space or a line break at its end: remove it (a value "
+        "read from a file or a Secret often keeps its last line break)"
+    )
+    assert files_of(tmp_path) == before
