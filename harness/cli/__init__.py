@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.cli.common import EXIT_USAGE, kafka_client_lines, output_closed, run_command
+from harness.cli.terminal import plain_where_not_utf8
 
 __all__ = ["COMMANDS", "main", "version"]
 
@@ -88,6 +89,7 @@ def overview() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    plain_where_not_utf8()  # (a terminal that is not UTF-8: its marks in ASCII, never a UnicodeEncodeError)
     try:
         code = _main(argv)
         sys.stdout.flush()  # here, not at exit: a reader gone by now is a BrokenPipeError we catch

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import difflib
+import functools
 import inspect
 import logging
 import os
@@ -79,7 +81,13 @@ CLIENT_LOGGERS = ("harness.log.kafka.client", "harness.live.client")
 class CommandParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose usage errors are one line (exit 2)."""
 
-    def __init__(self, *, prog: str, description: str, example: str, **kw: Any) -> None:
+    def __init__(
+        self, *, prog: str, description: str, example: str,
+        extra_words_hint: Callable[[Any, list[str]], str] | None = None, **kw: Any,
+    ) -> None:
+        self.extra_words_hint = extra_words_hint
+        """What words left over that are no options probably were (``send``: the rest of a
+        message that was not quoted), from the parsed arguments and those words."""
         super().__init__(
             prog=prog,
             description=re.sub(r"``([^`]+)``", r"'\1'", description),  # a module docstring, as plain text
@@ -92,6 +100,26 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        """As argparse's, with a hint after "unrecognized arguments": the option a word
+        misspells (``--max-sesions``: did you mean --max-sessions?), or what words that
+        are no options probably were (``extra_words_hint``)."""
+        parsed: argparse.Namespace
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._hint(parsed, extras)}")
+        return parsed
+
+    def _hint(self, parsed: Any, extras: list[str]) -> str:
+        for word in extras:
+            if word.startswith("-"):
+                options = [o for o in self._option_string_actions if o.startswith("--")]
+                close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
+                return f"; did you mean {close[0]}?" if close else ""
+        return self.extra_words_hint(parsed, extras) if self.extra_words_hint else ""
 
 
 def add_log_option(parser: argparse.ArgumentParser) -> None:
@@ -169,10 +197,14 @@ def positive_float(name: str) -> Callable[[str], float]:
 def utf8_argument(text: str, what: str) -> str:
     """``text`` from the command line, refused in one line (a usage error) if it holds bytes
     that are not UTF-8: Python reads each such byte as a lone surrogate, which the log
-    cannot hold."""
+    cannot hold. Under a locale that is not UTF-8 (ASCII: ``LC_ALL=C`` without Python's
+    UTF-8 mode) a UTF-8 argument comes in as such surrogates too: its own bytes are read
+    again as UTF-8, so it is taken as typed."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
+        with contextlib.suppress(UnicodeError):
+            return os.fsencode(text).decode("utf-8")  # (the bytes as they were given; strict UTF-8)
         bad = text[exc.start]
         byte = f"byte 0x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
         raise ConfigError(
@@ -204,6 +236,11 @@ def log_url(given: str | None, env: Mapping[str, str]) -> str:
             "(e.g. --log sqlite:///harness.db or --log 'kafka://127.0.0.1:9092?topic_prefix=acme')",
             setting="--log",
         )
+    from harness.log import blank_at_an_end
+
+    problem = blank_at_an_end(url)
+    if problem is not None:
+        raise ConfigError(problem, setting="--log")
     return url
 
 
@@ -320,10 +357,11 @@ async def _open_kafka(
         raise
     except ValueError as exc:
         raise ConfigError(str(exc), setting="--log") from exc
+    from harness.log.kafka.own_thread import on_own_thread
     from harness.log.kafka.topics import probe
 
-    try:
-        await asyncio.to_thread(probe, log.settings, timeout=probe_timeout)  # type: ignore[attr-defined]
+    try:  # (not the default pool, which asyncio.run waits for: a Ctrl-C ends the probe at once)
+        await on_own_thread(functools.partial(probe, log.settings, timeout=probe_timeout))  # type: ignore[attr-defined]
         if start:
             await log.start()  # type: ignore[attr-defined]
     except ValueError as exc:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shlex
 import sys
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import IO, Any
 
 from harness.cli.common import (
@@ -306,6 +308,10 @@ def send_parser() -> CommandParser:
         "turn it is queued behind (the open asks are printed). It never runs the turn itself.",
         example="  harness send s-1 'please check out order 42' --harness acme/assistant --log sqlite:///harness.db\n"
         "  git diff | harness send s-1 - --harness acme/reviewer",
+        extra_words_hint=lambda args, words: (
+            "; quote a message of several words: harness send "
+            f"{shlex.quote(args.session)} {shlex.quote(' '.join([args.text, *words]))}"
+        ),
     )
     parser.add_argument("session", metavar="SESSION", help="the session id (a new one starts a session)")
     parser.add_argument("text", metavar="TEXT",
@@ -318,22 +324,31 @@ def send_parser() -> CommandParser:
     parser.add_argument("--no-wait", action="store_true", help="print the input id and exit once it is in the log")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
                         help="give up waiting after this long (default: wait)")
-    parser.add_argument("--json", action="store_true", help="print the settlement as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help='print the settlement as JSON (with --no-wait: {"input_id", "position"})')
     add_log_option(parser)
     return parser
 
 
-async def main_send(argv: list[str]) -> int:
+def main_send(argv: list[str]) -> Coroutine[Any, Any, int]:
+    """Check the arguments and read the message given as ``-``, then return the coroutine
+    that sends it. The read comes first, outside the event loop: inside it, a Ctrl-C while
+    a person typed the message only cancelled the task, which the blocking read never saw
+    (the command went on until Ctrl-D)."""
     args = send_parser().parse_args(argv)
     check_id(args.session, "session id")
     if args.text == "-":
         args.text = stdin_text()
-    utf8_argument(args.text, "the message text")
+    args.text = utf8_argument(args.text, "the message text")
     if not args.text:  # as the gateway's body model (MessageIn) refuses it; the log takes any text
         raise ConfigError(f"the message text is empty: give the message to send, e.g. harness send "
                           f"{args.session} 'hello'", setting="TEXT")
     if args.input_id is not None:
         check_sent_input_id(args.input_id)
+    return _send(args)
+
+
+async def _send(args: Any) -> int:
     log = await open_log_for(args.log, role="client")
     watch = BrokerWatch(log)
     status = StatusLine(sys.stderr)
@@ -357,8 +372,10 @@ async def main_send(argv: list[str]) -> int:
         after = entries[-1].seq if entries else 0
         record = InputMessage(args.session, _now_ms(), input_id, args.text, harness)
         first = state.inputs.get(input_id)
+        position = None if first is None else first.seq
         if first is None:
             sent = await _submit(log, record, "send", watch)
+            position = sent.seq
             if not entries:
                 after = sent.seq - 1  # a new session: follow from its first record
         elif record_payload(first.record) != record_payload(record):
@@ -366,8 +383,8 @@ async def main_send(argv: list[str]) -> int:
             # text is the only reuse of an id that has no second effect).
             reason = f"input id {input_id!r} was already used with another payload; use a new --input-id"
             return _print_outcome(args, input_id, "rejected", "input_conflict", reason, None)
-        if args.no_wait:
-            print(input_id)
+        if args.no_wait:  # (with --json, JSON all the same: a script's `| jq` reads every outcome)
+            print(json.dumps({"input_id": input_id, "position": position}) if args.json else input_id)
             return 0
         helpers = [asyncio.create_task(status.run()),
                    asyncio.create_task(_hint_when_untaken(state, input_id, status, watch))]
@@ -460,7 +477,7 @@ async def main_answer(argv: list[str]) -> int:
     check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
-    utf8_argument(args.value, "the answer")
+    args.value = utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")
     except StepValueError as exc:  # JSON that the log cannot hold (NaN, 1e999, a lone surrogate, 2**64 ...)

@@ -11,7 +11,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
@@ -217,6 +219,7 @@ async def main_tail(argv: list[str]) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reader_gone = _watch_pipe_reader(sys.stdout, stop)
     style = style_for(sys.stdout, args.color)
     try:
         entries, _ = await watch.guard(scan_session(log, args.session))
@@ -238,8 +241,38 @@ async def main_tail(argv: list[str]) -> int:
         if follower.done() and not follower.cancelled() and follower.exception() is not None:
             raise follower.exception()  # type: ignore[misc]
     finally:
+        if reader_gone is not None:
+            loop.remove_reader(sys.stdout.fileno())
         await log.close()
+    if reader_gone is not None and reader_gone.is_set():
+        raise BrokenPipeError  # (quiet, exit 141: see harness.cli.main)
     return 0
+
+
+def _watch_pipe_reader(stream: Any, stop: asyncio.Event) -> asyncio.Event | None:
+    """When ``stream`` is a pipe, an event set (with ``stop``) once its reader went away
+    (``| head -1`` took its lines): a tail with nothing new to print would otherwise find
+    out only at its next write, and the pipeline hang while the session stays quiet. The
+    pipe's write end reports an error to epoll/poll then, seen as readable; it is never
+    readable otherwise (a terminal is, when typed at: not watched)."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return None
+    gone = asyncio.Event()
+
+    def went_away() -> None:
+        asyncio.get_running_loop().remove_reader(fd)  # (it stays "readable": once is enough)
+        gone.set()
+        stop.set()
+
+    try:
+        asyncio.get_running_loop().add_reader(fd, went_away)
+    except (OSError, ValueError, NotImplementedError):
+        return None
+    return gone
 
 
 async def _follow(log: Any, session_id: str, after: int, made: Timeline, as_json: bool, style: Any) -> None:

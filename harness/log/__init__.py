@@ -44,6 +44,7 @@ __all__ = [
     "LogEntry",
     "SessionLog",
     "SessionWriter",
+    "blank_at_an_end",
     "check_log",
     "open_client_log",
     "open_log",
@@ -174,6 +175,20 @@ def _check_url(url: object) -> None:
             f"open_log() takes a log URL as a string, not {type(url).__name__}: "
             f"e.g. open_log('sqlite:///harness.db'); supported: {', '.join(SUPPORTED_URLS)}"
         )
+    problem = blank_at_an_end(url)
+    if problem is not None:
+        raise LogConfigError(problem)
+
+
+def blank_at_an_end(url: str) -> str | None:
+    """Why ``url`` is refused if it has a space or a line break at an end (else None): a
+    value read from a file or a Secret keeps its last line break, and a SQLite log named
+    ``harness.db\n`` would be made beside ``harness.db``, its sessions seen by nobody
+    who gives the clean URL."""
+    if url == url.strip():
+        return None
+    return (f"the log URL {url!r} has a space or a line break at its end: remove it (a value read from a file "
+            "or a Secret often keeps its last line break)")
 
 
 def sqlite_path(url: str) -> str:
@@ -194,6 +209,7 @@ def parse_sqlite_url(url: str) -> tuple[str, dict[str, Any]]:
         ValueError: no path, the path is a folder (sqlite3 would only say "unable to open
             database file"), or an unknown or malformed option.
     """
+    _check_url(url)
     path, _, query = url[len("sqlite:///"):].partition("?")
     if not path:
         raise LogConfigError(f"no database path in {url!r}: use sqlite:///relative or sqlite:////absolute")

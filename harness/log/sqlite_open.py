@@ -61,6 +61,8 @@ def _where(path: str) -> str:
 def open_hint(path: str) -> str:
     """Why a file could not be opened, when its folder says so."""
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return f" (its folder {folder} is a file, not a folder: fix the path)"
     if not os.path.isdir(folder):
         return (f" (its folder {folder} does not exist: create it, or fix the path; sqlite:///name.db is "
                 "relative to the current folder, sqlite:////abs/path.db absolute)")
@@ -94,6 +96,18 @@ def _check_tables(conn: sqlite3.Connection, path: str, *, create: bool) -> bool:
             "makes it a log when it first opens it"
         )
     return True
+
+
+def _unusable(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> LogUnavailable:
+    """A file SQLite cannot use: not a database at all (a mistyped path onto another file),
+    or damaged."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == sqlite3.SQLITE_NOTADB:
+        return LogUnavailable(
+            f"{path} is not a SQLite database ({exc}): check the path; if it was a log, it is damaged beyond "
+            "reading: restore it from a backup"
+        )
+    return LogUnavailable(f"SQLite log {path!r}: {exc}{open_hint(path)}")
 
 
 def _is_readonly(exc: BaseException) -> bool:
@@ -155,7 +169,7 @@ def open_writer(path: str, busy_seconds: float, *, create: bool) -> tuple[WriteC
         if _is_readonly(exc):
             raise _readonly(path, exc) from exc
         if isinstance(exc, sqlite3.Error | UnicodeDecodeError):  # a file this damaged cannot be used
-            raise LogUnavailable(f"SQLite log {path!r}: {exc}{open_hint(path)}") from exc
+            raise _unusable(path, exc) from exc
         raise
     return conn, namespace
 
@@ -211,7 +225,7 @@ def open_reader(path: str, busy_seconds: float) -> tuple[sqlite3.Connection, str
         if conn is not None:
             conn.close()
         if isinstance(exc, sqlite3.Error | UnicodeDecodeError):
-            raise LogUnavailable(f"SQLite log {path!r}: {exc}{open_hint(path)}") from exc
+            raise _unusable(path, exc) from exc
         raise
     return conn, namespace, target
 

@@ -185,8 +185,16 @@ def ensure_jars(
     libs = base / "libs"
     if _libs_complete(libs):
         return libs
-    base.mkdir(parents=True, exist_ok=True)
-    with _file_lock(base / ".lock"):
+    locked = contextlib.ExitStack()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        locked.enter_context(_file_lock(base / ".lock"))
+    except OSError as exc:  # (a file where the folder goes, a folder this user may not write)
+        reason = "not a directory" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror or str(exc)
+        raise KafkaLaunchError(f"cannot make the jar cache {base}: {exc}",
+                               summary=f"cannot use {root} as the jar cache ({reason}): give another --cache-dir"
+                               ) from None
+    with locked:
         if _libs_complete(libs):
             return libs
         mvn = shutil.which("mvn")

@@ -229,6 +229,11 @@ def test_kafka_gateway_never_creates_topics_and_readyz_says_what_is_missing(
     url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=2"
     gateway = start_process(["gateway", "--log", url, "--port", "0", "--open-access"], ready="gateway ready")
     try:
+        # said at start (it said "gateway ready" and nothing more until the first request,
+        # so a mistyped topic prefix looked like a working gateway)
+        started = gateway.stderr()
+        assert f"WARNING harness.gateway topic '{unique_prefix}.sessions' does not exist" in started, started
+        assert "/readyz and the API answer 503 until it does" in started
         with httpx.Client(base_url=gateway.url, timeout=60) as http:
             r = http.get("/readyz")
             assert r.status_code == 503

@@ -615,6 +615,31 @@ def test_a_flag_typo_is_not_taken_as_a_prefix_of_a_real_flag(tmp_path: Path) -> 
     assert out.returncode == 2 and "unrecognized arguments: --harnes x" in one_line(out)
 
 
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["send", "s-1", "hi", "--harnes", "x"], "unrecognized arguments: --harnes x; did you mean --harness?"),
+        (["worker", "--app", "a:b", "--max-sesions", "3"],
+         "unrecognized arguments: --max-sesions 3; did you mean --max-sessions?"),
+        (["sessions", "--jsn"], "unrecognized arguments: --jsn; did you mean --json?"),
+        (["serve", "--open-acess"], "unrecognized arguments: --open-acess; did you mean --open-access?"),
+        (["tail", "s-1", "--lines=3", "--colour=never"],
+         "unrecognized arguments: --colour=never; did you mean --color?"),
+        # a message of several words, not quoted
+        (["send", "s-1", "check", "out", "order", "42", "--harness", "x"],
+         "unrecognized arguments: out order 42; quote a message of several words: harness send s-1 'check out "
+         "order 42'"),
+    ],
+)
+def test_an_unrecognized_argument_says_what_was_probably_meant(tmp_path: Path, args: list[str], hint: str) -> None:
+    """`harness worker --max-sesions 3` said "unrecognized arguments: --max-sesions 3" and
+    no more; `harness send s-1 check out order 42` (the message not quoted) said
+    "unrecognized arguments: out order 42"."""
+    out = harness(*args, "--log", f"sqlite:///{tmp_path / 'x.db'}")
+    assert out.returncode == 2
+    assert one_line(out) == f"harness {args[0]}: {hint} (see 'harness {args[0]} --help')"
+
+
 def test_ctrl_c_while_send_or_answer_submits_or_waits_says_what_became_of_the_input(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -680,3 +705,15 @@ def test_ctrl_c_while_send_or_answer_submits_or_waits_says_what_became_of_the_in
     assert ("harness answer: stopped waiting; the answer a-9 stays in the log and the session's owner takes it "
             "all the same: 'harness show s-2' shows how it goes") in err, err
 
+
+
+@pytest.mark.parametrize("what", ["a file", "a file's child"])
+def test_kafka_local_with_a_jar_cache_that_cannot_be_a_folder_says_so_in_one_line(tmp_path: Path, what: str) -> None:
+    """`harness kafka-local --cache-dir notes.txt`: "unexpected error: NotADirectoryError: [Errno 20]
+    Not a directory: 'notes.txt/kafka-4.1.1'", as a bug; now one line naming the option."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    cache = a_file if what == "a file" else a_file / "cache"
+    out = harness("kafka-local", "--cache-dir", str(cache), "--data-dir", str(tmp_path / "d"))
+    assert out.returncode == 1
+    assert one_line(out) == f"kafka-local: cannot use {cache} as the jar cache (not a directory): give another --cache-dir"

@@ -167,6 +167,20 @@ async def test_an_input_id_sent_again_with_other_text_is_an_input_conflict(deplo
     assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
 
 
+async def test_send_no_wait_json_prints_json(deployed: Backend) -> None:
+    """`harness send s-1 hi --no-wait --json | jq .input_id`: it printed the bare input id,
+    which is no JSON (jq: "Invalid literal"), though --json is the settlement as JSON."""
+    s = sid("nowait-json")
+    out = deployed.cli("send", s, "hello", "--harness", HARNESS, "--input-id", "in-nw", "--no-wait", "--json")
+    assert out.returncode == 0, out.stderr
+    receipt = json.loads(out.stdout)
+    assert receipt["input_id"] == "in-nw" and isinstance(receipt["position"], int)
+    again = deployed.cli("send", s, "hello", "--input-id", "in-nw", "--no-wait", "--json")  # no second effect
+    assert json.loads(again.stdout) == receipt
+    item = json.loads(deployed.cli("show", s, "--json").stdout)["timeline"][0]
+    assert (item["kind"], item["seq"]) == ("input.message", receipt["position"])
+
+
 async def test_a_new_session_needs_a_harness(deployed: Backend) -> None:
     out = deployed.cli("send", sid("new"), "hello")
     assert out.returncode == 2 and "give --harness NAME" in out.stderr and "Traceback" not in out.stderr
@@ -350,6 +364,29 @@ async def test_commands_piped_into_a_reader_that_went_away_end_quietly(deployed:
             proc = deployed.popen(*args, stdout=stdout)
             _, err = proc.communicate(timeout=90)
         assert (proc.returncode, err) == (141, ""), args
+
+
+async def test_tail_ends_when_the_reader_of_its_pipe_goes_away_with_nothing_new_to_print(deployed: Backend) -> None:
+    """`harness tail s-1 --json | head -1`: head took its line and went away, and tail, which
+    had printed all it had, waited for the session's next record to find that out, so the
+    pipeline hung for as long as the session stayed quiet (for good on an idle session). Now
+    it sees its reader go and ends at once, silently, exit 141, as `tail -f` does."""
+    s = sid("pipe-tail")
+    assert deployed.cli("send", s, "order=8", "--harness", HARNESS).returncode == 0
+    proc = deployed.popen("tail", s, "-n", "3", "--json")
+    try:
+        assert proc.stdout is not None
+        json.loads(proc.stdout.readline())  # what `head -1` reads, before it exits
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == 141
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert err == ""
 
 
 # --- send on a terminal: a live status line -------------------------------------------------------------

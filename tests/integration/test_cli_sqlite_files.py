@@ -196,3 +196,56 @@ def test_a_read_only_folder_whose_wal_holds_records_is_refused_with_what_to_do(t
     ), line
     assert line.endswith("copy q.db and q.db-wal to a folder you may write and read the copy")
     assert files_of(folder) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_a_file_that_is_not_a_database_is_refused_saying_what_it_is_and_stays_as_it_was(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`--log sqlite:///notes.txt` (a path mistyped onto another file): "SQLite log
+    'notes.txt': file is not a database", SQLite's words with no way out. Now it says what
+    the file is not and what to check."""
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database, just some text that is long enough to hold a header\n" * 4)
+    before = files_of(tmp_path)
+    out = harness(*command, "--log", f"sqlite:///{path}")
+    assert out.returncode == 1 and one_line(out) == (
+        f"harness {command[0]}: {path} is not a SQLite database (file is not a database): check the path; "
+        "if it was a log, it is damaged beyond reading: restore it from a backup"
+    )
+    assert files_of(tmp_path) == before
+
+
+def test_a_worker_on_a_path_under_a_file_says_that_file_is_no_folder(tmp_path: Path) -> None:
+    """`--log sqlite:///harness.db/x.db`: "its folder .../harness.db does not exist", though it
+    does, as a file."""
+    (tmp_path / "harness.db").write_text("")
+    out = harness("worker", "--app", APP, "--log", f"sqlite:///{tmp_path / 'harness.db' / 'x.db'}")
+    assert out.returncode == 1 and one_line(out).endswith(
+        f"(its folder {tmp_path / 'harness.db'} is a file, not a folder: fix the path)"
+    ), out.stderr
+
+
+@pytest.mark.parametrize("command", [["worker", "--app", APP], ["sessions"], ["send", "s-1", "hi", "--harness", HARNESS],
+                                     ["gateway", "--open-access", "--port", "0"]],
+                         ids=["worker", "sessions", "send", "gateway"])
+@pytest.mark.parametrize("blank", ["\n", " "], ids=["line-break", "space"])
+def test_a_log_url_with_a_blank_at_its_end_is_refused_in_one_line_and_makes_no_file(
+    tmp_path: Path, command: list[str], blank: str
+) -> None:
+    """HARNESS_LOG read from a file or a Secret keeps its last line break: the worker made a
+    second log named 'harness.db\\n' beside harness.db (its sessions invisible to every
+    command given the clean URL), and `harness sessions` said "no SQLite log at harness.db
+    (/.../harness.db )"."""
+    make_log(tmp_path / "harness.db")
+    before = files_of(tmp_path)
+    env = cli_env({"HARNESS_LOG": f"sqlite:///{tmp_path / 'harness.db'}{blank}"})
+    out = subprocess.run([sys.executable, "-m", "harness", *command], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=REPO, check=False, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2, out.stderr
+    url = f"sqlite:///{tmp_path / 'harness.db'}{blank}"
+    assert one_line(out) == (
+        f"harness {command[0]}: the log URL {url!r} has a space or a line break at its end: remove it (a value "
+        "read from a file or a Secret often keeps its last line break)"
+    )
+    assert files_of(tmp_path) == before

@@ -188,6 +188,9 @@ async def test_sqlite_lease_wait_takeover_and_fencing_are_logged_once(tmp_path: 
         (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_LOG_FORMAT": "xml"},
          "HARNESS_LOG_FORMAT takes one of text, json, not 'xml'"),
         (["--app", "tests.apps.cli_app:assistant", "--log-level", "loud"], {}, "unknown log level 'loud'"),
+        # (the variable was named as the flag: "--log-level: unknown log level 'loud'", a flag nobody gave)
+        (["--app", "tests.apps.cli_app:assistant"], {"HARNESS_LOG_LEVEL": "loud"},
+         "harness worker: HARNESS_LOG_LEVEL: unknown log level 'loud'"),
         ([], {}, "no harness to run: give --app module:attribute (or set HARNESS_APPS)"),
         (["--app", "tests.apps.cli_app"], {}, "--app takes module:attribute"),
         (["--app", "tests.apps.cli_app:assistant", "--lease", "-1"], {}, "--lease takes a number of seconds > 0"),

@@ -55,3 +55,39 @@ def test_empty_standard_input_is_refused_like_an_empty_text(tmp_path: Path) -> N
     done = _send(tmp_path, b"\n")
     assert done.returncode == 2
     assert "the message text is empty" in done.stderr.decode()
+
+
+def test_ctrl_c_while_the_message_is_typed_ends_the_command_at_once(tmp_path: Path) -> None:
+    """`harness send s-1 -` at a terminal ("end it with Ctrl-D"): a Ctrl-C did nothing, as
+    the read ran inside the event loop, where asyncio's handler only cancelled the task; the
+    command ended only once the person also pressed Ctrl-D. Now it ends at the Ctrl-C, exit
+    130, nothing sent."""
+    import os
+    import pty
+    import signal
+
+    _create_log(tmp_path)
+    main, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "send", "s-1", "-", "--harness", "acme/x", "--no-wait",
+             "--log", f"sqlite:///{tmp_path / 'h.db'}"],
+            stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            assert proc.stderr is not None
+            assert proc.stderr.readline() == b"reading the message from standard input: end it with Ctrl-D\n"
+            os.write(main, b"half a mess")  # typed, not ended
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=10) == 130
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert _messages(tmp_path) == []

@@ -62,6 +62,7 @@ from harness.log.kafka.inputs import (
     DeadLetters,
     InputProducer,
 )
+from harness.log.kafka.own_thread import on_own_thread
 from harness.log.kafka.owners import Owners
 from harness.log.kafka.partitioner import partition_for
 from harness.log.kafka.reader import ConsumerPool, ReadResult, partition_end, read_range, result_seq
@@ -241,7 +242,7 @@ class KafkaLog:
             self._probe = ClusterProbe(self.settings)
         # On a thread of its own: while the broker is down, reads may hold every thread of
         # the default pool until their deadline, and the probe must still answer in time.
-        await _on_own_thread(self._probe.check, timeout)
+        await on_own_thread(self._probe.check, timeout)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -697,31 +698,6 @@ class KafkaLog:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-async def _on_own_thread(fn: Callable[..., None], *args: Any) -> None:
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle(error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
-
-    def run() -> None:
-        error: BaseException | None = None
-        try:
-            fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            error = exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-            loop.call_soon_threadsafe(settle, error)
-
-    threading.Thread(target=run, name="harness-kafka-probe", daemon=True).start()
-    await done
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

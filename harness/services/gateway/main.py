@@ -47,12 +47,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -78,6 +79,14 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
     from harness.services.gateway.app import create_app, default_live, new_sqlite_file, open_gateway_log
     from harness.services.worker.main import load_harnesses
 
+    loop = asyncio.get_running_loop()
+    # A stop signal before the server serves (while the apps load, the log opens, the
+    # broker is probed) ends the start quietly, as a running server stops: without these
+    # handlers asyncio's own cancelled the start wherever it was next suspended, inside
+    # uvicorn's startup, which printed a traceback while the worker read a closed log.
+    stopped_early = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped_early.set)
     harnesses = load_harnesses(settings.apps) if settings.apps else []
     secrets = None
     if worker:
@@ -93,7 +102,7 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         listening.close()
         raise
     try:
-        await _check_the_cluster_answers(log_)
+        await _unless_stopped(_check_the_cluster_answers(log_), stopped_early)
     except BaseException:
         listening.close()
         await log_.close()
@@ -155,7 +164,6 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         timeout_graceful_shutdown=GRACEFUL_S,
         proxy_headers=False,  # the app's own (middleware.ForwardedClient, --forwarded-allow-ips)
     )
-    loop = asyncio.get_running_loop()
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -170,6 +178,12 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
         gw.begin_shutdown()  # open ?wait requests answer and SSE streams end: nothing holds the stop up
         server.should_exit = True
 
+    if stopped_early.is_set():  # (no await since the last look: from here on_signal stops the server)
+        if metrics_server is not None:
+            metrics_server.close()
+        listening.close()
+        await log_.close()
+        return 0
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
 
@@ -184,6 +198,10 @@ async def run_gateway(settings: Any, *, worker: bool) -> int:
             log.warning("there was no SQLite log at %s: this gateway made an empty one; sessions move only while a "
                         "worker runs on the same file ('harness worker --log %s ...', or 'harness serve')",
                         created, settings.log)
+        if not worker and not gw.ready:
+            # (its startup asked: a gateway may start before the workers make the Kafka topics, but a
+            # mistyped topic prefix would serve nothing but 503s after "gateway ready" without a word)
+            log.warning("%s; /readyz and the API answer 503 until it does", gw.not_ready)
         if ":" in host:  # an IPv6 address goes in brackets in a URL (http://[::1]:8080)
             host = f"[{host}]"
         print(f"{what} ready url=http://{host}:{port} console=http://{host}:{port}/", flush=True)
@@ -211,12 +229,27 @@ async def _check_the_cluster_answers(log_: Any) -> None:
     if settings is None or not hasattr(log_, "check_reachable"):
         return
     from harness.cli.common import PROBE_TIMEOUT_S
+    from harness.log.kafka.own_thread import on_own_thread
     from harness.log.kafka.topics import probe
 
-    try:
-        await asyncio.to_thread(probe, settings, timeout=PROBE_TIMEOUT_S)
+    try:  # (a thread of its own: a Ctrl-C does not wait for the probe to give up)
+        await on_own_thread(functools.partial(probe, settings, timeout=PROBE_TIMEOUT_S))
     except ValueError as exc:
         raise ConfigError(f"{exc} (check the HARNESS_KAFKA_CONFIG_* variables)", setting="--log") from exc
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stopped: asyncio.Event) -> None:
+    """``await work``, or stop waiting for it once ``stopped`` is set."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        task.result()
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -241,18 +274,21 @@ def _listen(host: str, port: int) -> socket.socket:
 def _run(settings: Any, *, worker: bool, debug: bool = False) -> int:
     from harness import logs
 
-    try:  # lines with context fields and every secret scrubbed, as the worker's
-        logs.configure(level=os.environ.get("HARNESS_LOG_LEVEL") or "warning",
-                       fmt=os.environ.get("HARNESS_LOG_FORMAT") or "text")
-    except ValueError as exc:
-        print(f"harness: HARNESS_LOG_LEVEL / HARNESS_LOG_FORMAT: {exc}", file=sys.stderr)
-        return 2
+    prog = f"harness {'serve' if worker else 'gateway'}"
+    level, fmt = os.environ.get("HARNESS_LOG_LEVEL") or "warning", os.environ.get("HARNESS_LOG_FORMAT") or "text"
+    for name, check in (("HARNESS_LOG_LEVEL", lambda: logs.parse_level(level)),
+                        ("HARNESS_LOG_FORMAT", lambda: logs.configure(level=level, fmt=fmt))):
+        try:  # lines with context fields and every secret scrubbed, as the worker's
+            check()
+        except ValueError as exc:
+            print(f"{prog}: {name}: {exc}", file=sys.stderr)
+            return 2
     try:
         return asyncio.run(run_gateway(settings, worker=worker))
     except HarnessError as exc:
         if debug:
             raise
-        print(f"harness {'serve' if worker else 'gateway'}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         from harness.services.gateway.auth import GatewayConfigError
 
         # (as every command: 2 for what is set wrong, 1 for what went wrong at run time)

@@ -281,6 +281,20 @@ def _from_env(env: Mapping[str, str], name: str, convert: Callable[[str], T], de
         raise argparse.ArgumentTypeError(f"{name}: {exc}") from None
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    """A switch set through the environment: true or false; another word is refused (it
+    was read as false, so HARNESS_OPEN_ACCESS=on stopped the start saying no auth was set,
+    and HARNESS_GATEWAY_RATE_LIMIT_READS=on left reads unlimited without a word)."""
+    text = env.get(name, "").strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise argparse.ArgumentTypeError(f"{name} takes true or false (1 or 0, yes or no, on or off), not {env[name]!r}")
+
+
 def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str], *, with_auth: bool = True) -> None:
     """The gateway's flags, defaults from ``env`` (shared by ``harness gateway`` and ``harness serve``)."""
     get = env.get
@@ -333,7 +347,7 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                         "bursts of 2N; more get 429 with Retry-After; per client address under --open-access "
                         f"(HARNESS_GATEWAY_RATE_LIMIT; default {DEFAULT_RATE_LIMIT:g}: no limit)")
     parser.add_argument("--rate-limit-reads", action="store_true",
-                        default=env.get("HARNESS_GATEWAY_RATE_LIMIT_READS", "").lower() in ("1", "true", "yes"),
+                        default=_env_flag(env, "HARNESS_GATEWAY_RATE_LIMIT_READS"),
                         help="--rate-limit counts every API request, reads too (HARNESS_GATEWAY_RATE_LIMIT_READS=true)")
     parser.add_argument("--auth-failure-limit", type=_failures, metavar="N",
                         default=_from_env(env, "HARNESS_GATEWAY_AUTH_FAILURE_LIMIT", _failures,
@@ -366,7 +380,7 @@ def add_gateway_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str
                         help="least seconds between two looks at the auth files (and serve's --secrets-dir), read again "
                         f"when they change (HARNESS_SECRETS_RECHECK_SECONDS; default {RECHECK_SECONDS:g})")
     parser.add_argument("--open-access", action="store_true",
-                        default=get("HARNESS_OPEN_ACCESS", "").lower() in ("1", "true", "yes"),
+                        default=_env_flag(env, "HARNESS_OPEN_ACCESS"),
                         help="serve WITHOUT authentication (dev only; HARNESS_OPEN_ACCESS=true)")
 
 

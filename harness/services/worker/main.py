@@ -170,7 +170,8 @@ def parse(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> a
     try:
         args.log_level = logs.parse_level(level)
     except ValueError as exc:
-        raise ConfigError(f"--log-level: {exc}", setting="--log-level") from None
+        setting = "--log-level" if args.log_level else "HARNESS_LOG_LEVEL"
+        raise ConfigError(f"{setting}: {exc}", setting=setting) from None
     return args
 
 
