@@ -29,7 +29,7 @@ from harness.clock import duration_seconds
 from harness.context import check_app_records
 from harness.errors import DefinitionError, InvalidId
 from harness.ids import answer_input_id, check_id, check_sent_input_id
-from harness.jsonvalues import check_message, json_copy
+from harness.jsonvalues import answer_copy, check_message
 from harness.live import LiveEvent, merge_live
 from harness.log import check_log
 from harness.log.base import SessionLog
@@ -216,7 +216,7 @@ class HarnessClient:
         check_id(tool_call_id, "tool call id")
         if not isinstance(name, str) or not name:
             raise InvalidId(f"the name of an ask must be a non-empty string, not {name!r}", kind="ask name")
-        value = json_copy(value, what="answer")
+        value = answer_copy(value)
         input_id = answer_input_id(tool_call_id, name, value) if input_id is None else input_id
         return await self._submit(
             InputAnswer(session_id, self._now(), input_id, tool_call_id, name, value), input_id

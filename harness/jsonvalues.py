@@ -22,6 +22,8 @@ import json
 import math
 from typing import Any
 
+from pydantic import BaseModel
+
 from harness.errors import EmptyMessage, StepValueError
 from harness.words import with_article
 
@@ -29,6 +31,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_JSON_DEPTH",
+    "answer_copy",
     "check_message",
     "check_text",
     "dumps",
@@ -93,6 +96,14 @@ def check_text(text: Any, *, what: str, path: str = "$") -> str:
         )
     # (a str subclass as its text, as JSON writes it: a (str, Enum) member is "red", not its str() "Color.RED")
     return text if type(text) is str else str.__str__(text)
+
+
+def answer_copy(value: Any) -> Any:
+    """An ask's answer as plain JSON: a pydantic model instance (the ask's own schema, as a
+    person's code builds it) as its JSON dump, anything else as :func:`json_copy` takes it."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json_copy(value, what="answer")
 
 
 def check_message(text: Any, session_id: str | None = None) -> str:

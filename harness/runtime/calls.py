@@ -15,7 +15,7 @@ from typing import Any
 from harness.context import check_app_records
 from harness.errors import InvalidAnswer, InvalidRecord
 from harness.ids import answer_input_id, check_id, check_sent_input_id
-from harness.jsonvalues import check_message, check_text, json_copy
+from harness.jsonvalues import answer_copy, check_message, check_text, json_copy
 from harness.records import (
     InputAnswer,
     InputCancel,
@@ -89,7 +89,7 @@ async def recover(core: SessionCore) -> list[TurnResult]:
 
 async def answer(core: SessionCore, tool_call_id: str, name: str, value: Any, input_id: str | None) -> TurnResult | None:
     core.check_open()
-    value = json_copy(value, what="answer")
+    value = answer_copy(value)
     if input_id is None:
         input_id = answer_input_id(tool_call_id, name, value)
     else:

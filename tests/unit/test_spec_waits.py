@@ -10,7 +10,7 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from harness import define_harness, durable_tool, tool_definition
+from harness import HarnessClient, define_harness, durable_tool, tool_definition
 from harness.errors import AskExpired, DuplicateStepName, InvalidAnswer, StepError, StepValueError
 from harness.records import InputAnswer
 
@@ -214,6 +214,24 @@ async def test_s3_2_invalid_answer_rejected_tool_keeps_waiting_valid_answer_logg
     assert answered["value"] == {"approved": True, "note": "fine"}
     [tool_result] = await entries(log, SID, "harness.tool.result")
     assert tool_result["content"] == {"approved": True}
+
+
+async def test_s3_2_an_answer_may_be_an_instance_of_the_asks_own_model(host, log):
+    """``session.answer(..., Approval(approved=True))``: the ask's schema built by the
+    person's code was refused ("a pydantic model: return model.model_dump(mode='json')");
+    it is taken as its JSON (by ``HarnessClient.answer`` too)."""
+    answers: list[Any] = []
+    session = await host.open(harness_of(asking(answers)), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).outcome == "waiting"
+    result = await session.answer("c1", "approve", Approval(approved=True, note="fine"))
+    assert result is not None and result.outcome == "completed"
+    assert answers == [Approval(approved=True, note="fine")]
+    [answered] = await entries(log, SID, "harness.ask.answered")
+    assert answered["value"] == {"approved": True, "note": "fine"}
+    async with HarnessClient(log=log) as client:
+        receipt = await client.answer(SID, "c9", "approve", Approval(approved=False))
+    [sent] = [e.record for e in await log.read(SID) if e.seq == receipt.position]
+    assert sent.value == {"approved": False, "note": ""}
 
 
 async def test_s3_2_answer_produced_into_the_log_is_taken_by_the_owner(host, log, other_log):
