@@ -281,20 +281,20 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
 # --- harness send -----------------------------------------------------------------------------------
 
 
-def stdin_text() -> str:
-    """The message given as ``-``: standard input to its end, UTF-8, one final line break
+def stdin_text(what: str = "message", setting: str = "TEXT", example: str = "harness send s-1 - < prompt.txt") -> str:
+    """The ``what`` given as ``-``: standard input to its end, UTF-8, one final line break
     dropped (``echo hi |`` sends ``hi``). A command line holds at most ~128 KB an argument."""
     if sys.stdin is None:
-        raise ConfigError("TEXT is - but there is no standard input to read the message from: pipe the "
-                          "message in (harness send s-1 - < prompt.txt) or give it as TEXT", setting="TEXT")
+        raise ConfigError(f"{setting} is - but there is no standard input to read the {what} from: pipe the "
+                          f"{what} in ({example}) or give it as {setting}", setting=setting)
     if sys.stdin.isatty():
-        print("reading the message from standard input: end it with Ctrl-D", file=sys.stderr)
+        print(f"reading the {what} from standard input: end it with Ctrl-D", file=sys.stderr)
     data = sys.stdin.buffer.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"the message on standard input is not UTF-8 (byte 0x{data[exc.start]:02x} at "
-                          f"byte {exc.start}): give it as UTF-8 (e.g. iconv -t UTF-8)", setting="TEXT") from None
+        raise ConfigError(f"the {what} on standard input is not UTF-8 (byte 0x{data[exc.start]:02x} at "
+                          f"byte {exc.start}): give it as UTF-8 (e.g. iconv -t UTF-8)", setting=setting) from None
     if text.endswith("\r\n"):
         return text[:-2]
     return text[:-1] if text.endswith("\n") else text
@@ -457,12 +457,13 @@ def answer_parser() -> CommandParser:
         description="Answer a question a tool asked (step.ask). The answer is checked against the ask's "
         "schema here and by the session's owner; a refused answer prints why (exit 1) and the tool "
         "keeps waiting.",
-        example="  harness answer s-1 call-1.0.0 approval '{\"approved\": true}' --log sqlite:///harness.db",
+        example="  harness answer s-1 call-1.0.0 approval '{\"approved\": true}' --log sqlite:///harness.db\n"
+        "  harness answer s-1 call-1.0.0 review - < review.json      # a large answer from standard input",
     )
     parser.add_argument("session", metavar="SESSION", help="the session id")
     parser.add_argument("tool_call_id", metavar="TOOL_CALL_ID", help="the call that asked ('harness show' lists it)")
     parser.add_argument("ask_name", metavar="ASK_NAME", help="the ask's name")
-    parser.add_argument("value", metavar="JSON", help="the answer, as JSON")
+    parser.add_argument("value", metavar="JSON", help="the answer, as JSON; - reads it from standard input")
     parser.add_argument("--input-id", metavar="ID", help="the answer's input id (default: a new one)")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for the owner to take the answer")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="SECONDS",
@@ -471,12 +472,20 @@ def answer_parser() -> CommandParser:
     return parser
 
 
-async def main_answer(argv: list[str]) -> int:
+def main_answer(argv: list[str]) -> Coroutine[Any, Any, int]:
+    """Check the arguments and read the answer given as ``-`` (before the event loop, as
+    ``main_send``), then return the coroutine that sends it."""
     parser = answer_parser()
     args = parser.parse_args(argv)
     check_id(args.session, "session id")
     if args.input_id is not None:
         check_id(args.input_id, "input id")
+    if args.value == "-":
+        args.value = stdin_text("answer", "JSON", "harness answer s-1 call-1.0.0 review - < review.json")
+    return _answer(parser, args)
+
+
+async def _answer(parser: CommandParser, args: Any) -> int:
     args.value = utf8_argument(args.value, "the answer")
     try:
         value = json_copy(json.loads(args.value), what="answer")

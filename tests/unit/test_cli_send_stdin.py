@@ -4,6 +4,7 @@ argument at ~128 KB), as the real command run with a pipe."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,44 @@ def test_ctrl_c_while_the_message_is_typed_ends_the_command_at_once(tmp_path: Pa
         os.close(main)
         os.close(terminal)
     assert _messages(tmp_path) == []
+
+
+def _answers(tmp_path: Path) -> list[object]:
+    async def read() -> list[object]:
+        log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
+        try:
+            return [e.data["value"] for e in await log.read("s-1") if e.type == "harness.input.answer"]
+        finally:
+            await log.close()
+
+    return asyncio.run(read())
+
+
+def test_an_answer_given_as_a_dash_is_read_from_standard_input(tmp_path: Path) -> None:
+    """`harness answer SESSION CALL ASK -`: an answer too large for one argument (a review of
+    a long document) had no way in."""
+    from harness import HarnessHost
+    from tests.apps.cli_app import assistant
+
+    log = f"sqlite:///{tmp_path / 'h.db'}"
+
+    async def open_an_ask() -> None:  # a turn up to its ask ("approve" / "approval"), then no worker
+        async with HarnessHost(log=open_log(log)) as host:
+            session = await host.open(assistant, session_id="s-1")
+            assert (await session.send("ask", input_id="in-1")).outcome == "waiting"
+
+    asyncio.run(open_an_ask())
+    notes = "ok " * 60_000  # 180 KB of JSON: over the 128 KB of one argument
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "answer", "s-1", "approve", "approval", "-", "--no-wait", "--log", log],
+        input=(json.dumps({"approved": True, "notes": notes}) + "\n").encode(), capture_output=True, timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert _answers(tmp_path) == [{"approved": True, "notes": notes}]
+    bad = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "answer", "s-1", "approve", "approval", "-", "--no-wait", "--log", log],
+        input=b"{not json\n", capture_output=True, timeout=60, check=False,
+    )
+    assert bad.returncode == 2 and bad.stderr.decode().count("\n") == 1
+    assert "is not valid JSON" in bad.stderr.decode()
