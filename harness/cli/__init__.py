@@ -109,6 +109,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args[0] == "--version":
         print(f"harness {version()}")
         return 0
+    if args[0] == "--debug" and len(args) > 1:  # `harness --debug show s-1`: as `harness show s-1 --debug`
+        args = [args[1], "--debug", *args[2:]]
     by_name = {c.name: c for c in COMMANDS}
     command = by_name.get(args[0])
     if command is None:

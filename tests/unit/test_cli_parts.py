@@ -437,3 +437,14 @@ async def test_harness_sessions_on_a_slow_listing_says_what_it_reads(
     out, err = capsys.readouterr()
     assert json.loads(out) == []  # stdout stays the JSON alone
     assert "--history reads every partition from its start" in err
+
+
+def test_debug_may_come_before_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`harness --debug sessions` (where most CLIs take a global flag) said "unknown command
+    '--debug'"; it is the command's own --debug: the traceback, then the one line."""
+    from harness.cli import main
+
+    assert main(["--debug", "sessions", "--log", f"sqlite:///{tmp_path / 'none.db'}"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "unknown command" not in err
+    assert err.rstrip().splitlines()[-1].startswith("harness sessions: no SQLite log at")
