@@ -18,6 +18,7 @@ import inspect
 import logging
 import os
 import re
+import shlex
 import sys
 import time
 import urllib.parse
@@ -86,6 +87,7 @@ class CommandParser(argparse.ArgumentParser):
         extra_words_hint: Callable[[Any, list[str]], str] | None = None, **kw: Any,
     ) -> None:
         self.extra_words_hint = extra_words_hint
+        self._given: list[str] = []
         """What words left over that are no options probably were (``send``: the rest of a
         message that was not quoted), from the parsed arguments and those words."""
         super().__init__(
@@ -99,7 +101,20 @@ class CommandParser(argparse.ArgumentParser):
         self.add_argument("--debug", action="store_true", help="print the traceback of an error")
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}{self._dash_hint(message)} (see '{self.prog} --help')\n")
+
+    def _dash_hint(self, message: str) -> str:
+        """A value that starts with '-' (``harness send s-1 -hello``) is read as options:
+        argparse's words for it ("argument -h/--help: ignored explicit argument 'ello'")
+        do not say what to do."""
+        if not any(m in message for m in ("ignored explicit argument", "required", "expected one argument")):
+            return ""
+        for word in self._given:
+            if (len(word) > 1 and word.startswith("-") and not word.startswith("--") and not _is_number(word)
+                    and word.split("=", 1)[0] not in self._option_string_actions):
+                return (f"; {word!r} was read as options: a value that starts with '-' goes last, after "
+                        f"'--' ({self.prog} ... -- {shlex.quote(word)})")
+        return ""
 
     def parse_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
@@ -107,6 +122,7 @@ class CommandParser(argparse.ArgumentParser):
         """As argparse's, with a hint after "unrecognized arguments": the option a word
         misspells (``--max-sesions``: did you mean --max-sessions?), or what words that
         are no options probably were (``extra_words_hint``)."""
+        self._given = list(sys.argv[1:] if args is None else args)
         parsed: argparse.Namespace
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
@@ -120,6 +136,14 @@ class CommandParser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.7)
                 return f"; did you mean {close[0]}?" if close else ""
         return self.extra_words_hint(parsed, extras) if self.extra_words_hint else ""
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
 
 
 def add_log_option(parser: argparse.ArgumentParser) -> None:

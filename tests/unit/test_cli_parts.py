@@ -448,3 +448,20 @@ def test_debug_may_come_before_the_command(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "unknown command" not in err
     assert err.rstrip().splitlines()[-1].startswith("harness sessions: no SQLite log at")
+
+
+def test_a_value_that_starts_with_a_dash_is_told_how_to_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    """`harness send s-1 -hello` said only "argument -h/--help: ignored explicit argument
+    'ello'"; it now says the word was read as options and how to give it (after --)."""
+    from harness.cli.inputs import send_parser
+
+    with pytest.raises(SystemExit) as ended:
+        send_parser().parse_args(["s-1", "-hello"])
+    assert ended.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "'-hello' was read as options: a value that starts with '-' goes last, after '--' " \
+           "(harness send ... -- -hello)" in line
+    assert send_parser().parse_args(["s-1", "--", "-hello"]).text == "-hello"
+    with pytest.raises(SystemExit):
+        send_parser().parse_args(["s-1", "--no-such"])
+    assert "read as options" not in capsys.readouterr().err  # (an option misspelt has its own hint)
