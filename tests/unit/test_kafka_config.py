@@ -108,3 +108,27 @@ def test_a_wrong_log_url_is_a_harness_error_and_still_a_value_error(url: str, tm
     assert isinstance(caught.value, HarnessError) and isinstance(caught.value, ConfigError)
     assert isinstance(caught.value, ValueError)
     assert "\n" not in str(caught.value)
+
+
+def test_a_broker_that_does_not_answer_points_at_the_security_protocol() -> None:
+    """`HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL=SSL` against a plaintext listener (or the
+    reverse) said only "cannot reach Kafka ... check the address and that the broker is up";
+    the line now names the protocol to check (never a credential)."""
+    import socket
+
+    from harness.errors import LogUnavailable
+    from harness.log.kafka.topics import probe
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    tls = KafkaSettings(bootstrap=f"127.0.0.1:{port}", client_config={
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "hunter2"})
+    with pytest.raises(LogUnavailable) as refused:
+        probe(tls, timeout=0.5)
+    message = str(refused.value)
+    assert message.endswith("that its listener at that address speaks security.protocol 'SASL_SSL', as this client does")
+    assert "hunter2" not in message and "\n" not in message
+    with pytest.raises(LogUnavailable) as plain:
+        probe(KafkaSettings(bootstrap=f"127.0.0.1:{port}"), timeout=0.5)
+    assert "set security.protocol: HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL" in str(plain.value)

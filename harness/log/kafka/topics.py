@@ -199,8 +199,17 @@ def probe(settings: KafkaSettings, *, timeout: float) -> None:
     except KafkaException as exc:
         raise LogUnavailable(
             f"cannot reach Kafka at {settings.bootstrap} within {timeout:g} s ({exc.args[0].str()}): "
-            "check the address in --log (or HARNESS_LOG) and that the broker is up"
+            f"check the address in --log (or HARNESS_LOG) and that the broker is up{security_hint(settings)}"
         ) from exc
+
+
+def security_hint(settings: KafkaSettings) -> str:
+    """What to check when a broker that is up does not answer: the client's security
+    protocol against the broker's listener (never a credential: only the protocol's name)."""
+    protocol = str(settings.client_config.get("security.protocol") or "plaintext")
+    if protocol.lower() == "plaintext":
+        return " (and, if its listener needs TLS or SASL, set security.protocol: HARNESS_KAFKA_CONFIG_SECURITY_PROTOCOL)"
+    return f", and that its listener at that address speaks security.protocol {protocol!r}, as this client does"
 
 
 def _partition_counts(
