@@ -5,6 +5,7 @@ and a stream cut mid-way resumed with Last-Event-ID: no gap, no duplicate. SQLit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,45 @@ def stream_deltas(http: httpx.Client, server: ModelServer, sid: str, *, pause: b
     assert response.data["data"]["text"] == ANSWER  # the log holds the whole text, once
 
 
+def shown_text(events: list[Event]) -> str:
+    """The answer the console shows from a stream's deltas (each from where the text shown
+    ends: a repeat adds nothing); a gap fails."""
+    text = ""
+    for d in (e for e in events if e.event == "model.text.delta"):
+        assert d.data["position"] <= len(text), "a gap"
+        text += d.data["text"][len(text) - d.data["position"]:]
+    return text
+
+
+@contextlib.contextmanager
+def serve_with_real_model(model_server: ModelServer, tmp_path: Path) -> Iterator[httpx.Client]:
+    """``harness serve`` on SQLite (gateway and worker in one process) whose harness calls
+    ``model_server``; a client of its HTTP API."""
+    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
+                          "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))
+    try:
+        with httpx.Client(base_url=proc.url, timeout=60) as http:
+            yield http
+    finally:
+        assert proc.stop() == 0, proc.stderr()
+
+
+@contextlib.contextmanager
+def kafka_gateway_with_real_model(
+    kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
+) -> Iterator[tuple[ServerThread, httpx.Client]]:
+    """A ``harness worker`` process on a one-partition Kafka log whose harness calls
+    ``model_server``, and a gateway (in this process) on the same log; a client of it."""
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
+    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
+                           env=model_env(model_server))
+    try:
+        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+            yield server, http
+    finally:
+        worker.stop()
+
+
 def reconnect_mid_answer(http: httpx.Client, server: ModelServer, sid: str) -> None:
     """A stream cut half-way through a streamed answer (a page reloaded) and resumed with
     Last-Event-ID gets the answer's start back first (one delta from position 0), then the
@@ -271,45 +311,36 @@ def reconnect_mid_answer(http: httpx.Client, server: ModelServer, sid: str) -> N
         first = read_events_from(lines, until=lambda evs: "".join(
             e.data["text"] for e in evs if e.event == "model.text.delta") == shown)
     last = max(e.id for e in first if e.id is not None)  # the page goes away; it comes back:
+    assert shown_text(stream_from_half_way(http, server, sid, last, shown, "m2")) == ANSWER
+
+
+def stream_from_half_way(http: httpx.Client, server: ModelServer, sid: str, last: int, shown: str,
+                         input_id: str) -> list[Event]:
+    """A stream opened after position ``last`` while the model holds the rest of its answer:
+    its first delta is the answer so far (``shown``, from position 0); the model goes on;
+    the stream's events until ``input_id`` settles."""
     with http.stream("GET", f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": str(last)}) as response:
         lines = response.iter_lines()
-        again = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
-        start = next(e for e in again if e.event == "model.text.delta")
+        got = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
+        start = next(e for e in got if e.event == "model.text.delta")
         assert (start.data["position"], start.data["text"]) == (0, shown), start
         server.release()
-        rest = read_events_from(lines, until=lambda evs: settled(evs, "m2"))
-    deltas = [e for e in [*again, *rest] if e.event == "model.text.delta"]
-    text = ""
-    for d in deltas:  # (the console's rule: a delta from where the shown text ends)
-        assert d.data["position"] <= len(text), "a gap"
-        text += d.data["text"][len(text) - d.data["position"]:]
-    assert text == ANSWER
+        return got + read_events_from(lines, until=lambda evs: settled(evs, input_id))
 
 
 def test_a_stream_resumed_half_way_through_an_answer_gets_its_start(
     model_server: ModelServer, tmp_path: Path
 ) -> None:
-    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
-                          "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))
-    try:
-        with httpx.Client(base_url=proc.url, timeout=60) as http:
-            reconnect_mid_answer(http, model_server, "again-1")
-    finally:
-        assert proc.stop() == 0, proc.stderr()
+    with serve_with_real_model(model_server, tmp_path) as http:
+        reconnect_mid_answer(http, model_server, "again-1")
 
 
 @pytest.mark.kafka
 def test_a_kafka_stream_resumed_half_way_through_an_answer_gets_its_start(
     kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
 ) -> None:
-    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
-    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
-                           env=model_env(model_server))
-    try:
-        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
-            reconnect_mid_answer(http, model_server, "again-k1")
-    finally:
-        worker.stop()
+    with kafka_gateway_with_real_model(kafka_bootstrap, unique_prefix, model_server) as (_, http):
+        reconnect_mid_answer(http, model_server, "again-k1")
 
 
 @pytest.mark.kafka
@@ -319,65 +350,37 @@ def test_a_kafka_stream_opened_half_way_through_an_answer_reads_its_start_back(
     """A page opened on a session half-way through its answer, on a gateway that was not
     following it (a fresh gateway, another replica): the start is read back from the live
     topic and comes first; then the rest, no gap."""
-    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
-    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
-                           env=model_env(model_server))
     sid = "late-k1"
-    try:
-        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
-            model_server.script(Reply(text=ANSWER, chunk=6, pause_after=4))
-            assert http.post(f"/v1/sessions/{sid}/messages", json={"text": "stream please", "harness": REAL_MODEL,
-                                                                   "input_id": "m1"}).json()["status"] == "accepted"
-            assert model_server.paused.wait(30)  # half-way; nobody here follows the session
-            view = http.get(f"/v1/sessions/{sid}").json()
-            assert view["summary"]["state"] == "running"
-            shown = ANSWER[: 3 * 6]  # (of the 4 events before the pause, the first opens the answer)
-            with http.stream("GET", f"/v1/sessions/{sid}/events",
-                             headers={"Last-Event-ID": str(view["last_position"])}) as response:
-                lines = response.iter_lines()
-                got = read_events_from(lines, until=lambda evs: any(e.event == "model.text.delta" for e in evs))
-                start = next(e for e in got if e.event == "model.text.delta")
-                assert (start.data["position"], start.data["text"]) == (0, shown), start
-                model_server.release()
-                rest = read_events_from(lines, until=lambda evs: settled(evs, "m1"))
-            tails = server.state.live if server.state is not None else None
-            assert isinstance(tails, KafkaLiveTails) and tails.read_backs == 1
-        text = ""
-        for d in (e for e in [*got, *rest] if e.event == "model.text.delta"):
-            assert d.data["position"] <= len(text), "a gap"
-            text += d.data["text"][len(text) - d.data["position"]:]
-        assert text == ANSWER
-    finally:
-        worker.stop()
+    with kafka_gateway_with_real_model(kafka_bootstrap, unique_prefix, model_server) as (server, http):
+        model_server.script(Reply(text=ANSWER, chunk=6, pause_after=4))
+        assert http.post(f"/v1/sessions/{sid}/messages", json={"text": "stream please", "harness": REAL_MODEL,
+                                                               "input_id": "m1"}).json()["status"] == "accepted"
+        assert model_server.paused.wait(30)  # half-way; nobody here follows the session
+        view = http.get(f"/v1/sessions/{sid}").json()
+        assert view["summary"]["state"] == "running"
+        shown = ANSWER[: 3 * 6]  # (of the 4 events before the pause, the first opens the answer)
+        events = stream_from_half_way(http, model_server, sid, view["last_position"], shown, "m1")
+        tails = server.state.live if server.state is not None else None
+        assert isinstance(tails, KafkaLiveTails) and tails.read_backs == 1
+    assert shown_text(events) == ANSWER
 
 
 def test_live_deltas_of_harness_serve_reach_the_stream(model_server: ModelServer, tmp_path: Path) -> None:
-    proc = start_process(["serve", "--log", "sqlite:///h.db", "--app", REAL_MODEL_APP, "--open-access", "--port", "0",
-                          "--heartbeat", "1"], ready="serve ready", cwd=tmp_path, env=model_env(model_server))
-    try:
-        with httpx.Client(base_url=proc.url, timeout=60) as http:
-            stream_deltas(http, model_server, "live-1", in_process=True)
-    finally:
-        assert proc.stop() == 0, proc.stderr()
+    with serve_with_real_model(model_server, tmp_path) as http:
+        stream_deltas(http, model_server, "live-1", in_process=True)
 
 
 @pytest.mark.kafka
 def test_live_deltas_from_the_kafka_live_topic_reach_the_stream(
     kafka_bootstrap: str, unique_prefix: str, model_server: ModelServer
 ) -> None:
-    url = f"kafka://{kafka_bootstrap}?topic_prefix={unique_prefix}&partitions=1"
-    worker = start_process(["worker", "--log", url, "--app", REAL_MODEL_APP], ready="worker ready",
-                           env=model_env(model_server))
-    try:
-        with ServerThread(open_settings(url)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
-            stream_deltas(http, model_server, "live-k1")
-            tails = server.state.live if server.state is not None else None
-            assert isinstance(tails, KafkaLiveTails)
-            # another session's stream (one partition) reuses the partition's consumer
-            stream_deltas(http, model_server, "live-k2", pause=False)
-            assert tails.tails_opened == 1 and tails.consumers == 1
-    finally:
-        worker.stop()
+    with kafka_gateway_with_real_model(kafka_bootstrap, unique_prefix, model_server) as (server, http):
+        stream_deltas(http, model_server, "live-k1")
+        tails = server.state.live if server.state is not None else None
+        assert isinstance(tails, KafkaLiveTails)
+        # another session's stream (one partition) reuses the partition's consumer
+        stream_deltas(http, model_server, "live-k2", pause=False)
+        assert tails.tails_opened == 1 and tails.consumers == 1
 
 
 @pytest.mark.kafka

@@ -21,11 +21,12 @@ def _send(tmp_path: Path, stdin: bytes, *extra: str) -> subprocess.CompletedProc
     )
 
 
-def _messages(tmp_path: Path) -> list[str]:
-    async def read() -> list[str]:
+def _inputs(tmp_path: Path, kind: str = "message", field: str = "text") -> list[object]:
+    """``field`` of each ``harness.input.<kind>`` record of session s-1, in log order."""
+    async def read() -> list[object]:
         log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
         try:
-            return [e.data["text"] for e in await log.read("s-1") if e.type == "harness.input.message"]
+            return [e.data[field] for e in await log.read("s-1") if e.type == f"harness.input.{kind}"]
         finally:
             await log.close()
 
@@ -41,7 +42,7 @@ def test_a_dash_sends_standard_input_whole_past_an_argument_s_limit(tmp_path: Pa
     text = "line one\n" + "é" * 200_000 + "\nlast line"  # 400 KB: over the 128 KB of one argument
     done = _send(tmp_path, (text + "\n").encode())
     assert done.returncode == 0, done.stderr.decode()
-    assert _messages(tmp_path) == [text]  # the final line break of a pipe dropped, nothing else
+    assert _inputs(tmp_path) == [text]  # the final line break of a pipe dropped, nothing else
 
 
 def test_standard_input_that_is_not_utf8_is_one_line_and_nothing_is_sent(tmp_path: Path) -> None:
@@ -91,18 +92,7 @@ def test_ctrl_c_while_the_message_is_typed_ends_the_command_at_once(tmp_path: Pa
     finally:
         os.close(main)
         os.close(terminal)
-    assert _messages(tmp_path) == []
-
-
-def _answers(tmp_path: Path) -> list[object]:
-    async def read() -> list[object]:
-        log = open_log(f"sqlite:///{tmp_path / 'h.db'}")
-        try:
-            return [e.data["value"] for e in await log.read("s-1") if e.type == "harness.input.answer"]
-        finally:
-            await log.close()
-
-    return asyncio.run(read())
+    assert _inputs(tmp_path) == []
 
 
 def test_an_answer_given_as_a_dash_is_read_from_standard_input(tmp_path: Path) -> None:
@@ -126,7 +116,7 @@ def test_an_answer_given_as_a_dash_is_read_from_standard_input(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
-    assert _answers(tmp_path) == [{"approved": True, "notes": notes}]
+    assert _inputs(tmp_path, "answer", "value") == [{"approved": True, "notes": notes}]
     bad = subprocess.run(
         [sys.executable, "-m", "harness.cli", "answer", "s-1", "approve", "approval", "-", "--no-wait", "--log", log],
         input=b"{not json\n", capture_output=True, timeout=60, check=False,

@@ -9,9 +9,12 @@ nothing asserts how long anything took.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -198,20 +201,13 @@ async def test_a_stall_is_counted_while_it_lasts_not_only_once_it_ends() -> None
         disable_metrics()
 
 
-async def test_a_short_lease_is_kept_through_blocking_code_too(tmp_path: Path):
-    """The watchdog looked every 0.5 s whatever the lease, so with a lease of 0.6 s (crash
-    drills and tests use such leases) it noticed the stall only after the lease had run
-    out: another owner could take the session and run the blocking step again. It looks
-    often enough for the lease now: a thread reading the owners table throughout the block
-    never sees the lease lapse."""
-    import sqlite3
-
-    path = tmp_path / "h.db"
-    lease = timedelta(seconds=0.6)
-    lapsed: list[float] = []
+@contextlib.contextmanager
+def lease_watched(path: Path, lapsed: list[float]) -> Iterator[None]:
+    """While the block runs, a thread reads the owners table of ``path`` every 10 ms and
+    notes in ``lapsed`` by how much session ``s-1``'s lease had run out, when it had."""
     stop = threading.Event()
 
-    def watch_lease() -> None:
+    def watch() -> None:
         db = sqlite3.connect(path, timeout=5)
         try:
             while not stop.wait(0.01):
@@ -221,30 +217,47 @@ async def test_a_short_lease_is_kept_through_blocking_code_too(tmp_path: Path):
         finally:
             db.close()
 
-    async def charge() -> dict[str, str]:
-        watcher = threading.Thread(target=watch_lease)
-        watcher.start()
-        try:
-            time.sleep(2.0)  # the mistake: a blocking call in async code
-        finally:
-            stop.set()
-            watcher.join()
-        return {"id": "ch_1"}
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
 
+
+async def charge_once(path: Path, charge: Any, **host_options: Any) -> None:
+    """One turn whose tool runs the step ``charge`` on a SQLite log at ``path``."""
     async def execute(args: Args, ctx: Any) -> Any:
         return await ctx.step.do("charge", charge)
 
     tool = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
-    harness = define_harness(name="test/blocking", model=script([call("c1", "pay")], "paid"), tools=[tool])
+    harness = define_harness(name="test/lease", model=script([call("c1", "pay")], "paid"), tools=[tool])
     log = SqliteLog(path)
-    host = HarnessHost(log=log, lease=lease, poll_interval=timedelta(milliseconds=20))
+    host = HarnessHost(log=log, **host_options)
     try:
         session = await host.open(harness, session_id="s-1")
         assert (await session.send("go")).outcome == "completed"
-        assert lapsed == [], f"the lease lapsed for up to {max(lapsed):.2f} s while the loop was blocked"
     finally:
         await host.close()
         await log.close()
+
+
+async def test_a_short_lease_is_kept_through_blocking_code_too(tmp_path: Path):
+    """The watchdog looked every 0.5 s whatever the lease, so with a lease of 0.6 s (crash
+    drills and tests use such leases) it noticed the stall only after the lease had run
+    out: another owner could take the session and run the blocking step again. It looks
+    often enough for the lease now: a thread reading the owners table throughout the block
+    never sees the lease lapse."""
+    path, lapsed = tmp_path / "h.db", []
+
+    async def charge() -> dict[str, str]:
+        with lease_watched(path, lapsed):
+            time.sleep(2.0)  # the mistake: a blocking call in async code
+        return {"id": "ch_1"}
+
+    await charge_once(path, charge, lease=timedelta(seconds=0.6), poll_interval=timedelta(milliseconds=20))
+    assert lapsed == [], f"the lease lapsed for up to {max(lapsed):.2f} s while the loop was blocked"
 
 
 async def test_a_lease_shorter_than_the_poll_interval_is_renewed_in_time(tmp_path: Path):
@@ -253,43 +266,12 @@ async def test_a_lease_shorter_than_the_poll_interval_is_renewed_in_time(tmp_pat
     lease lapsed between two passes while a sync step ran on its thread, the loop free
     (only the /proc holder check, Linux only, kept another process from running the step
     again). The poller looks at least every quarter of the lease now."""
-    import sqlite3
-
-    path = tmp_path / "h.db"
-    lapsed: list[float] = []
-    stop = threading.Event()
-
-    def watch_lease() -> None:
-        db = sqlite3.connect(path, timeout=5)
-        try:
-            while not stop.wait(0.01):
-                row = db.execute("SELECT lease_until FROM owners WHERE session_id = 's-1'").fetchone()
-                if row is not None and row[0] is not None and time.time() > row[0]:
-                    lapsed.append(time.time() - row[0])
-        finally:
-            db.close()
+    path, lapsed = tmp_path / "h.db", []
 
     def charge() -> dict[str, str]:  # a plain def: it runs on the pool, the loop stays free
-        watcher = threading.Thread(target=watch_lease)
-        watcher.start()
-        try:
+        with lease_watched(path, lapsed):
             time.sleep(2.5)
-        finally:
-            stop.set()
-            watcher.join()
         return {"id": "ch_1"}
 
-    async def execute(args: Args, ctx: Any) -> Any:
-        return await ctx.step.do("charge", charge)
-
-    tool = durable_tool(tool_definition(name="pay", description="d", input_schema=Args), execute)
-    harness = define_harness(name="test/short", model=script([call("c1", "pay")], "paid"), tools=[tool])
-    log = SqliteLog(path)
-    host = HarnessHost(log=log, lease=timedelta(seconds=0.6), poll_interval=timedelta(seconds=1))
-    try:
-        session = await host.open(harness, session_id="s-1")
-        assert (await session.send("go")).outcome == "completed"
-        assert lapsed == [], f"the lease lapsed for up to {max(lapsed):.2f} s while a sync step ran"
-    finally:
-        await host.close()
-        await log.close()
+    await charge_once(path, charge, lease=timedelta(seconds=0.6), poll_interval=timedelta(seconds=1))
+    assert lapsed == [], f"the lease lapsed for up to {max(lapsed):.2f} s while a sync step ran"
