@@ -126,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", help="folder for the log and the fake provider (default: a temporary one)")
     args = parser.parse_args(argv)
+    if args.dir is not None and not args.dir.strip():  # (a variable that was empty: `--dir "$DIR"`)
+        raise ConfigError("--dir is empty: give a folder (it is made if missing), or leave --dir out for a "
+                          "temporary one", setting="--dir")
     with tempfile.TemporaryDirectory(prefix="harness-demo-") as tmp:
-        folder = Path(args.dir or tmp)
+        folder = Path(tmp if args.dir is None else args.dir)
         _prepare(folder)
         log_url = f"sqlite:///{folder / 'sessions.db'}"
         provider_path = folder / "payments.db"

@@ -67,6 +67,17 @@ def test_demo_in_a_folder_it_cannot_write_says_so_in_one_line(tmp_path: Path) ->
     ]
 
 
+def test_an_empty_dir_is_refused_not_taken_for_no_dir(tmp_path: Path) -> None:
+    """`harness demo --dir "$DIR"` with DIR unset ran in a temporary folder, silently, and
+    the log the person meant to keep was gone."""
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "demo", "--dir", ""],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.splitlines() == [
+        "harness demo: --dir is empty: give a folder (it is made if missing), or leave --dir out for a temporary one"
+    ]
+
+
 def test_a_process_of_the_story_that_fails_is_one_line_and_its_output_with_debug(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
