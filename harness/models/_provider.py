@@ -15,6 +15,7 @@ import email.utils
 import importlib
 import inspect
 import json
+import math
 import re
 from collections.abc import Mapping
 from types import ModuleType
@@ -25,7 +26,9 @@ from pydantic import SecretStr
 from harness.errors import ContextTooLong, DefinitionError, MissingExtra, ModelError, RequestTooLarge
 from harness.models.base import Pricing
 
-__all__ = ["ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
+__all__ = [
+    "ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds", "tokens",
+]
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 
@@ -65,6 +68,18 @@ def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(feature, extra) from None
+
+
+def tokens(value: Any) -> int:
+    """A token count as the provider reports it (a number, or a number as text); 0 when it is
+    missing or unreadable: an odd usage field never costs the answer that carries it."""
+    if isinstance(value, bool):
+        return 0
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return int(number) if math.isfinite(number) else 0
 
 
 def parse_arguments(raw: Any) -> dict[str, Any] | str:

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from harness.errors import ModelError, StreamCallbackError
-from harness.models._provider import ProviderModel, parse_arguments
+from harness.models._provider import ProviderModel, parse_arguments, tokens
 from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage, guarded_sink
 
 __all__ = ["AnthropicMessages", "to_anthropic_messages", "to_anthropic_tools"]
@@ -174,10 +174,10 @@ class AnthropicMessages(ProviderModel):
         if usage is None:
             return None
         tokens_in = sum(
-            int(getattr(usage, name, 0) or 0)
+            tokens(getattr(usage, name, 0))
             for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         )
-        tokens_out = output_tokens if output_tokens is not None else int(getattr(usage, "output_tokens", 0) or 0)
+        tokens_out = output_tokens if output_tokens is not None else tokens(getattr(usage, "output_tokens", 0))
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, None))
 
     def _parse(self, message: Any) -> ModelResponse:
@@ -241,7 +241,7 @@ class AnthropicMessages(ProviderModel):
             elif kind == "message_delta":
                 reason = event.delta.stop_reason or reason
                 if event.usage is not None and event.usage.output_tokens is not None:
-                    output_tokens = int(event.usage.output_tokens)
+                    output_tokens = tokens(event.usage.output_tokens)
             elif kind == "message_stop":
                 stopped = True
         if not stopped:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from harness.errors import ModelError, StreamCallbackError
-from harness.models._provider import ProviderModel, parse_arguments
+from harness.models._provider import ProviderModel, parse_arguments, tokens
 from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage, guarded_sink
 
 __all__ = ["OpenAIChat", "to_openai_messages", "to_openai_tools"]
@@ -166,8 +166,8 @@ class OpenAIChat(ProviderModel):
     def _usage(self, usage: Any, model: str | None) -> Usage | None:
         if usage is None:
             return None
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        tokens_in = tokens(getattr(usage, "prompt_tokens", 0))
+        tokens_out = tokens(getattr(usage, "completion_tokens", 0))
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, getattr(usage, "cost", None)))
 
     def _parse(self, completion: Any) -> ModelResponse:

@@ -617,3 +617,20 @@ async def test_a_sub_agents_thinking_blocks_come_back_from_the_log_in_a_new_host
     assistant = server.requests[1].body["messages"][1]
     assert assistant["content"][:2] == [dict(b) for b in THINKING]
     assert [b["type"] for b in assistant["content"][2:]] == ["tool_use"]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_answer_with_unreadable_usage_is_kept(host, log, server, models, provider, streaming):
+    """Usage fields a provider fills oddly (``"n/a"``, an object, null) count as 0 tokens: the
+    answer is logged. They failed the turn (an ``int()`` error, permanent), the answer lost."""
+    model = from_uri(provider_uri(server, provider), api_key=KEY, streaming=streaming)
+    models.append(model)
+    server.script(Reply(text="fine", usage=("n/a", {"tokens": 3})), Reply(text="again", usage=(None, "5")))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).text == "fine"
+    assert (await session.send("more", input_id="in-2")).text == "again"
+    usage = await entries(log, SID, "harness.model.usage")
+    assert [u["input_tokens"] for u in usage] == [0, 0]
+    # (Anthropic's stream says output tokens in message_delta; its message_start says 1.)
+    assert usage[1]["output_tokens"] == 5
