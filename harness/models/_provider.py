@@ -15,6 +15,7 @@ import email.utils
 import importlib
 import inspect
 import json
+import math
 import re
 from collections.abc import Mapping
 from types import ModuleType
@@ -25,7 +26,10 @@ from pydantic import SecretStr
 from harness.errors import ContextTooLong, DefinitionError, MissingExtra, ModelError, RequestTooLarge
 from harness.models.base import Pricing
 
-__all__ = ["ProviderModel", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds"]
+__all__ = [
+    "ProviderModel", "Utf16Joiner", "context_overflow", "key_problem", "load_sdk", "parse_arguments", "retry_after_seconds",
+    "tokens", "utf16_text",
+]
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 
@@ -67,6 +71,51 @@ def load_sdk(module: str, feature: str, extra: str) -> ModuleType:
         raise MissingExtra(feature, extra) from None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf16_text(text: str) -> str:
+    """``text`` with surrogate pairs joined and lone surrogates as U+FFFD.
+
+    A JSON ``\\ud83d\\ude42`` escape split over two stream events decodes as two lone
+    surrogates, which no log can hold (they have no UTF-8 form): the answer would be lost.
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+class Utf16Joiner:
+    """Stream deltas made whole: a high surrogate that ends a delta waits for the next one
+    (whose low surrogate completes it); what is emitted joined is :func:`utf16_text` of the
+    whole text."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        text, self._held = self._held + text, ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return utf16_text(text)
+
+    def end(self) -> str:
+        held, self._held = self._held, ""
+        return utf16_text(held)
+
+
+def tokens(value: Any) -> int:
+    """A token count as the provider reports it (a number, or a number as text); 0 when it is
+    missing or unreadable: an odd usage field never costs the answer that carries it."""
+    if isinstance(value, bool):
+        return 0
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return int(number) if math.isfinite(number) else 0
+
+
 def parse_arguments(raw: Any) -> dict[str, Any] | str:
     """A tool call's arguments text as a JSON object; the raw text if it is not one.
 
@@ -75,6 +124,8 @@ def parse_arguments(raw: Any) -> dict[str, Any] | str:
     if isinstance(raw, Mapping):
         return dict(raw)
     text = raw if isinstance(raw, str) or raw is None else json.dumps(raw, ensure_ascii=False)
+    if text is not None:
+        text = utf16_text(text)
     if text is None or not text.strip():
         return {}
     try:

@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from harness.errors import ModelError, StreamCallbackError
-from harness.models._provider import ProviderModel, parse_arguments
+from harness.models._provider import ProviderModel, Utf16Joiner, parse_arguments, tokens, utf16_text
 from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage, guarded_sink
 
 __all__ = ["AnthropicMessages", "to_anthropic_messages", "to_anthropic_tools"]
@@ -174,10 +174,10 @@ class AnthropicMessages(ProviderModel):
         if usage is None:
             return None
         tokens_in = sum(
-            int(getattr(usage, name, 0) or 0)
+            tokens(getattr(usage, name, 0))
             for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         )
-        tokens_out = output_tokens if output_tokens is not None else int(getattr(usage, "output_tokens", 0) or 0)
+        tokens_out = output_tokens if output_tokens is not None else tokens(getattr(usage, "output_tokens", 0))
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, None))
 
     def _parse(self, message: Any) -> ModelResponse:
@@ -188,7 +188,7 @@ class AnthropicMessages(ProviderModel):
         thinking: list[dict[str, str]] = []
         for block in message.content or ():
             if block.type == "text":
-                texts.append(block.text)
+                texts.append(utf16_text(block.text))
             elif block.type == "thinking":
                 thinking.append({"type": "thinking", "thinking": block.thinking or "", "signature": block.signature or ""})
             elif block.type == "redacted_thinking":
@@ -212,6 +212,7 @@ class AnthropicMessages(ProviderModel):
         model: str | None = None
         reason: str | None = None
         output_tokens: int | None = None
+        joiner = Utf16Joiner()  # (an emoji's surrogates may come in two events)
         stopped = False
         async for event in events:
             kind = event.type
@@ -229,9 +230,10 @@ class AnthropicMessages(ProviderModel):
             elif kind == "content_block_delta":
                 delta = event.delta
                 if delta.type == "text_delta":
-                    texts.append(delta.text)
-                    if sink is not None:
-                        sink(delta.text)
+                    piece = joiner.feed(delta.text)
+                    texts.append(piece)
+                    if sink is not None and piece:
+                        sink(piece)
                 elif delta.type == "input_json_delta" and event.index in blocks:
                     blocks[event.index]["json"] += delta.partial_json
                 elif delta.type == "thinking_delta" and event.index in thinking:
@@ -241,9 +243,13 @@ class AnthropicMessages(ProviderModel):
             elif kind == "message_delta":
                 reason = event.delta.stop_reason or reason
                 if event.usage is not None and event.usage.output_tokens is not None:
-                    output_tokens = int(event.usage.output_tokens)
+                    output_tokens = tokens(event.usage.output_tokens)
             elif kind == "message_stop":
                 stopped = True
+        if rest := joiner.end():
+            texts.append(rest)
+            if sink is not None:
+                sink(rest)
         if not stopped:
             raise ModelError("anthropic: the stream ended before the answer was complete", transient=True, kind="stream_cut")
         return ModelResponse(

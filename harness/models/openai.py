@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from harness.errors import ModelError, StreamCallbackError
-from harness.models._provider import ProviderModel, parse_arguments
+from harness.models._provider import ProviderModel, Utf16Joiner, parse_arguments, tokens, utf16_text
 from harness.models.base import ModelResponse, StreamSink, ToolCall, ToolSpec, Usage, guarded_sink
 
 __all__ = ["OpenAIChat", "to_openai_messages", "to_openai_tools"]
@@ -166,8 +166,8 @@ class OpenAIChat(ProviderModel):
     def _usage(self, usage: Any, model: str | None) -> Usage | None:
         if usage is None:
             return None
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        tokens_in = tokens(getattr(usage, "prompt_tokens", 0))
+        tokens_out = tokens(getattr(usage, "completion_tokens", 0))
         return Usage(tokens_in, tokens_out, model, self.cost(tokens_in, tokens_out, getattr(usage, "cost", None)))
 
     def _parse(self, completion: Any) -> ModelResponse:
@@ -182,7 +182,8 @@ class OpenAIChat(ProviderModel):
             for c in (message.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        text, finish = _refused(message.content, getattr(message, "refusal", None), calls, choice.finish_reason)
+        content = utf16_text(message.content) if isinstance(message.content, str) else message.content
+        text, finish = _refused(content, getattr(message, "refusal", None), calls, choice.finish_reason)
         return ModelResponse(
             text=text,
             tool_calls=calls,
@@ -194,6 +195,7 @@ class OpenAIChat(ProviderModel):
         parts: list[str] = []
         refusal: list[str] = []
         calls = _StreamedCalls()
+        joiner = Utf16Joiner()  # (an emoji's surrogates may come in two chunks)
         finish: str | None = None
         usage: Any = None
         model: str | None = None
@@ -210,15 +212,20 @@ class OpenAIChat(ProviderModel):
                     continue
                 delta = choice.delta
                 if delta is not None and delta.content:
-                    parts.append(delta.content)
-                    if sink is not None:
-                        sink(delta.content)
+                    piece = joiner.feed(delta.content)
+                    parts.append(piece)
+                    if sink is not None and piece:
+                        sink(piece)
                 if delta is not None and getattr(delta, "refusal", None):
                     refusal.append(delta.refusal)
                 for tc in (delta.tool_calls if delta is not None else None) or ():
                     calls.add(tc)
                 if choice.finish_reason:
                     finish = choice.finish_reason
+        if rest := joiner.end():
+            parts.append(rest)
+            if sink is not None:
+                sink(rest)
         tool_calls = calls.tool_calls()
         if finish is None and done is not None and done.seen:
             finish = "tool_calls" if tool_calls else "stop"  # a server that sends no finish_reason

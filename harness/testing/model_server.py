@@ -61,7 +61,7 @@ class Reply:
     text: str | None = None
     tool_calls: tuple[tuple[str, str, dict[str, Any] | str], ...] = ()
     finish: str | None = None
-    usage: tuple[int, int] = (11, 7)
+    usage: tuple[Any, Any] = (11, 7)  # (input, output) tokens; odd values (None, "n/a") are sent as they are
     model: str | None = None  # default: the model the request named
     chunk: int = 4  # characters per streamed piece
     cut_after: int | None = None
@@ -127,6 +127,11 @@ def _args_text(arguments: dict[str, Any] | str) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
 
 
+def _total(i: Any, o: Any) -> Any:
+    """``total_tokens`` of a usage whose counts may be odd on purpose (null, text ...)."""
+    return i + o if isinstance(i, int) and isinstance(o, int) else None
+
+
 def _pieces(text: str, size: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), max(1, size))]
 
@@ -145,7 +150,7 @@ def openai_json(reply: Reply, model: str, n: int) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1_700_000_000, "model": reply.model or model,
         "choices": [{"index": 0, "message": message, "finish_reason": _OPENAI_FINISH[reply.finish_reason], "logprobs": None}],
-        "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o},
+        "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": _total(i, o)},
     }
 
 
@@ -167,7 +172,7 @@ def openai_events(reply: Reply, model: str, n: int, include_usage: bool) -> Iter
         i, o = reply.usage
         body = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": 1_700_000_000,
                 "model": reply.model or model, "choices": [],
-                "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": i + o}}
+                "usage": {"prompt_tokens": i, "completion_tokens": o, "total_tokens": _total(i, o)}}
         yield None, json.dumps(body)
     if reply.send_done:
         yield None, "[DONE]"

@@ -617,3 +617,49 @@ async def test_a_sub_agents_thinking_blocks_come_back_from_the_log_in_a_new_host
     assistant = server.requests[1].body["messages"][1]
     assert assistant["content"][:2] == [dict(b) for b in THINKING]
     assert [b["type"] for b in assistant["content"][2:]] == ["tool_use"]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_emoji_split_over_two_stream_events_and_a_lone_surrogate_keep_the_answer(
+        host, log, server, models, provider, streaming):
+    """A server that cuts text by UTF-16 code units sends an emoji's two surrogates as JSON
+    escapes in two events; each decodes as a lone surrogate, which no log can hold: the paid
+    answer was lost (the turn failed ``model_error``). Now the pair is joined (a lone one is
+    U+FFFD), in the text, the live deltas and a tool call's arguments."""
+    model = from_uri(provider_uri(server, provider), api_key=KEY, streaming=streaming)
+    models.append(model)
+    charges: list[str] = []
+    server.script(
+        Reply(tool_calls=(("call_1", "checkout", '{"order_id": "\ud83d\ude42"}'),), chunk=1),
+        Reply(text="paid \ud83d\ude42 \ud800!", chunk=1),
+    )
+    if provider == "anthropic" and not streaming:  # (its JSON has the arguments as an object)
+        server._script[0] = Reply(tool_calls=(("call_1", "checkout", {"order_id": "\ud83d\ude42"}),))
+    session = await host.open(checkout_harness(model, charges), session_id=SID)
+    seen: list[Any] = []
+    watcher = asyncio.create_task(watch_until_settled(session, seen))
+    await until(lambda: session._core.live.subscribers == 1)
+    result = await session.send("pay", input_id="in-1")
+    await watcher
+    assert (result.outcome, result.text) == ("completed", "paid \U0001f642 \ufffd!")
+    assert charges == ["ch-\U0001f642"]
+    if streaming:
+        assert "".join(i.text for i in seen if isinstance(i, LiveEvent)) == "paid \U0001f642 \ufffd!"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_answer_with_unreadable_usage_is_kept(host, log, server, models, provider, streaming):
+    """Usage fields a provider fills oddly (``"n/a"``, an object, null) count as 0 tokens: the
+    answer is logged. They failed the turn (an ``int()`` error, permanent), the answer lost."""
+    model = from_uri(provider_uri(server, provider), api_key=KEY, streaming=streaming)
+    models.append(model)
+    server.script(Reply(text="fine", usage=("n/a", {"tokens": 3})), Reply(text="again", usage=(None, "5")))
+    session = await host.open(define_harness(name="t/real", model=model), session_id=SID)
+    assert (await session.send("go", input_id="in-1")).text == "fine"
+    assert (await session.send("more", input_id="in-2")).text == "again"
+    usage = await entries(log, SID, "harness.model.usage")
+    assert [u["input_tokens"] for u in usage] == [0, 0]
+    # (Anthropic's stream says output tokens in message_delta; its message_start says 1.)
+    assert usage[1]["output_tokens"] == 5
