@@ -111,12 +111,14 @@ def backoff_seconds(
 ) -> float:
     """The wait before retry number ``retry`` (1 = first).
 
-    ``Retry-After`` when the provider gave one; else exponential backoff with jitter:
-    ``model_backoff * 2**(retry-1)``, capped at ``model_backoff_max``, and a wait drawn
-    between half and all of that. Never more than ``model_backoff_max``.
+    ``Retry-After`` when the provider gave one above 0; else exponential backoff with
+    jitter: ``model_backoff * 2**(retry-1)``, capped at ``model_backoff_max``, and a wait
+    drawn between half and all of that. Never more than ``model_backoff_max``. A
+    ``Retry-After`` of 0 (or a date already past) gets the backoff, as the providers' own
+    SDKs do: taken as "now", every retry of an overloaded provider went at once.
     """
     cap = durability.model_backoff_max.total_seconds()
-    if retry_after is not None and retry_after >= 0:
+    if retry_after is not None and retry_after > 0:
         return min(retry_after, cap)
     base = min(durability.model_backoff.total_seconds() * 2 ** (retry - 1), cap)
     return rng.uniform(base / 2, base)

@@ -302,6 +302,8 @@ def test_backoff_is_exponential_jittered_capped_and_honours_retry_after():
         assert all(low <= w <= high for w in waits) and len(set(waits)) > 1, retry
     assert backoff_seconds(1, d, 3.5, rng) == 3.5
     assert backoff_seconds(1, d, 3600, rng) == 10  # never longer than model_backoff_max
+    # Retry-After 0 (or a date already past): the backoff, not an immediate retry
+    assert all(1.0 <= backoff_seconds(2, d, 0.0, rng) <= 2.0 for _ in range(20))
     with pytest.raises(DefinitionError):
         Durability(model_retries=-1)
     with pytest.raises(DefinitionError):
