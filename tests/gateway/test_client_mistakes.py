@@ -1,4 +1,6 @@
-"""A client developer's mistakes over real HTTP, each answered as the OpenAPI document says."""
+"""A client developer's mistakes over real HTTP, each answered as the OpenAPI document says:
+a path that is not UTF-8 once percent-decoded, a made-up Last-Event-ID, every 422 in the
+one shape the document declares (``detail``: a list of ``{loc, msg, type}``), the 415 listed."""
 
 from __future__ import annotations
 
@@ -27,3 +29,30 @@ def test_a_session_id_that_is_not_utf8_is_refused_not_replaced(http: httpx.Clien
     assert http.get("/v1/sessions").json()["sessions"] == []
     r = http.post("/v1/sessions/caf%C3%A9/messages", params={"wait": 20}, json={"text": "hi", "harness": HARNESS})
     assert r.status_code == 200 and r.json()["settlement"]["outcome"] == "completed", r.text
+
+
+def test_a_last_event_id_is_digits_only(http: httpx.Client) -> None:
+    # int() takes '1_0' (10), '+5', ' 7 ' and other digits: a garbled id resumed somewhere else.
+    for garbage in ["1_0", "+5", "abc", "-1", "1e3", "0x10", str(2**62 + 1)]:
+        status, body = opened(http, "/v1/sessions/s/events", {"Last-Event-ID": garbage})
+        assert status == 422, (garbage, body)
+        [error] = body["detail"]
+        assert error["loc"] == ["header", "Last-Event-ID"] and "the id of the last event" in error["msg"], error
+
+
+def test_every_422_has_the_documented_shape(http: httpx.Client) -> None:
+    schema = http.get("/openapi.json").json()["components"]["schemas"]["HTTPValidationError"]
+    assert schema["properties"]["detail"]["type"] == "array"
+    answers = [
+        http.get("/v1/sessions", params={"cursor": "garbage"}),
+        http.post("/v1/sessions/t%2Facme%2Fs-1/messages", json={"text": "hi", "harness": HARNESS}),
+        http.get("/v1/sessions/t%2Facme%2Fs-1"),
+        http.get("/v1/sessions/s/events", headers={"Last-Event-ID": "x"}),
+    ]
+    for r in answers:
+        assert r.status_code == 422, r.text
+        detail = r.json()["detail"]
+        assert isinstance(detail, list) and detail, r.text
+        assert all(set(e) == {"loc", "msg", "type"} and isinstance(e["msg"], str) for e in detail), r.text
+    assert answers[0].json()["detail"][0]["loc"] == ["query", "cursor"]
+    assert "kept for the sessions of tenants" in answers[1].json()["detail"][0]["msg"]

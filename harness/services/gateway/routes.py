@@ -128,7 +128,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         Raises:
             RequestValidationError: 422 for an id too long for the caller's tenant (the
                 log's id holds the tenant: ``harness.ids.session_id_problem``).
-            HTTPException: 422 for an id that would name another tenant's session: with no
+            RequestValidationError: 422 for an id that would name another tenant's session: with no
                 tenant (open access) the log's id is the id itself, and ``t/<tenant>/<id>``
                 is how the log names a tenant's session (``harness.ids.tenant_session_id``).
         """
@@ -137,8 +137,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             raise RequestValidationError([{"loc": ("path", "session_id"), "msg": problem, "type": "value_error"}])
         log_session_id = gw.log_id(who, session_id)
         if gw.owns(who, log_session_id) != session_id:
-            raise HTTPException(422, f"session id {session_id!r} has the form t/<tenant>/<id>, which is kept for "
-                                "the sessions of tenants: use another id")
+            raise _invalid(("path", "session_id"), f"session id {session_id!r} has the form t/<tenant>/<id>, which "
+                           "is kept for the sessions of tenants: use another id")
         return log_session_id
 
     async def existing(who: Principal, session_id: str) -> SessionView:
@@ -348,12 +348,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         event comes); ``GET /v1/sessions/{id}`` stays 404 until its first record."""
         cursor = after
         if last_event_id is not None and last_event_id.strip():
-            try:
-                cursor = int(last_event_id)
-            except ValueError:
-                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
-            if not 0 <= cursor <= 2**62:
-                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
+            # ASCII digits only: int() also takes '1_0' (10), '+5' and other scripts' digits.
+            text = last_event_id.strip()
+            if not (text.isascii() and text.isdigit() and int(text) <= 2**62):
+                raise _invalid(("header", "Last-Event-ID"), "Last-Event-ID must be the id of the last event you "
+                               "got (a log position: digits, at most 2**62), or left out to start at the beginning")
+            cursor = int(text)
         log_session_id = log_id(who, session_id)
         gw.breaker.check()  # a log known to be down: 503 now, as a read would answer
         # A session with no record yet is streamed like any other: its records come from
@@ -400,6 +400,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         )
 
 
+def _invalid(loc: tuple[str, str], msg: str) -> RequestValidationError:
+    """A 422 in the one shape the OpenAPI document declares for it (``detail``: a list of
+    ``{loc, msg, type}``), for a check a route makes itself."""
+    return RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
+
+
 def _public(summary: SessionSummary, public_id: str) -> dict[str, Any]:
     """The summary as the caller sees it: its own session id, never the log's."""
     out = summary.to_json()
@@ -421,7 +427,7 @@ def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
     """A cursor back as an order key.
 
     Raises:
-        HTTPException: 422 for one this API did not give (read as the start, it would
+        RequestValidationError: 422 for one this API did not give (read as the start, it would
             serve the first page again: a client paging on it would never end).
     """
     if not cursor:
@@ -432,5 +438,5 @@ def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
     except ValueError:
         last = None
     if last is None or not dot or not public_id:
-        raise HTTPException(422, "cursor must be the next_cursor of a previous page (or left out for the first)")
+        raise _invalid(("query", "cursor"), "cursor must be the next_cursor of a previous page (or left out for the first)")
     return (last < 0, -max(last, 0), public_id)
