@@ -56,3 +56,13 @@ def test_every_422_has_the_documented_shape(http: httpx.Client) -> None:
         assert all(set(e) == {"loc", "msg", "type"} and isinstance(e["msg"], str) for e in detail), r.text
     assert answers[0].json()["detail"][0]["loc"] == ["query", "cursor"]
     assert "kept for the sessions of tenants" in answers[1].json()["detail"][0]["msg"]
+
+
+def test_the_openapi_document_lists_the_415_of_every_post(http: httpx.Client) -> None:
+    paths = http.get("/openapi.json").json()["paths"]
+    posts = [(path, ops["post"]) for path, ops in paths.items() if "post" in ops]
+    assert len(posts) == 4
+    for path, op in posts:
+        assert "415" in op["responses"], path
+        r = http.post(path.replace("{session_id}", "s"), content=b'{"text": "hi"}', headers={"content-type": "text/plain"})
+        assert r.status_code == 415 and "application/json" in r.json()["detail"], r.text

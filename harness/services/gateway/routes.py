@@ -102,6 +102,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
+_POST_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    415: {"model": Problem, "description": "the body is not sent as 'Content-Type: application/json'"},
+}
 
 
 def install_routes(app: FastAPI, gw: GatewayState) -> None:
@@ -203,7 +207,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # -- inputs ----------------------------------------------------------------------------------
 
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_message(
         request: Request,
         session_id: SessionId,
@@ -229,7 +233,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 release()
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_answer(request: Request, session_id: SessionId, body: AnswerIn, who: Caller,
                           wait: WaitQuery = None) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first. With
@@ -251,7 +255,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 release()
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
         """Append app records to the session (once per input_id)."""
         view = await existing(who, session_id)
@@ -259,7 +263,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         return receipt(await gw.inputs.records(view, list(body.records), input_id))
 
     @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
         """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
         view = await existing(who, session_id)
