@@ -66,3 +66,14 @@ def test_the_openapi_document_lists_the_415_of_every_post(http: httpx.Client) ->
         assert "415" in op["responses"], path
         r = http.post(path.replace("{session_id}", "s"), content=b'{"text": "hi"}', headers={"content-type": "text/plain"})
         assert r.status_code == 415 and "application/json" in r.json()["detail"], r.text
+
+
+def test_head_is_answered_wherever_get_is(http: httpx.Client) -> None:
+    # `curl -I` on a session got 405 "it takes GET" (RFC 9110: a server that takes GET takes HEAD).
+    assert http.post("/v1/sessions/s/messages", params={"wait": 20}, json={"text": "hi", "harness": HARNESS}).is_success
+    for path in ["/v1/sessions/s", "/v1/sessions", "/v1/harnesses", "/", "/docs", "/openapi.json", "/healthz"]:
+        got, head = http.get(path), http.head(path)
+        assert head.status_code == got.status_code == 200, (path, head.status_code, head.text)
+        assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
+    assert http.head("/v1/sessions/nope").status_code == 404
+    assert http.head("/v1/sessions/%FF").status_code == 422

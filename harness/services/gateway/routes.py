@@ -12,6 +12,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BeforeValidator
 from starlette.background import BackgroundTask
 
@@ -48,7 +49,7 @@ from harness.services.gateway.state import GatewayState, TenantSlots, console_di
 from harness.services.gateway.waits import wait_while_served
 from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
-__all__ = ["SummaryOut", "install_routes"]  # (SummaryOut: moved to bodies; the tests still take it from here)
+__all__ = ["SummaryOut", "install_head", "install_routes"]  # (SummaryOut: moved to bodies; the tests still take it from here)
 
 SESSION_ID_HELP = (
     f"the session's id (yours; tenant-scoped): 1 to {MAX_ID} printable characters, no space at either end "
@@ -402,6 +403,22 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             background=BackgroundTask(release),  # (also when the stream never started)
         )
+
+
+def install_head(app: FastAPI) -> None:
+    """``HEAD`` on every ``GET`` route of ``app`` that has none (RFC 9110: a server that takes
+    GET takes HEAD; ``curl -I`` on a session got 405 "it takes GET"). The route runs as for
+    GET, its checks and its status too; the server sends no body. Not the event stream: it
+    never ends, and a HEAD of it would hold a stream slot for nothing (405, naming GET)."""
+    has_head = {getattr(route, "path", "") for route in app.routes if "HEAD" in (getattr(route, "methods", None) or ())}
+    for route in list(app.routes):
+        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()) or route.path in has_head:
+            continue
+        if route.path.endswith("/events"):
+            continue
+        app.add_api_route(route.path, route.endpoint, methods=["HEAD"], include_in_schema=False,
+                          response_model=route.response_model, response_class=route.response_class,
+                          response_model_exclude_none=route.response_model_exclude_none)
 
 
 def _invalid(loc: tuple[str, str], msg: str) -> RequestValidationError:
