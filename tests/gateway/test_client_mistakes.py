@@ -4,11 +4,13 @@ one shape the document declares (``detail``: a list of ``{loc, msg, type}``), th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.gateway.helpers import HARNESS
+from harness.services.gateway.settings import GatewaySettings
+from tests.gateway.helpers import HARNESS, ServerThread
 
 
 def opened(http: httpx.Client, path: str, headers: dict[str, str]) -> tuple[int, Any]:
@@ -77,3 +79,18 @@ def test_head_is_answered_wherever_get_is(http: httpx.Client) -> None:
         assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"], path
     assert http.head("/v1/sessions/nope").status_code == 404
     assert http.head("/v1/sessions/%FF").status_code == 422
+
+
+def test_credentials_are_judged_before_a_body_that_is_not_json(tmp_path: Path) -> None:
+    # Without credentials, a body that was not JSON got the 422 of a caller who may send it.
+    (tmp_path / "keys").write_text("acme key-acme-1234\n")
+    settings = GatewaySettings(log=f"sqlite:///{tmp_path / 'h.db'}", api_keys_file=str(tmp_path / "keys"))
+    with ServerThread(settings) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for headers, body in [({}, b'{"text":'), ({"Authorization": "Bearer wrong"}, b'{"text":'),
+                              ({}, b"[" * 100_000 + b"]" * 100_000)]:
+            r = http.post("/v1/sessions/s/messages", content=body, headers={"content-type": "application/json", **headers})
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+            assert "wrong" not in r.text
+        r = http.post("/v1/sessions/s/messages", content=b'{"text":',
+                      headers={"content-type": "application/json", "Authorization": "Bearer key-acme-1234"})
+        assert r.status_code == 422 and "not valid JSON" in r.json()["detail"][0]["msg"], r.text
