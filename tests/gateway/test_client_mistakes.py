@@ -94,3 +94,15 @@ def test_credentials_are_judged_before_a_body_that_is_not_json(tmp_path: Path) -
         r = http.post("/v1/sessions/s/messages", content=b'{"text":',
                       headers={"content-type": "application/json", "Authorization": "Bearer key-acme-1234"})
         assert r.status_code == 422 and "not valid JSON" in r.json()["detail"][0]["msg"], r.text
+
+
+def test_the_openapi_document_lists_a_404_only_where_a_session_must_exist(http: httpx.Client) -> None:
+    # The event stream of a session with no record streams (200), and the lists have no session.
+    paths = http.get("/openapi.json").json()["paths"]
+    for path in ["/v1/sessions", "/v1/harnesses", "/v1/sessions/{session_id}/events"]:
+        assert "404" not in paths[path]["get"]["responses"], path
+    assert "404" not in paths["/v1/sessions/{session_id}/messages"]["post"]["responses"]  # (it starts one)
+    assert "404" in paths["/v1/sessions/{session_id}"]["get"]["responses"]
+    for name in ["answers", "records", "cancel"]:
+        assert "404" in paths[f"/v1/sessions/{{session_id}}/{name}"]["post"]["responses"], name
+    assert opened(http, "/v1/sessions/never-written/events", {})[0] == 200

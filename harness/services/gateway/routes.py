@@ -103,6 +103,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
+_ANY_SESSION_ERRORS = {status: answer for status, answer in _ERRORS.items() if status != 404}
+"""A route that takes any session id (a message starts a session; a stream waits for one's first
+record) or none: never a 404 of its own."""
 _POST_ERRORS: dict[int | str, dict[str, Any]] = {
     **_ERRORS,
     415: {"model": Problem, "description": "the body is not sent as 'Content-Type: application/json'"},
@@ -208,7 +211,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # -- inputs ----------------------------------------------------------------------------------
 
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_POST_ERRORS)
+              responses={status: answer for status, answer in _POST_ERRORS.items() if status != 404})
     async def send_message(
         request: Request,
         session_id: SessionId,
@@ -272,12 +275,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    @app.get("/v1/harnesses", tags=["sessions"], responses=_ERRORS)
+    @app.get("/v1/harnesses", tags=["sessions"], responses=_ANY_SESSION_ERRORS)
     async def list_harnesses(who: Caller) -> dict[str, list[str]]:
         """The harnesses this deployment knows by name (empty: not loaded in the gateway)."""
         return {"harnesses": sorted(gw.harnesses)}
 
-    @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ERRORS)
+    @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ANY_SESSION_ERRORS)
     async def list_sessions(
         request: Request,
         who: Caller,
@@ -339,7 +342,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get(
         "/v1/sessions/{session_id}/events",
         tags=["sessions"],
-        responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the event stream"}},
+        responses={**_ANY_SESSION_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the event stream"}},
     )
     async def session_events(
         session_id: SessionId,
