@@ -110,7 +110,7 @@ def test_mistakes_with_slashes_get_one_clear_line(http: httpx.Client) -> None:
     assert http.get("/v1/sessions").json()["sessions"][0]["path"] == "/v1/sessions/team%252Falice"
     # With no tenant the log's id is the id itself: t/<tenant>/<id> would be a tenant's session.
     r = http.post("/v1/sessions/t%2Facme%2Fs-1/messages", json={"text": "hi", "harness": HARNESS})
-    assert r.status_code == 422 and "kept for the sessions of tenants" in r.json()["detail"], r.text
+    assert r.status_code == 422 and "kept for the sessions of tenants" in r.json()["detail"][0]["msg"], r.text
     assert http.get("/v1/sessions/t%2Facme%2Fs-1/events").status_code == 422
 
 

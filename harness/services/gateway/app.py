@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from harness.services.gateway.apidocs import install_docs
 from harness.services.gateway.problems import SafeJSONResponse
-from harness.services.gateway.routes import install_routes
+from harness.services.gateway.routes import install_head, install_routes
 
 
 def _now_ms() -> int:
@@ -171,5 +171,6 @@ def create_app(
     app.state.gateway = state
     install_routes(app, state)
     install_docs(app, console_dir())
+    install_head(app)  # (last: on every GET route, the docs' too)
     return app
 

@@ -1,5 +1,6 @@
 """Who calls the gateway: the FastAPI dependency (:data:`Caller`) that authenticates a request
-(``--auth-failure-limit`` first) and spends its ``--rate-limit`` tokens, before its body is read."""
+(``--auth-failure-limit`` first) and spends its ``--rate-limit`` tokens, before its body is judged
+(FastAPI parses a JSON body first: one that is not JSON is judged by :func:`caller_of`, 401 before 422)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from harness.services.gateway.state import GatewayState
 
 log = logging.getLogger("harness.gateway")
 
-__all__ = ["WRITE_METHODS", "Caller"]
+__all__ = ["WRITE_METHODS", "Caller", "caller_of"]
 
 
 class _RawBearer(HTTPBearer):
@@ -103,3 +104,14 @@ def _rate_limit(gw: GatewayState, who: Principal, request: Request) -> None:
 
 
 Caller = Annotated[Principal, Depends(_principal)]
+
+
+async def caller_of(request: Request) -> Principal:
+    """What :data:`Caller` makes of ``request``, for a request whose route never ran its
+    dependencies (a body FastAPI could not read: see ``problems``).
+
+    Raises:
+        AuthError: the credentials do not authenticate (401).
+        HTTPException: 429 of ``--auth-failure-limit`` or ``--rate-limit``.
+    """
+    return await _principal(request, request.headers.get("Authorization"))

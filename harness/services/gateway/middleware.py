@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, unquote_to_bytes
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -257,10 +257,33 @@ class EncodedSlashes:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
             if raw and b"%" in raw and SESSIONS_PATH in scope["path"]:
+                if not _session_segment_is_utf8(raw.decode("latin-1")):
+                    await JSONResponse({"detail": [{"loc": ["path", "session_id"], "msg": NOT_UTF8, "type": "value_error"}]},
+                                       status_code=422)(scope, receive, send)
+                    return
                 path = session_path(raw.decode("latin-1"), scope["path"])
                 if path is not None:
                     scope = {**scope, "path": path}
         await self.app(scope, receive, send)
+
+
+NOT_UTF8 = ("the session id in the path is not UTF-8 once percent-decoded: percent-encode the id's UTF-8 bytes "
+            "('é' as %C3%A9, not %E9)")
+
+
+def _session_segment_is_utf8(raw: str) -> bool:
+    """Whether the session id's segment of the undecoded path decodes as UTF-8. The server
+    decodes it with replacement: ``%FF`` and ``%FE`` would both be the session ``'\ufffd'``,
+    neither the one the client named."""
+    segments = raw.split("?", 1)[0].split("/")
+    for at in range(2, len(segments)):
+        if segments[at - 2:at] == ["v1", "sessions"]:
+            try:
+                unquote_to_bytes(segments[at]).decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+            return True
+    return True
 
 
 def session_path(raw: str, path: str) -> str | None:

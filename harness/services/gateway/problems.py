@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from harness.errors import LogError, RecordTooLarge
 from harness.services.gateway.auth import AuthError
 from harness.services.gateway.breaker import LogBreaker, LogDown
+from harness.services.gateway.caller import caller_of
 from harness.services.gateway.middleware import SESSIONS_PATH
 
 __all__ = ["Problem", "SafeJSONResponse", "install_problems", "unreadable_body", "validation_problem"]
@@ -101,14 +102,31 @@ def wrong_method(request: Request, exc: StarletteHTTPException) -> JSONResponse:
 def install_problems(app: FastAPI, breaker: LogBreaker) -> None:
     """Answer every error of ``app`` in the gateway's shape (``breaker``: the 503's Retry-After)."""
 
+    async def refused_caller(request: Request) -> Response | None:
+        """The 401 or 429 the route's :data:`~harness.services.gateway.caller.Caller` would
+        answer, for a body FastAPI could not read: it reads the body before the route's
+        dependencies, so a caller without credentials got the 422 of one with them."""
+        try:
+            await caller_of(request)
+        except AuthError as denied:
+            return await unauthorized(request, denied)
+        except StarletteHTTPException as refused:
+            return await http_problem(request, refused)
+        return None
+
     @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_problem(request, exc.errors())
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            refused = await refused_caller(request)
+            if refused is not None:
+                return refused
+        return validation_problem(request, errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_problem(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and exc.detail == _UNPARSED_BODY:  # FastAPI's word for any body it could not read
-            return unreadable_body(exc.__cause__)
+            return await refused_caller(request) or unreadable_body(exc.__cause__)
         if exc.status_code == 404 and exc.detail == "Not Found":  # the router's: no route (a route says more)
             return no_route(request)
         if exc.status_code == 405 and exc.detail == "Method Not Allowed":

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI, Header, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BeforeValidator
 from starlette.background import BackgroundTask
 
@@ -48,7 +49,7 @@ from harness.services.gateway.state import GatewayState, TenantSlots, console_di
 from harness.services.gateway.waits import wait_while_served
 from harness.views import SessionStateName, SessionSummary, open_sleeps, summarize, timeline
 
-__all__ = ["SummaryOut", "install_routes"]  # (SummaryOut: moved to bodies; the tests still take it from here)
+__all__ = ["SummaryOut", "install_head", "install_routes"]  # (SummaryOut: moved to bodies; the tests still take it from here)
 
 SESSION_ID_HELP = (
     f"the session's id (yours; tenant-scoped): 1 to {MAX_ID} printable characters, no space at either end "
@@ -102,6 +103,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
           "--auth-failure-limit allows (Retry-After says when to try again)"},
     503: {"model": Problem, "description": "the session log cannot be reached"},
 }
+_ANY_SESSION_ERRORS = {status: answer for status, answer in _ERRORS.items() if status != 404}
+"""A route that takes any session id (a message starts a session; a stream waits for one's first
+record) or none: never a 404 of its own."""
+_POST_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    415: {"model": Problem, "description": "the body is not sent as 'Content-Type: application/json'"},
+}
 
 
 def install_routes(app: FastAPI, gw: GatewayState) -> None:
@@ -128,7 +136,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         Raises:
             RequestValidationError: 422 for an id too long for the caller's tenant (the
                 log's id holds the tenant: ``harness.ids.session_id_problem``).
-            HTTPException: 422 for an id that would name another tenant's session: with no
+            RequestValidationError: 422 for an id that would name another tenant's session: with no
                 tenant (open access) the log's id is the id itself, and ``t/<tenant>/<id>``
                 is how the log names a tenant's session (``harness.ids.tenant_session_id``).
         """
@@ -137,8 +145,8 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
             raise RequestValidationError([{"loc": ("path", "session_id"), "msg": problem, "type": "value_error"}])
         log_session_id = gw.log_id(who, session_id)
         if gw.owns(who, log_session_id) != session_id:
-            raise HTTPException(422, f"session id {session_id!r} has the form t/<tenant>/<id>, which is kept for "
-                                "the sessions of tenants: use another id")
+            raise _invalid(("path", "session_id"), f"session id {session_id!r} has the form t/<tenant>/<id>, which "
+                           "is kept for the sessions of tenants: use another id")
         return log_session_id
 
     async def existing(who: Principal, session_id: str) -> SessionView:
@@ -203,7 +211,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     # -- inputs ----------------------------------------------------------------------------------
 
     @app.post("/v1/sessions/{session_id}/messages", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses={status: answer for status, answer in _POST_ERRORS.items() if status != 404})
     async def send_message(
         request: Request,
         session_id: SessionId,
@@ -229,7 +237,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 release()
 
     @app.post("/v1/sessions/{session_id}/answers", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_answer(request: Request, session_id: SessionId, body: AnswerIn, who: Caller,
                           wait: WaitQuery = None) -> dict[str, Any]:
         """Answer an open ask; the answer is checked against the ask's schema first. With
@@ -251,7 +259,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
                 release()
 
     @app.post("/v1/sessions/{session_id}/records", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_records(session_id: SessionId, body: RecordsIn, who: Caller) -> dict[str, Any]:
         """Append app records to the session (once per input_id)."""
         view = await existing(who, session_id)
@@ -259,7 +267,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         return receipt(await gw.inputs.records(view, list(body.records), input_id))
 
     @app.post("/v1/sessions/{session_id}/cancel", response_model=ReceiptOut, response_model_exclude_none=True, tags=["inputs"],
-              responses=_ERRORS)
+              responses=_POST_ERRORS)
     async def send_cancel(session_id: SessionId, body: CancelIn, who: Caller) -> dict[str, Any]:
         """Cancel an input: a running turn stops at its next boundary, a queued one never runs."""
         view = await existing(who, session_id)
@@ -267,12 +275,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    @app.get("/v1/harnesses", tags=["sessions"], responses=_ERRORS)
+    @app.get("/v1/harnesses", tags=["sessions"], responses=_ANY_SESSION_ERRORS)
     async def list_harnesses(who: Caller) -> dict[str, list[str]]:
         """The harnesses this deployment knows by name (empty: not loaded in the gateway)."""
         return {"harnesses": sorted(gw.harnesses)}
 
-    @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ERRORS)
+    @app.get("/v1/sessions", response_model=SessionPage, tags=["sessions"], responses=_ANY_SESSION_ERRORS)
     async def list_sessions(
         request: Request,
         who: Caller,
@@ -334,7 +342,7 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
     @app.get(
         "/v1/sessions/{session_id}/events",
         tags=["sessions"],
-        responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the event stream"}},
+        responses={**_ANY_SESSION_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "the event stream"}},
     )
     async def session_events(
         session_id: SessionId,
@@ -348,12 +356,12 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         event comes); ``GET /v1/sessions/{id}`` stays 404 until its first record."""
         cursor = after
         if last_event_id is not None and last_event_id.strip():
-            try:
-                cursor = int(last_event_id)
-            except ValueError:
-                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)") from None
-            if not 0 <= cursor <= 2**62:
-                raise HTTPException(422, "Last-Event-ID must be a log position (an integer)")
+            # ASCII digits only: int() also takes '1_0' (10), '+5' and other scripts' digits.
+            text = last_event_id.strip()
+            if not (text.isascii() and text.isdigit() and int(text) <= 2**62):
+                raise _invalid(("header", "Last-Event-ID"), "Last-Event-ID must be the id of the last event you "
+                               "got (a log position: digits, at most 2**62), or left out to start at the beginning")
+            cursor = int(text)
         log_session_id = log_id(who, session_id)
         gw.breaker.check()  # a log known to be down: 503 now, as a read would answer
         # A session with no record yet is streamed like any other: its records come from
@@ -400,6 +408,28 @@ def install_routes(app: FastAPI, gw: GatewayState) -> None:
         )
 
 
+def install_head(app: FastAPI) -> None:
+    """``HEAD`` on every ``GET`` route of ``app`` that has none (RFC 9110: a server that takes
+    GET takes HEAD; ``curl -I`` on a session got 405 "it takes GET"). The route runs as for
+    GET, its checks and its status too; the server sends no body. Not the event stream: it
+    never ends, and a HEAD of it would hold a stream slot for nothing (405, naming GET)."""
+    has_head = {getattr(route, "path", "") for route in app.routes if "HEAD" in (getattr(route, "methods", None) or ())}
+    for route in list(app.routes):
+        if not isinstance(route, APIRoute) or "GET" not in (route.methods or ()) or route.path in has_head:
+            continue
+        if route.path.endswith("/events"):
+            continue
+        app.add_api_route(route.path, route.endpoint, methods=["HEAD"], include_in_schema=False,
+                          response_model=route.response_model, response_class=route.response_class,
+                          response_model_exclude_none=route.response_model_exclude_none)
+
+
+def _invalid(loc: tuple[str, str], msg: str) -> RequestValidationError:
+    """A 422 in the one shape the OpenAPI document declares for it (``detail``: a list of
+    ``{loc, msg, type}``), for a check a route makes itself."""
+    return RequestValidationError([{"loc": loc, "msg": msg, "type": "value_error"}])
+
+
 def _public(summary: SessionSummary, public_id: str) -> dict[str, Any]:
     """The summary as the caller sees it: its own session id, never the log's."""
     out = summary.to_json()
@@ -421,7 +451,7 @@ def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
     """A cursor back as an order key.
 
     Raises:
-        HTTPException: 422 for one this API did not give (read as the start, it would
+        RequestValidationError: 422 for one this API did not give (read as the start, it would
             serve the first page again: a client paging on it would never end).
     """
     if not cursor:
@@ -432,5 +462,5 @@ def _parse_cursor(cursor: str | None) -> tuple[bool, int, str] | None:
     except ValueError:
         last = None
     if last is None or not dot or not public_id:
-        raise HTTPException(422, "cursor must be the next_cursor of a previous page (or left out for the first)")
+        raise _invalid(("query", "cursor"), "cursor must be the next_cursor of a previous page (or left out for the first)")
     return (last < 0, -max(last, 0), public_id)
