@@ -22,8 +22,6 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel
-
 from harness.errors import EmptyMessage, StepValueError
 from harness.words import with_article
 
@@ -101,8 +99,9 @@ def check_text(text: Any, *, what: str, path: str = "$") -> str:
 def answer_copy(value: Any) -> Any:
     """An ask's answer as plain JSON: a pydantic model instance (the ask's own schema, as a
     person's code builds it) as its JSON dump, anything else as :func:`json_copy` takes it."""
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
+    kind = type(value)
+    if hasattr(kind, "model_fields") and callable(getattr(kind, "model_dump", None)):
+        value = value.model_dump(mode="json")  # (a pydantic model, known by its shape: no pydantic import here)
     return json_copy(value, what="answer")
 
 
