@@ -15,6 +15,8 @@ import pytest
 from harness import HarnessHost
 from harness.runtime import host as host_module
 
+from .conftest import eventually
+
 
 @pytest.fixture
 def wraps(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
@@ -175,7 +177,7 @@ async def test_sync_tools_waiting_for_a_person_or_a_sleep_do_not_starve_the_host
         assert (await asking.send("go")).outcome == "waiting"
         sleeping = await host.open(harness_for("sleep"), session_id="sleeps")
         slept = asyncio.create_task(sleeping.send("go"))
-        await asyncio.sleep(0.2)
+        await eventually(lambda: any(c.sleeps for c in sleeping.state.calls.values()))  # its thread waits
         other = await host.open(harness_for("step"), session_id="works")
         assert (await asyncio.wait_for(other.send("go"), 10)).outcome == "completed"  # (it waited for good)
         answered = await asyncio.wait_for(asking.answer("c1", "approve", {"ok": True}), 10)
@@ -209,17 +211,20 @@ async def test_a_cancelled_turn_releases_its_sync_tool_from_its_wait(wait: str) 
 
     unwound: list[str] = []
     went_on: list[str] = []
+    left = threading.Event()
 
     def execute(args: Kind, ctx: Any) -> Any:
         try:
             if args.kind == "ask":
                 ctx.step.ask("approve", message="ok?", schema=Ok)
             else:
-                ctx.step.sleep("nap", timedelta(seconds=0.5))
+                ctx.step.sleep("nap", timedelta(hours=1))
         except BaseException as exc:
             unwound.append(type(exc).__name__)
+            left.set()
             raise
         went_on.append(args.kind)
+        left.set()
         return {"done": True}
 
     tool = durable_tool(tool_definition(name="work", description="d", input_schema=Kind), execute)
@@ -229,15 +234,10 @@ async def test_a_cancelled_turn_releases_its_sync_tool_from_its_wait(wait: str) 
     try:
         session = await host.open(define_harness(name="t/cancel", model=model, tools=[tool]), session_id="s-1")
         sent = asyncio.create_task(session.send("go", input_id="in-1"))
-        await asyncio.sleep(0.2)  # (the tool is in its wait)
+        await eventually(lambda: any(c.asks or c.sleeps for c in session.state.calls.values()))  # in its wait
         assert (await session.cancel("in-1")).outcome == "aborted"
-        for _ in range(100):
-            if unwound:
-                break
-            await asyncio.sleep(0.01)
-        assert unwound == ["CancelledError"]
-        await asyncio.sleep(0.6)  # (past the sleep's wake time)
-        assert went_on == []
+        assert await asyncio.to_thread(left.wait, 20), "the tool stayed in its wait"
+        assert unwound == ["CancelledError"] and went_on == []  # (it left by the exception: it runs nothing more)
         assert (await sent).outcome == ("waiting" if wait == "ask" else "aborted")
     finally:
         await host.close()

@@ -196,15 +196,17 @@ async def test_a_step_left_running_in_a_task_when_the_tool_returns_fails_the_cal
     task cancelled), and nothing of it is written after the call's result."""
     finished: list[int] = []
     tasks: list[asyncio.Task[Any]] = []
+    started, release = asyncio.Event(), asyncio.Event()
 
     async def slow() -> int:
-        await asyncio.sleep(0.2)
+        started.set()
+        await release.wait()
         finished.append(1)
         return 2
 
     async def execute(args: Args, ctx: Any) -> Any:
         tasks.append(asyncio.create_task(ctx.step.do("late", slow)))
-        await asyncio.sleep(0.01)  # the step starts
+        await started.wait()  # the step runs
         return "ok"
 
     session = await host.open(harness_of(execute), session_id=SID)
@@ -212,7 +214,8 @@ async def test_a_step_left_running_in_a_task_when_the_tool_returns_fails_the_cal
     [result] = await entries(log, SID, "harness.tool.result")
     assert result["is_error"] and result["content"]["type"] == "StepNotAwaited"
     assert result["content"]["message"].startswith("step.do('late') was still running when the tool returned")
-    await asyncio.sleep(0.3)
+    release.set()  # (a step still running would now finish and write)
+    await asyncio.gather(tasks[0], return_exceptions=True)
     assert tasks[0].cancelled() and finished == []
     assert await entries(log, SID, "harness.step.result") == []
 
@@ -232,7 +235,7 @@ async def test_a_step_task_not_started_when_the_tool_returns_is_cancelled_not_br
     assert (await session.send("go")).outcome == "completed"
     [result] = await entries(log, SID, "harness.tool.result")
     assert result["is_error"] and "step.do('late') was never awaited" in result["content"]["message"]
-    await asyncio.sleep(0.01)
+    await asyncio.gather(tasks[0], return_exceptions=True)
     assert tasks[0].cancelled()
     assert await entries(log, SID, "harness.step.result") == []
 
@@ -241,9 +244,10 @@ async def test_a_tool_that_raises_while_a_gathered_step_runs_keeps_its_own_error
     """``gather`` does not cancel the other steps when one raises: the tool's error is the
     call's, and the step still running is stopped rather than left to write later."""
     finished: list[int] = []
+    release = asyncio.Event()
 
     async def slow() -> int:
-        await asyncio.sleep(0.2)
+        await release.wait()
         finished.append(1)
         return 2
 
@@ -257,6 +261,8 @@ async def test_a_tool_that_raises_while_a_gathered_step_runs_keeps_its_own_error
     assert (await session.send("go")).outcome == "completed"
     [result] = await entries(log, SID, "harness.tool.result")
     assert result["is_error"] and result["content"]["type"] == "ConnectionError"
-    await asyncio.sleep(0.3)
+    release.set()  # (a step still running would now finish and write)
+    for _ in range(50):  # yield to the loop: what runs once released has run by then
+        await asyncio.sleep(0)
     assert finished == []
     assert await entries(log, SID, "harness.step.result") == []
